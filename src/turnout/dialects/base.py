@@ -1,0 +1,86 @@
+"""What a dialect is: a pure front end from store objects to graph pieces and statuses.
+
+A compile runs in two phases so that hostname ownership can span dialects:
+1. `claims()`: every root that wants a hostname on a listener says so;
+2. the graph builder decides one owner per (listener, hostname): the oldest object wins;
+3. `compile()`: each dialect builds its virtual hosts for the hostnames it owns, and a status for
+   every object of its kinds, reporting lost hostnames in its own status shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from turnout.graph.model import VirtualHost
+from turnout.graph.services import BackendResolver
+from turnout.objects import KubeObject, ObjectRef
+from turnout.status.model import ObjectStatus
+from turnout.store import Snapshot
+
+# The default listeners that dialects without their own listener model (everything but the
+# Gateway API) attach virtual hosts to. Names follow Contour's.
+HTTP_LISTENER = "ingress_http"
+HTTPS_LISTENER = "ingress_https"
+
+
+@dataclass(frozen=True, slots=True)
+class CompileOptions:
+    address: str = "127.0.0.1"
+    http_port: int = 8080
+    https_port: int = 8443
+    # Namespaces where root objects (HTTPProxy/IngressRoute with a virtualhost) may live; empty: all.
+    root_namespaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HostClaim:
+    listener: str
+    hostname: str  # lower case
+    claimant: KubeObject
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    """The owner of each (listener, hostname) and the claims that lost to it."""
+
+    owners: Mapping[tuple[str, str], KubeObject] = field(default_factory=dict)
+
+    def owner(self, listener: str, hostname: str) -> KubeObject | None:
+        return self.owners.get((listener, hostname.lower()))
+
+    def owns(self, obj: ObjectRef, listener: str, hostname: str) -> bool:
+        owner = self.owner(listener, hostname)
+        return owner is not None and owner.ref == obj
+
+
+@dataclass(frozen=True, slots=True)
+class CompileContext:
+    options: CompileOptions
+    ownership: Ownership
+    backends: BackendResolver
+
+
+@dataclass(frozen=True, slots=True)
+class DialectOutput:
+    virtual_hosts: tuple[tuple[str, VirtualHost], ...] = ()  # (listener name, vhost)
+    statuses: tuple[ObjectStatus, ...] = ()
+
+
+class Dialect(Protocol):
+    name: str
+
+    def claims(self, snapshot: Snapshot, options: CompileOptions) -> Iterable[HostClaim]: ...
+
+    def compile(self, snapshot: Snapshot, ctx: CompileContext) -> DialectOutput: ...
+
+
+def ownership_from_claims(claims: Iterable[HostClaim]) -> Ownership:
+    owners: dict[tuple[str, str], KubeObject] = {}
+    for claim in claims:
+        key = (claim.listener, claim.hostname.lower())
+        current = owners.get(key)
+        if current is None or claim.claimant.age_key < current.age_key:
+            owners[key] = claim.claimant
+    return Ownership(owners)

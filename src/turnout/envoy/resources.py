@@ -1,0 +1,38 @@
+"""The Envoy resources one translation produces, grouped by xDS type and sorted by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+CLUSTER_TYPE = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+ENDPOINT_TYPE = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+LISTENER_TYPE = "type.googleapis.com/envoy.config.listener.v3.Listener"
+ROUTE_TYPE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+SECRET_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+
+# The make-before-break order of xDS pushes (see the xDS protocol's eventual-consistency notes).
+TYPE_ORDER = (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE)
+
+
+@dataclass(frozen=True, slots=True)
+class EnvoyResources:
+    """Generated protobuf messages per type URL; each tuple is sorted by resource name.
+
+    Messages are typed `Any` because xds-protos ships no type stubs.
+    """
+
+    clusters: tuple[Any, ...] = ()  # envoy.config.cluster.v3.Cluster
+    endpoints: tuple[Any, ...] = ()  # envoy.config.endpoint.v3.ClusterLoadAssignment
+    listeners: tuple[Any, ...] = ()  # envoy.config.listener.v3.Listener
+    routes: tuple[Any, ...] = ()  # envoy.config.route.v3.RouteConfiguration
+    secrets: tuple[Any, ...] = ()  # envoy.extensions.transport_sockets.tls.v3.Secret
+
+    def by_type(self) -> dict[str, tuple[Any, ...]]:
+        return {
+            CLUSTER_TYPE: self.clusters,
+            ENDPOINT_TYPE: self.endpoints,
+            LISTENER_TYPE: self.listeners,
+            ROUTE_TYPE: self.routes,
+            SECRET_TYPE: self.secrets,
+        }

@@ -1,0 +1,207 @@
+"""The routing graph: frozen, typed records that every dialect compiles into.
+
+Nothing here knows a dialect or an Envoy type. Routes in a virtual host are an explicit first-match
+order: dialects sort them by their own precedence rules and nothing downstream re-sorts.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from turnout.objects import ObjectRef
+
+
+class PathMatchKind(enum.Enum):
+    EXACT = "exact"
+    PREFIX = "prefix"  # a string prefix: /foo matches /foobar
+    SEGMENT_PREFIX = "segment_prefix"  # a path-segment prefix: /foo matches /foo and /foo/x, not /foobar
+    REGEX = "regex"  # RE2, must match the whole path (without the query string)
+
+
+@dataclass(frozen=True, slots=True)
+class PathMatch:
+    kind: PathMatchKind
+    value: str
+
+    @staticmethod
+    def prefix(value: str = "/") -> PathMatch:
+        return PathMatch(PathMatchKind.PREFIX, value)
+
+
+class StringMatchKind(enum.Enum):
+    PRESENT = "present"
+    EXACT = "exact"
+    PREFIX = "prefix"
+    SUFFIX = "suffix"
+    CONTAINS = "contains"
+    REGEX = "regex"
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderMatch:
+    """One header condition. `invert` negates the whole condition (notpresent, notexact, ...).
+
+    `treat_missing_as_empty`: a missing header is evaluated as the empty string instead of failing.
+    Header names are lower case; pseudo-headers (`:method`, `:authority`) are allowed.
+    """
+
+    name: str
+    kind: StringMatchKind
+    value: str = ""
+    invert: bool = False
+    ignore_case: bool = False
+    treat_missing_as_empty: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMatch:
+    name: str
+    kind: StringMatchKind
+    value: str = ""
+    ignore_case: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RouteMatch:
+    path: PathMatch = field(default_factory=PathMatch.prefix)
+    headers: tuple[HeaderMatch, ...] = ()
+    query: tuple[QueryMatch, ...] = ()
+
+
+class UpstreamProtocol(enum.Enum):
+    HTTP = "http"  # HTTP/1.1 in clear text
+    H2C = "h2c"  # HTTP/2 in clear text
+    TLS = "tls"  # HTTP/1.1 over TLS
+    H2 = "h2"  # HTTP/2 over TLS
+    TCP = "tcp"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Endpoint:
+    address: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """An upstream: a Service port (or a static set of endpoints) with its connection settings.
+
+    `name` is deterministic and readable: namespace/service/port plus a short hash of settings.
+    The endpoints are the ready endpoints, sorted, so the same input gives the same output.
+    """
+
+    name: str
+    namespace: str
+    service: str
+    port: int  # the Service port the user referenced
+    protocol: UpstreamProtocol = UpstreamProtocol.HTTP
+    endpoints: tuple[Endpoint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedCluster:
+    cluster: str  # Cluster.name
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send the request to one of the clusters, split by weight."""
+
+    clusters: tuple[WeightedCluster, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DirectResponse:
+    """Answer without an upstream: used for unresolved backends (502/503) and direct responses."""
+
+    status: int
+    body: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    scheme: str | None = None
+    hostname: str | None = None
+    port: int | None = None
+    path: str | None = None
+    prefix: str | None = None
+    status: int = 302
+
+
+RouteAction = Forward | DirectResponse | Redirect
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSource:
+    """The object and field a route came from, so `explain` can point at what a user wrote."""
+
+    object: ObjectRef
+    field: str  # e.g. "spec.routes[1]"
+    # The chain of objects whose conditions were merged into this route (root first).
+    via: tuple[ObjectRef, ...] = ()
+
+    def __str__(self) -> str:
+        via = "".join(f"{r.namespace}/{r.name} -> " for r in self.via)
+        return f"{self.object.kind} {via}{self.object.namespace}/{self.object.name} {self.field}"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    match: RouteMatch
+    action: RouteAction
+    source: RouteSource
+
+
+class HostnameMatch(enum.Enum):
+    EXACT = "exact"
+    # "*.example.com" matches exactly one extra label (Contour HTTPProxy, Ingress)
+    WILDCARD_ONE_LABEL = "wildcard_one_label"
+    # "*.example.com" matches one or more extra labels (Gateway API)
+    WILDCARD_ANY_LABELS = "wildcard_any_labels"
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualHost:
+    """A hostname served on a listener, with its routes in first-match order.
+
+    `name` is unique per listener (the lower-cased hostname). `owner` is the root object that
+    owns the hostname on this listener.
+    """
+
+    name: str
+    hostname: str
+    routes: tuple[Route, ...]
+    owner: ObjectRef
+    hostname_match: HostnameMatch = HostnameMatch.EXACT
+
+
+class ListenerProtocol(enum.Enum):
+    HTTP = "HTTP"
+    HTTPS = "HTTPS"
+    TLS_PASSTHROUGH = "TLS"
+    TCP = "TCP"
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    address: str
+    port: int
+    protocol: ListenerProtocol
+    virtual_hosts: tuple[VirtualHost, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingGraph:
+    """Everything the Envoy translator needs. Listeners and clusters are sorted by name."""
+
+    listeners: tuple[Listener, ...] = ()
+    clusters: tuple[Cluster, ...] = ()
+
+    def cluster(self, name: str) -> Cluster | None:
+        for c in self.clusters:
+            if c.name == name:
+                return c
+        return None

@@ -1,0 +1,192 @@
+"""Core kinds every dialect consumes: Services, EndpointSlices and Endpoints become clusters.
+
+`BackendResolver` is created per compile. Dialects ask it for a Service port; it answers with a
+cluster (creating the record once) or with the reason the reference cannot be resolved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from turnout.graph.model import Cluster, Endpoint, UpstreamProtocol
+from turnout.objects import KubeObject
+from turnout.store import Snapshot
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePort:
+    name: str
+    port: int
+    target_port: int | str | None
+    protocol: str  # TCP | UDP | SCTP
+    app_protocol: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Unresolved:
+    """Why a backend reference could not be turned into a cluster."""
+
+    reason: str  # a short CamelCase reason, e.g. ServiceNotFound, ServicePortNotFound
+    message: str
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def service_ports(service: KubeObject) -> list[ServicePort]:
+    spec = service.spec if isinstance(service.spec, Mapping) else {}
+    ports: list[ServicePort] = []
+    for p in spec.get("ports") or ():
+        if not isinstance(p, Mapping):
+            continue
+        port = _int(p.get("port"))
+        if port is None:
+            continue
+        target = p.get("targetPort")
+        target_port: int | str | None = (
+            target if isinstance(target, str) and target else _int(target)
+        )
+        ports.append(
+            ServicePort(
+                name=str(p.get("name") or ""),
+                port=port,
+                target_port=target_port,
+                protocol=str(p.get("protocol") or "TCP"),
+                app_protocol=str(p["appProtocol"]) if p.get("appProtocol") else None,
+            )
+        )
+    return ports
+
+
+def find_service_port(service: KubeObject, port: int | str) -> ServicePort | None:
+    for sp in service_ports(service):
+        if (isinstance(port, int) and sp.port == port) or (
+            isinstance(port, str) and sp.name == port
+        ):
+            return sp
+    return None
+
+
+def _ready(endpoint: Mapping[str, Any]) -> bool:
+    conditions = endpoint.get("conditions")
+    if not isinstance(conditions, Mapping):
+        return True
+    # An unset `ready` means ready (EndpointSlice API). A terminating endpoint is not ready for
+    # new traffic, even when `serving` is still true.
+    if conditions.get("terminating") is True:
+        return False
+    return conditions.get("ready") is not False
+
+
+def service_endpoints(
+    snapshot: Snapshot, service: KubeObject, sp: ServicePort
+) -> tuple[Endpoint, ...]:
+    """Ready endpoints of a Service port, from EndpointSlices, else from Endpoints."""
+    found: set[Endpoint] = set()
+    slices = [
+        s
+        for s in snapshot.kind("discovery.k8s.io", "EndpointSlice")
+        if s.namespace == service.namespace and s.labels.get(SERVICE_NAME_LABEL) == service.name
+    ]
+    if slices:
+        for eps in slices:
+            target = _slice_port(eps, sp)
+            if target is None:
+                continue
+            for ep in eps.raw.get("endpoints") or ():
+                if not isinstance(ep, Mapping) or not _ready(ep):
+                    continue
+                for addr in ep.get("addresses") or ():
+                    if isinstance(addr, str) and addr:
+                        found.add(Endpoint(addr, target))
+        return tuple(sorted(found))
+    endpoints = snapshot.get("", "Endpoints", service.namespace, service.name)
+    if endpoints is not None:
+        for subset in endpoints.raw.get("subsets") or ():
+            if not isinstance(subset, Mapping):
+                continue
+            target = _subset_port(subset, sp)
+            if target is None:
+                continue
+            for addr in subset.get("addresses") or ():
+                if isinstance(addr, Mapping) and isinstance(addr.get("ip"), str):
+                    found.add(Endpoint(addr["ip"], target))
+    return tuple(sorted(found))
+
+
+def _slice_port(eps: KubeObject, sp: ServicePort) -> int | None:
+    ports = [p for p in eps.raw.get("ports") or () if isinstance(p, Mapping)]
+    for p in ports:
+        if str(p.get("name") or "") == sp.name:
+            return _int(p.get("port"))
+    # A slice written by hand (standalone mode) may name no ports: then the target port is the
+    # Service's numeric targetPort, or its port.
+    if not ports:
+        return sp.target_port if isinstance(sp.target_port, int) else sp.port
+    return None
+
+
+def _subset_port(subset: Mapping[str, Any], sp: ServicePort) -> int | None:
+    ports = [p for p in subset.get("ports") or () if isinstance(p, Mapping)]
+    for p in ports:
+        if str(p.get("name") or "") == sp.name:
+            return _int(p.get("port"))
+    if len(ports) == 1 and not sp.name:
+        return _int(ports[0].get("port"))
+    return None
+
+
+def cluster_name(
+    namespace: str, service: str, port: int, protocol: UpstreamProtocol, settings: str = ""
+) -> str:
+    """`ns/service/port/<10 hex>`: readable, and distinct for distinct upstream settings."""
+    digest = hashlib.sha1(f"{protocol.value}|{settings}".encode()).hexdigest()[:10]
+    return f"{namespace}/{service}/{port}/{digest}"
+
+
+class BackendResolver:
+    """Resolves Service references into clusters for one compile; collects the clusters used."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self._clusters: dict[str, Cluster] = {}
+
+    def service(
+        self,
+        namespace: str,
+        name: str,
+        port: int | str,
+        protocol: UpstreamProtocol = UpstreamProtocol.HTTP,
+    ) -> Cluster | Unresolved:
+        svc = self._snapshot.get("", "Service", namespace, name)
+        if svc is None:
+            return Unresolved("ServiceNotFound", f'service "{namespace}/{name}" not found')
+        sp = find_service_port(svc, port)
+        if sp is None:
+            return Unresolved(
+                "ServicePortNotFound", f'service "{namespace}/{name}": port "{port}" not found'
+            )
+        cname = cluster_name(namespace, name, sp.port, protocol)
+        cluster = self._clusters.get(cname)
+        if cluster is None:
+            cluster = Cluster(
+                name=cname,
+                namespace=namespace,
+                service=name,
+                port=sp.port,
+                protocol=protocol,
+                endpoints=service_endpoints(self._snapshot, svc, sp),
+            )
+            self._clusters[cname] = cluster
+        return cluster
+
+    def clusters(self) -> tuple[Cluster, ...]:
+        return tuple(self._clusters[k] for k in sorted(self._clusters))

@@ -1,0 +1,155 @@
+"""Kubernetes-shaped objects as the sources deliver them.
+
+Every source (files, Kubernetes) hands the store `KubeObject` records. A record is immutable: the raw
+mapping is deep-frozen so that no dialect can change what another dialect sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_NAMESPACE = "default"
+
+
+class FrozenDict(Mapping[str, Any]):
+    """A read-only, hashable mapping used for the raw content of objects."""
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._data = dict(data)
+        self._hash: int | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(tuple(sorted((k, _hashable(v)) for k, v in self._data.items())))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenDict):
+            return self._data == other._data
+        if isinstance(other, Mapping):
+            return self._data == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({self._data!r})"
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+def freeze(value: Any) -> Any:
+    """Deep-freezes parsed YAML/JSON: dicts become FrozenDict, lists become tuples."""
+    if isinstance(value, Mapping):
+        return FrozenDict({str(k): freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The inverse of `freeze`, for output (JSON, YAML)."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectRef:
+    """Identifies one object: its API group, kind, namespace and name."""
+
+    group: str
+    kind: str
+    namespace: str
+    name: str
+
+    @property
+    def namespaced_name(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where an object came from, so errors and `explain` can point at what a user wrote."""
+
+    source: str  # a file path, or "kubernetes"
+    line: int | None = None  # 1-based line of the document start, when known
+
+
+def group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0] if "/" in api_version else ""
+
+
+@dataclass(frozen=True, slots=True)
+class KubeObject:
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    raw: FrozenDict
+    origin: Origin = field(default=Origin("unknown"), compare=False)
+
+    @property
+    def group(self) -> str:
+        return group_of(self.api_version)
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(self.group, self.kind, self.namespace, self.name)
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        meta = self.raw.get("metadata")
+        return meta if isinstance(meta, Mapping) else FrozenDict({})
+
+    @property
+    def spec(self) -> Any:
+        return self.raw.get("spec")
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        labels = self.metadata.get("labels")
+        return labels if isinstance(labels, Mapping) else FrozenDict({})
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        ann = self.metadata.get("annotations")
+        return ann if isinstance(ann, Mapping) else FrozenDict({})
+
+    @property
+    def creation_timestamp(self) -> str:
+        """RFC 3339 string, or "" when absent; an absent timestamp sorts as the oldest."""
+        ts = self.metadata.get("creationTimestamp")
+        return str(ts) if ts is not None else ""
+
+    @property
+    def generation(self) -> int:
+        gen = self.metadata.get("generation")
+        return gen if isinstance(gen, int) and not isinstance(gen, bool) else 1
+
+    @property
+    def age_key(self) -> tuple[str, str, str]:
+        """Orders objects oldest first: creationTimestamp, then namespace/name."""
+        return (self.creation_timestamp, self.namespace, self.name)

@@ -1,0 +1,117 @@
+"""The store: every object turnout knows, as an immutable snapshot per change.
+
+Sources own *partitions* (a file path, or a Kubernetes kind); each update replaces one partition
+whole, so a file that stops parsing can keep its last good partition while the others change.
+Dialects only ever see a `Snapshot`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from turnout.objects import KubeObject, ObjectRef
+
+
+@dataclass(frozen=True, slots=True)
+class SourceProblem:
+    """A problem with input that is not tied to one valid object: a file that does not parse, an
+    object without a name, an unknown kind. `check` prints these and `/status` lists them."""
+
+    source: str
+    line: int | None
+    reason: str
+    object: str | None = None  # "Kind ns/name" when the problem is about one object
+
+    def __str__(self) -> str:
+        where = self.source if self.line is None else f"{self.source}:{self.line}"
+        return f"{where}: {self.object + ': ' if self.object else ''}{self.reason}"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An immutable view of all objects, indexed by (group, kind) and by namespace/name."""
+
+    objects: tuple[KubeObject, ...] = ()
+    problems: tuple[SourceProblem, ...] = ()
+    _by_kind: Mapping[tuple[str, str], Mapping[tuple[str, str], KubeObject]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    @staticmethod
+    def of(
+        objects: Iterable[KubeObject], problems: Iterable[SourceProblem] = ()
+    ) -> Snapshot:
+        by_kind: dict[tuple[str, str], dict[tuple[str, str], KubeObject]] = {}
+        dupes: list[SourceProblem] = []
+        kept: list[KubeObject] = []
+        for obj in objects:
+            bucket = by_kind.setdefault((obj.group, obj.kind), {})
+            key = (obj.namespace, obj.name)
+            if key in bucket:
+                first = bucket[key]
+                dupes.append(
+                    SourceProblem(
+                        obj.origin.source,
+                        obj.origin.line,
+                        f"duplicate object; the one from {first.origin.source} is used",
+                        str(obj.ref),
+                    )
+                )
+                continue
+            bucket[key] = obj
+            kept.append(obj)
+        return Snapshot(tuple(kept), (*problems, *dupes), by_kind)
+
+    def kind(self, group: str, kind: str) -> Iterator[KubeObject]:
+        """Objects of one kind, sorted by namespace/name so compiles are deterministic."""
+        bucket = self._by_kind.get((group, kind), {})
+        for key in sorted(bucket):
+            yield bucket[key]
+
+    def get(self, group: str, kind: str, namespace: str, name: str) -> KubeObject | None:
+        return self._by_kind.get((group, kind), {}).get((namespace, name))
+
+    def get_ref(self, ref: ObjectRef) -> KubeObject | None:
+        return self.get(ref.group, ref.kind, ref.namespace, ref.name)
+
+
+class Store:
+    """Mutable holder of partitions; `snapshot()` gives the immutable view dialects compile."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[str, tuple[tuple[KubeObject, ...], tuple[SourceProblem, ...]]] = {}
+        self._snapshot: Snapshot | None = None
+
+    def replace(
+        self,
+        partition: str,
+        objects: Iterable[KubeObject],
+        problems: Iterable[SourceProblem] = (),
+    ) -> None:
+        self._partitions[partition] = (tuple(objects), tuple(problems))
+        self._snapshot = None
+
+    def set_problems(self, partition: str, problems: Iterable[SourceProblem]) -> None:
+        """Replaces a partition's problems while keeping its last good objects."""
+        objects, _ = self._partitions.get(partition, ((), ()))
+        self._partitions[partition] = (objects, tuple(problems))
+        self._snapshot = None
+
+    def remove(self, partition: str) -> None:
+        self._partitions.pop(partition, None)
+        self._snapshot = None
+
+    def partitions(self) -> list[str]:
+        return sorted(self._partitions)
+
+    def snapshot(self) -> Snapshot:
+        if self._snapshot is None:
+            objects: list[KubeObject] = []
+            problems: list[SourceProblem] = []
+            for key in sorted(self._partitions):
+                objs, probs = self._partitions[key]
+                objects.extend(objs)
+                problems.extend(probs)
+            self._snapshot = Snapshot.of(objects, problems)
+        return self._snapshot
