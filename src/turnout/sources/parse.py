@@ -1,0 +1,122 @@
+"""Turns YAML/JSON text into objects, reporting every problem with its file and line.
+
+Multi-document YAML and `kind: List` both work. A document that is not a well-formed object (no
+apiVersion, kind or name, a field of the wrong type at the top) becomes a `SourceProblem`; the
+other documents of the file are kept. A file that does not parse at all yields only a problem, so
+the caller can keep the file's last good objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from turnout.objects import DEFAULT_NAMESPACE, KubeObject, Origin, freeze
+from turnout.store import SourceProblem
+
+
+@dataclass(frozen=True, slots=True)
+class ParseResult:
+    objects: tuple[KubeObject, ...]
+    problems: tuple[SourceProblem, ...]
+    # True when the text as a whole could not be read: the caller keeps the last good objects.
+    failed: bool = False
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that keeps timestamps as strings (Kubernetes treats them as RFC 3339 text)."""
+
+
+def _no_timestamps(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    return loader.construct_scalar(node)  # type: ignore[arg-type]
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _no_timestamps)
+
+
+def parse_text(text: str, source: str) -> ParseResult:
+    docs: list[tuple[Any, int]] = []
+    try:
+        loader = _Loader(text)
+        try:
+            while loader.check_node():
+                node = loader.get_node()
+                if node is None:
+                    continue
+                docs.append((loader.construct_document(node), node.start_mark.line + 1))
+        finally:
+            loader.dispose()  # type: ignore[no-untyped-call]
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        line = mark.line + 1 if mark is not None else None
+        reason = f"cannot parse YAML: {err.problem or err.context or 'syntax error'}"
+        return ParseResult((), (SourceProblem(source, line, reason),), failed=True)
+    except yaml.YAMLError as err:
+        return ParseResult((), (SourceProblem(source, None, f"cannot parse YAML: {err}"),), True)
+
+    objects: list[KubeObject] = []
+    problems: list[SourceProblem] = []
+    for doc, line in docs:
+        if doc is None:
+            continue
+        _collect(doc, source, line, objects, problems)
+    return ParseResult(tuple(objects), tuple(problems))
+
+
+def _collect(
+    doc: Any,
+    source: str,
+    line: int,
+    objects: list[KubeObject],
+    problems: list[SourceProblem],
+) -> None:
+    if not isinstance(doc, Mapping):
+        problems.append(SourceProblem(source, line, "document is not an object (a mapping)"))
+        return
+    kind = doc.get("kind")
+    api_version = doc.get("apiVersion")
+    if kind == "List" or (isinstance(kind, str) and kind.endswith("List") and "items" in doc):
+        items = doc.get("items")
+        if not isinstance(items, list):
+            problems.append(SourceProblem(source, line, "kind List: items must be a list"))
+            return
+        for item in items:
+            _collect(item, source, line, objects, problems)
+        return
+    if not isinstance(api_version, str) or not api_version:
+        problems.append(SourceProblem(source, line, "apiVersion is missing or not a string"))
+        return
+    if not isinstance(kind, str) or not kind:
+        problems.append(SourceProblem(source, line, "kind is missing or not a string"))
+        return
+    metadata = doc.get("metadata")
+    if not isinstance(metadata, Mapping):
+        problems.append(SourceProblem(source, line, f"{kind}: metadata is missing or not a mapping"))
+        return
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        problems.append(SourceProblem(source, line, f"{kind}: metadata.name is missing"))
+        return
+    namespace = metadata.get("namespace", DEFAULT_NAMESPACE)
+    if namespace is None:
+        namespace = DEFAULT_NAMESPACE
+    if not isinstance(namespace, str):
+        problems.append(
+            SourceProblem(source, line, "metadata.namespace is not a string", f"{kind} {name}")
+        )
+        return
+    raw = dict(doc)
+    raw["metadata"] = {**metadata, "namespace": namespace or DEFAULT_NAMESPACE}
+    objects.append(
+        KubeObject(
+            api_version=api_version,
+            kind=kind,
+            namespace=namespace or DEFAULT_NAMESPACE,
+            name=name,
+            raw=freeze(raw),
+            origin=Origin(source, line),
+        )
+    )
