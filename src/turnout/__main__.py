@@ -1,0 +1,5 @@
+import sys
+
+from turnout.cli import main
+
+sys.exit(main())

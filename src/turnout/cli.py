@@ -1,0 +1,334 @@
+"""The `turnout` command: serve, check, explain, bootstrap.
+
+Output is for people by default and `-o json|yaml` for scripts. The flags of `serve` and the exit
+codes of `check` are a stable contract: test suites outside this repository drive turnout by them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from turnout.config import ServeConfig
+from turnout.dialects.base import CompileOptions
+from turnout.graph.build import CompileResult, compile_snapshot
+from turnout.graph.evaluate import Decision, evaluate, make_request
+from turnout.graph.model import DirectResponse, Forward, Redirect
+from turnout.objects import thaw
+from turnout.sources.files import FileSource
+from turnout.status.model import ObjectStatus
+from turnout.store import Store
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_UNREADABLE = 2
+
+log = logging.getLogger("turnout")
+
+
+def _namespaces(value: str) -> tuple[str, ...]:
+    return tuple(sorted({n.strip() for n in value.split(",") if n.strip()}))
+
+
+def _add_compile_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", type=Path, help="YAML/JSON files or directories")
+    p.add_argument(
+        "--root-namespaces",
+        type=_namespaces,
+        default=(),
+        metavar="NS[,NS...]",
+        help="namespaces where root HTTPProxies may live (default: all)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="turnout",
+        description="A control plane that lets many teams share one Envoy-based ingress.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="compile routing files and program Envoy over xDS")
+    _add_compile_flags(serve)
+    serve.add_argument("--address", default="127.0.0.1", help="address Envoy and turnout bind")
+    serve.add_argument("--http-port", type=int, default=8080)
+    serve.add_argument("--https-port", type=int, default=8443)
+    serve.add_argument("--admin-port", type=int, default=8001, help="turnout's admin server")
+    serve.add_argument("--xds-port", type=int, default=18000)
+    serve.add_argument("--envoy-admin-port", type=int, default=9901)
+    serve.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    serve.add_argument(
+        "--no-envoy",
+        action="store_true",
+        help="do not start an Envoy child process; serve xDS to external Envoys only",
+    )
+    serve.add_argument("--no-watch", action="store_true", help="do not reload on file changes")
+    serve.add_argument(
+        "--no-demo-backends",
+        action="store_true",
+        help="do not start echo backends for Services annotated turnout.dev/demo-echo",
+    )
+    serve.add_argument("--node-id", default="turnout-envoy", help="the child Envoy's node id")
+
+    check = sub.add_parser("check", help="validate files and print every object's status")
+    _add_compile_flags(check)
+    check.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+
+    explain = sub.add_parser("explain", help="show which route serves a request, and why")
+    _add_compile_flags(explain)
+    explain.add_argument("--host", required=True)
+    explain.add_argument("--path", default="/")
+    explain.add_argument("--method", default="GET")
+    explain.add_argument(
+        "-H", "--header", action="append", default=[], metavar="'Name: value'", dest="headers"
+    )
+    explain.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+
+    boot = sub.add_parser("bootstrap", help="write the bootstrap for an external Envoy")
+    boot.add_argument("output", nargs="?", default="-", help="file to write (default: stdout)")
+    boot.add_argument("--xds-address", default="127.0.0.1")
+    boot.add_argument("--xds-port", type=int, default=18000)
+    boot.add_argument("--admin-address", default="127.0.0.1")
+    boot.add_argument("--admin-port", type=int, default=9901)
+    boot.add_argument("--node-id", default="turnout-envoy")
+    boot.add_argument("-o", "--format", choices=["yaml", "json"], default="yaml")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command: str = args.command
+    if command == "serve":
+        return _serve(args)
+    if command == "check":
+        return _check(args)
+    if command == "explain":
+        return _explain(args)
+    return _bootstrap(args)
+
+
+# -- compile from files ------------------------------------------------------------------------
+
+
+def _load(paths: Sequence[Path], options: CompileOptions) -> tuple[CompileResult | None, str]:
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        return None, f"no such file or directory: {', '.join(missing)}"
+    store = Store()
+    FileSource(list(paths), store).load_all()
+    return compile_snapshot(store.snapshot(), options), ""
+
+
+def _dump(data: Any, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(data, indent=2)
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def _status_lines(status: ObjectStatus) -> list[str]:
+    lines = [f"{status.ref.kind} {status.ref.namespace}/{status.ref.name}: "
+             f"{status.state.value}: {status.summary}"]
+    for cond in status.body.get("conditions") or ():
+        for label in ("errors", "warnings"):
+            for sub in cond.get(label) or ():
+                kind = "error" if label == "errors" else "warning"
+                lines.append(f"  {kind} {sub.get('type')}/{sub.get('reason')}: {sub.get('message')}")
+    return lines
+
+
+def _check(args: argparse.Namespace) -> int:
+    result, error = _load(args.paths, CompileOptions(root_namespaces=args.root_namespaces))
+    if result is None:
+        print(f"turnout: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    unreadable = [p for p in result.problems if p.object is None and p.reason.startswith(
+        ("cannot parse", "cannot read"))]
+    if args.output == "text":
+        for status in result.statuses:
+            print("\n".join(_status_lines(status)))
+        for problem in result.problems:
+            print(f"{problem}", file=sys.stderr)
+    else:
+        doc = {
+            "objects": [thaw(s.to_json()) for s in result.statuses],
+            "problems": [
+                {"source": p.source, "line": p.line, "object": p.object, "reason": p.reason}
+                for p in result.problems
+            ],
+        }
+        print(_dump(doc, args.output), end="" if args.output == "yaml" else "\n")
+    if unreadable:
+        return EXIT_UNREADABLE
+    if result.problems or any(not s.state.ok for s in result.statuses):
+        return EXIT_INVALID
+    return EXIT_OK
+
+
+# -- explain -----------------------------------------------------------------------------------
+
+
+def _parse_headers(values: Sequence[str]) -> list[tuple[str, str]] | str:
+    headers: list[tuple[str, str]] = []
+    for value in values:
+        name, sep, rest = value.partition(":")
+        if not sep or not name.strip():
+            return f"header {value!r} is not of the form 'Name: value'"
+        headers.append((name.strip().lower(), rest.strip()))
+    return headers
+
+
+def _action_text(decision: Decision) -> str:
+    route = decision.route
+    if route is None:
+        return "404 (no route matched)"
+    action = route.action
+    if isinstance(action, Forward):
+        parts = [f"{c.cluster} (weight {c.weight})" for c in action.clusters]
+        return "forward to " + ", ".join(parts)
+    if isinstance(action, DirectResponse):
+        return f"direct response {action.status}" + (f": {action.body}" if action.body else "")
+    if isinstance(action, Redirect):
+        return f"redirect {action.status}"
+    return str(action)
+
+
+def decision_json(decision: Decision) -> dict[str, Any]:
+    route = decision.route
+    return {
+        "listener": decision.listener.name if decision.listener else None,
+        "virtualHost": decision.virtual_host.hostname if decision.virtual_host else None,
+        "route": str(route.source) if route else None,
+        "action": _action_text(decision),
+        "status": decision.status,
+        "clusters": [{"name": n, "weight": w} for n, w in decision.clusters],
+        "passedOver": [{"route": str(m.route.source), "reason": m.reason}
+                       for m in decision.passed_over],
+    }
+
+
+def _explain(args: argparse.Namespace) -> int:
+    headers = _parse_headers(args.headers)
+    if isinstance(headers, str):
+        print(f"turnout: {headers}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    result, error = _load(args.paths, CompileOptions(root_namespaces=args.root_namespaces))
+    if result is None:
+        print(f"turnout: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    request = make_request(args.host, args.path, args.method, headers)
+    decision = evaluate(result.graph, request)
+    if args.output != "text":
+        print(_dump(decision_json(decision), args.output), end="")
+        return EXIT_OK if decision.route else EXIT_INVALID
+    print(f"request: {request.method} http://{request.host}{request.path}")
+    if decision.virtual_host is None:
+        print("virtual host: none matches this host: 404")
+        return EXIT_INVALID
+    vh = decision.virtual_host
+    print(f"virtual host: {vh.hostname} (owned by {vh.owner})")
+    for miss in decision.passed_over:
+        print(f"  passed over {miss.route.source}: {miss.reason}")
+    if decision.route is not None:
+        print(f"route: {decision.route.source}")
+    print(f"action: {_action_text(decision)}")
+    return EXIT_OK if decision.route else EXIT_INVALID
+
+
+# -- bootstrap ---------------------------------------------------------------------------------
+
+
+def _bootstrap(args: argparse.Namespace) -> int:
+    from turnout.envoy.bootstrap import bootstrap_config
+
+    config = bootstrap_config(
+        xds_address=args.xds_address,
+        xds_port=args.xds_port,
+        admin_address=args.admin_address,
+        admin_port=args.admin_port,
+        node_id=args.node_id,
+    )
+    text = _dump(config, args.format)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.output).write_text(text)
+    return EXIT_OK
+
+
+# -- serve -------------------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    missing = [str(p) for p in args.paths if not p.exists()]
+    if missing:
+        print(f"turnout: no such file or directory: {', '.join(missing)}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    config = ServeConfig(
+        paths=tuple(args.paths),
+        address=args.address,
+        http_port=args.http_port,
+        https_port=args.https_port,
+        admin_port=args.admin_port,
+        xds_port=args.xds_port,
+        envoy_admin_port=args.envoy_admin_port,
+        log_level=args.log_level,
+        run_envoy=not args.no_envoy,
+        watch=not args.no_watch,
+        demo_backends=not args.no_demo_backends,
+        root_namespaces=args.root_namespaces,
+        node_id=args.node_id,
+    )
+    try:
+        asyncio.run(_run(config))
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
+async def _run(config: ServeConfig) -> None:
+    from turnout.admin.server import AdminServer
+    from turnout.controller import Controller
+
+    controller = Controller(config)
+    admin = AdminServer(controller)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(controller.reload()))
+    try:
+        await controller.start()
+        await admin.start(config.address, config.admin_port)
+        log.info(
+            "turnout serving: HTTP on %s:%d, admin on %s:%d, xDS on %s:%d%s",
+            config.address, config.http_port, config.address, config.admin_port,
+            config.address, controller.xds_port,
+            "" if config.run_envoy else " (no Envoy child: connect your own)",
+        )
+        await stop.wait()
+    finally:
+        log.info("turnout stopping")
+        await admin.stop()
+        await controller.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Settings of a running turnout, as the CLI flags give them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from turnout.dialects.base import CompileOptions
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    paths: tuple[Path, ...]
+    address: str = "127.0.0.1"
+    http_port: int = 8080
+    https_port: int = 8443
+    admin_port: int = 8001
+    xds_port: int = 18000
+    envoy_admin_port: int = 9901
+    log_level: str = "info"
+    run_envoy: bool = True
+    watch: bool = True
+    demo_backends: bool = True
+    root_namespaces: tuple[str, ...] = ()
+    node_id: str = "turnout-envoy"
+    # Where the child Envoy's bootstrap is written; a temporary directory when None.
+    work_dir: Path | None = None
+    debounce_ms: int = 100
+    extra_envoy_args: tuple[str, ...] = field(default=())
+
+    @property
+    def compile_options(self) -> CompileOptions:
+        return CompileOptions(
+            address=self.address,
+            http_port=self.http_port,
+            https_port=self.https_port,
+            root_namespaces=self.root_namespaces,
+        )

@@ -1,0 +1,205 @@
+"""The running control plane: sources -> store -> compile -> translate -> xDS, plus status sinks.
+
+`Controller` owns one store, one xDS server and (in standalone mode) one supervised Envoy. Every
+change recompiles the whole store; the compile is a pure function, so the controller's only state
+is the latest result and what Envoy acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from turnout.config import ServeConfig
+from turnout.envoy.bootstrap import bootstrap_config, write_bootstrap
+from turnout.envoy.process import EnvoyProcess
+from turnout.envoy.translate import translate
+from turnout.envoy.xds import XdsServer
+from turnout.graph.build import CompileResult, compile_snapshot
+from turnout.metrics import Metrics
+from turnout.objects import ObjectRef
+from turnout.sources.files import FileSource
+from turnout.status.model import ObjectStatus, State
+from turnout.store import SourceProblem, Store
+
+log = logging.getLogger("turnout")
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """One compile that was handed to the xDS server."""
+
+    result: CompileResult
+    version: str
+    compiled_at: float
+
+
+class Controller:
+    def __init__(self, config: ServeConfig, metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self.store = Store()
+        self.files = FileSource(list(config.paths), self.store)
+        self.xds = XdsServer(self.metrics)
+        self.envoy: EnvoyProcess | None = None
+        self.applied: Applied | None = None
+        self.xds_port: int = config.xds_port
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._demo: list[object] = []
+        self._last_states: dict[ObjectRef, tuple[State, str]] = {}
+
+    # -- compile -------------------------------------------------------------------------------
+
+    def recompile(self) -> Applied:
+        """Compiles the current store and hands the result to the xDS server."""
+        started = time.perf_counter()
+        snapshot = self.store.snapshot()
+        result = compile_snapshot(snapshot, self.config.compile_options)
+        resources = translate(result.graph)
+        version = self.xds.set_resources(resources)
+        elapsed = time.perf_counter() - started
+        self.metrics.compile_seconds.observe(elapsed)
+        self.metrics.compiles.inc()
+        self.applied = Applied(result, version, time.time())
+        self._publish(result)
+        log.debug("compiled %d objects in %.1f ms (version %s)", len(snapshot.objects),
+                  elapsed * 1000, version)
+        return self.applied
+
+    def _publish(self, result: CompileResult) -> None:
+        """Status sinks: metrics, and a log line for every object whose state changed."""
+        counts: Counter[tuple[str, str]] = Counter(
+            (s.ref.kind, s.state.value) for s in result.statuses
+        )
+        self.metrics.objects.clear()
+        for (kind, state), n in sorted(counts.items()):
+            self.metrics.objects.labels(kind=kind, state=state).set(n)
+        self.metrics.source_problems.set(len(result.problems))
+        seen: dict[ObjectRef, tuple[State, str]] = {}
+        for status in result.statuses:
+            current = (status.state, status.summary)
+            seen[status.ref] = current
+            if self._last_states.get(status.ref) != current:
+                level = logging.INFO if status.state is State.VALID else logging.WARNING
+                log.log(level, "%s: %s: %s", status.ref, status.state.value, status.summary)
+        for ref in self._last_states.keys() - seen.keys():
+            log.info("%s: removed", ref)
+        self._last_states = seen
+        for problem in result.problems:
+            log.debug("input problem: %s", problem)
+
+    def statuses(self) -> tuple[ObjectStatus, ...]:
+        return self.applied.result.statuses if self.applied else ()
+
+    def problems(self) -> tuple[SourceProblem, ...]:
+        return self.applied.result.problems if self.applied else ()
+
+    def readiness(self) -> tuple[bool, str]:
+        if self.applied is None:
+            return False, "no configuration compiled yet"
+        return self.xds.readiness()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.files.load_all()
+        for problem in self.store.snapshot().problems:
+            log.warning("input problem: %s", problem)
+        self.xds_port = await self.xds.start(self.config.address, self.config.xds_port)
+        self.recompile()
+        if self.config.demo_backends:
+            await self._start_demo_backends()
+        if self.config.watch:
+            self._tasks.append(asyncio.create_task(self._watch(), name="turnout-watch"))
+        if self.config.run_envoy:
+            bootstrap_path = self._work_dir() / "envoy-bootstrap.yaml"
+            write_bootstrap(bootstrap_path, self.bootstrap())
+            self.envoy = EnvoyProcess(
+                bootstrap_path,
+                log_level=self.config.log_level,
+                metrics=self.metrics,
+                extra_args=self.config.extra_envoy_args,
+            )
+            await self.envoy.start()
+
+    def bootstrap(self) -> dict[str, object]:
+        return bootstrap_config(
+            xds_address=self.config.address,
+            xds_port=self.xds_port,
+            admin_address=self.config.address,
+            admin_port=self.config.envoy_admin_port,
+            node_id=self.config.node_id,
+        )
+
+    async def reload(self) -> Applied:
+        """Re-reads every file and recompiles (tests and SIGHUP use it)."""
+        self.files.load_all()
+        return self.recompile()
+
+    async def _watch(self) -> None:
+        async def changed() -> None:
+            self.recompile()
+
+        try:
+            await self.files.watch(
+                changed, debounce_ms=self.config.debounce_ms, stop_event=self._stop
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the watcher must not take turnout down; the config stays in force
+            log.exception("file watcher failed; configuration is no longer reloaded")
+
+    async def _start_demo_backends(self) -> None:
+        from turnout.echo import demo_backends, start_echo
+
+        started: set[tuple[str, int]] = set()
+        for namespace, service, address, port in demo_backends(self.store.snapshot()):
+            if (address, port) in started:
+                continue
+            try:
+                self._demo.append(await start_echo(address, port, name=service,
+                                                   namespace=namespace))
+                started.add((address, port))
+                log.info("demo echo backend %s/%s listening on %s:%d", namespace, service,
+                         address, port)
+            except OSError as err:
+                log.warning("cannot start demo echo backend %s/%s on %s:%d: %s", namespace,
+                            service, address, port, err)
+
+    def _work_dir(self) -> Path:
+        if self.config.work_dir is not None:
+            self.config.work_dir.mkdir(parents=True, exist_ok=True)
+            return self.config.work_dir
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="turnout-")
+        return Path(self._tmp.name)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks.clear()
+        if self.envoy is not None:
+            await self.envoy.stop()
+        await self.xds.stop()
+        for server in self._demo:
+            close = getattr(server, "close", None)
+            if close is not None:
+                await close()
+        self._demo.clear()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+

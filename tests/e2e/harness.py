@@ -1,0 +1,192 @@
+"""End-to-end harness: turnout's controller in-process, one real Envoy, echo backends on loopback.
+
+One harness serves the whole test session; each test writes its own files into the watched
+directory and waits until Envoy has acknowledged the configuration compiled from them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import textwrap
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from turnout.config import ServeConfig
+from turnout.controller import Controller
+from turnout.echo import start_echo
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def service_yaml(namespace: str, name: str, port: int, backend_port: int | None,
+                 created: str | None = None) -> str:
+    """A Service and (when backend_port is given) an EndpointSlice pointing at 127.0.0.1."""
+    meta_ts = f"\n  creationTimestamp: \"{created}\"" if created else ""
+    doc = f"""\
+        apiVersion: v1
+        kind: Service
+        metadata:
+          name: {name}
+          namespace: {namespace}{meta_ts}
+        spec:
+          ports:
+            - name: http
+              port: {port}
+        """
+    doc = textwrap.dedent(doc)
+    if backend_port is not None:
+        doc += textwrap.dedent(f"""\
+            ---
+            apiVersion: discovery.k8s.io/v1
+            kind: EndpointSlice
+            metadata:
+              name: {name}-slice
+              namespace: {namespace}
+              labels:
+                kubernetes.io/service-name: {name}
+            addressType: IPv4
+            ports:
+              - name: http
+                port: {backend_port}
+            endpoints:
+              - addresses: ["127.0.0.1"]
+            """)
+    return doc
+
+
+@dataclass
+class Harness:
+    controller: Controller
+    config_dir: Path
+    http_port: int
+    _echoes: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    async def backend(self, namespace: str, name: str) -> int:
+        """Starts (once per session) an echo backend answering as namespace/name."""
+        key = (namespace, name)
+        if key not in self._echoes:
+            self._echoes[key] = await start_echo("127.0.0.1", 0, name=name, namespace=namespace)
+        return int(self._echoes[key].port)
+
+    async def services(self, *specs: tuple[str, str]) -> str:
+        """YAML for Services (port 80) backed by echo backends, one per (namespace, name)."""
+        docs = []
+        for namespace, name in specs:
+            docs.append(service_yaml(namespace, name, 80, await self.backend(namespace, name)))
+        return "---\n".join(docs)
+
+    def write(self, files: Mapping[str, str]) -> None:
+        for child in self.config_dir.iterdir():
+            if child.is_dir():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        for name, text in files.items():
+            (self.config_dir / name).write_text(textwrap.dedent(text))
+
+    async def apply(self, files: Mapping[str, str], timeout: float = 10.0) -> str:
+        """Replaces the watched files, recompiles, and waits until Envoy ACKs the result."""
+        self.write(files)
+        applied = await self.controller.reload()
+        assert await self.controller.xds.wait_acked(applied.version, timeout), (
+            f"Envoy did not acknowledge version {applied.version}: "
+            f"{self.controller.readiness()[1]}"
+        )
+        return applied.version
+
+    async def wait_acked_current(self, timeout: float = 10.0) -> None:
+        applied = self.controller.applied
+        assert applied is not None
+        assert await self.controller.xds.wait_acked(applied.version, timeout)
+
+    def status_of(self, kind: str, namespace: str, name: str) -> Mapping[str, Any]:
+        for s in self.controller.statuses():
+            if (s.ref.kind, s.ref.namespace, s.ref.name) == (kind, namespace, name):
+                return s.body
+        raise AssertionError(f"no status for {kind} {namespace}/{name}")
+
+    async def get(self, host: str, path: str = "/", headers: Mapping[str, str] | None = None,
+                  method: str = "GET") -> httpx.Response:
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=5.0) as client:
+            # A listener Envoy just received may still be binding: retry only connect errors.
+            for attempt in range(50):
+                try:
+                    return await client.request(
+                        method, path, headers={"Host": host, **(headers or {})}
+                    )
+                except httpx.ConnectError:
+                    if attempt == 49:
+                        raise
+                    await asyncio.sleep(0.1)
+        raise AssertionError("unreachable")
+
+    async def served_by(self, host: str, path: str = "/",
+                        headers: Mapping[str, str] | None = None) -> str:
+        """The namespace/name of the echo backend that answered, or the status code."""
+        r = await self.get(host, path, headers)
+        if r.status_code != 200:
+            return str(r.status_code)
+        body = r.json()
+        return f"{body['namespace']}/{body['service']}"
+
+    async def distribution(self, host: str, path: str, n: int) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=5.0) as client:
+            for _ in range(n):
+                r = await client.get(path, headers={"Host": host})
+                body = r.json() if r.status_code == 200 else {}
+                counts[f"{body.get('namespace')}/{body.get('service')}"
+                       if body else str(r.status_code)] += 1
+        return counts
+
+    async def eventually(self, probe: Any, expected: Any, timeout: float = 10.0) -> Any:
+        """Polls an async probe until it returns `expected`; returns the last value."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        value = None
+        while asyncio.get_running_loop().time() < deadline:
+            value = await probe()
+            if value == expected:
+                return value
+            await asyncio.sleep(0.1)
+        return value
+
+    async def close(self) -> None:
+        for server in self._echoes.values():
+            await server.close()
+        self._echoes.clear()
+
+
+async def start_harness(tmp: Path) -> Harness:
+    config_dir = tmp / "config"
+    config_dir.mkdir()
+    http_port = free_port()
+    config = ServeConfig(
+        paths=(config_dir,),
+        http_port=http_port,
+        https_port=free_port(),
+        admin_port=free_port(),
+        xds_port=0,
+        envoy_admin_port=free_port(),
+        log_level="warning",
+        demo_backends=False,
+        work_dir=tmp / "work",
+        debounce_ms=50,
+    )
+    controller = Controller(config)
+    await controller.start()
+    return Harness(controller=controller, config_dir=config_dir, http_port=http_port)

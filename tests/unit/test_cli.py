@@ -1,0 +1,115 @@
+"""The CLI contract: `check` exit codes and output, `explain`, `bootstrap`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from turnout.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+VALID = """\
+apiVersion: v1
+kind: Service
+metadata: {name: app}
+spec:
+  ports: [{name: http, port: 80}]
+---
+apiVersion: projectcontour.io/v1
+kind: HTTPProxy
+metadata: {name: root}
+spec:
+  virtualhost: {fqdn: cli.example.com}
+  routes:
+    - conditions: [{prefix: /}]
+      services: [{name: app, port: 80}]
+    - conditions: [{prefix: /api}, {header: {name: x-v, exact: "2"}}]
+      services: [{name: app, port: 80}]
+"""
+
+ORPHAN = """\
+apiVersion: projectcontour.io/v1
+kind: HTTPProxy
+metadata: {name: lonely, namespace: team}
+spec:
+  routes:
+    - services: [{name: app, port: 80}]
+"""
+
+
+def test_check_valid_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.yaml").write_text(VALID)
+    assert main(["check", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "HTTPProxy default/root: valid: Valid HTTPProxy" in out
+
+
+def test_check_orphan_exits_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.yaml").write_text(VALID)
+    (tmp_path / "b.yaml").write_text(ORPHAN)
+    assert main(["check", str(tmp_path), "-o", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    states = {o["metadata"]["name"]: o["status"]["currentStatus"] for o in doc["objects"]}
+    assert states == {"root": "valid", "lonely": "orphaned"}
+
+
+def test_check_unparseable_exits_two(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.yaml").write_text(VALID)
+    (tmp_path / "broken.yaml").write_text("kind: [\n")
+    assert main(["check", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "broken.yaml:2: cannot parse YAML" in err
+
+
+def test_check_missing_path_exits_two(tmp_path: Path) -> None:
+    assert main(["check", str(tmp_path / "nope.yaml")]) == 2
+
+
+def test_check_object_without_name_is_invalid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.yaml").write_text("apiVersion: v1\nkind: Service\nmetadata: {}\n")
+    assert main(["check", str(tmp_path), "-o", "yaml"]) == 1
+    doc = yaml.safe_load(capsys.readouterr().out)
+    assert doc["problems"][0]["reason"] == "Service: metadata.name is missing"
+    assert doc["problems"][0]["line"] == 1
+
+
+def test_check_quickstart_is_valid() -> None:
+    assert main(["check", str(REPO / "examples" / "quickstart")]) == 0
+
+
+def test_explain_names_the_route_and_what_was_passed_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.yaml").write_text(VALID)
+    code = main(["explain", str(tmp_path), "--host", "cli.example.com", "--path", "/api/x",
+                 "-H", "x-v: 3"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "header 'x-v' is not exact '2'" in out
+    assert "route: HTTPProxy default/root spec.routes[0]" in out
+    assert "forward to default/app/80/" in out
+
+
+def test_explain_json_and_no_match(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.yaml").write_text(VALID)
+    assert main(["explain", str(tmp_path), "--host", "cli.example.com", "--path", "/api",
+                 "-H", "X-V: 2", "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["route"] == "HTTPProxy default/root spec.routes[1]"
+    assert doc["clusters"][0]["name"].startswith("default/app/80/")
+    assert main(["explain", str(tmp_path), "--host", "nobody.example.com"]) == 1
+
+
+def test_bootstrap_writes_ads_config(tmp_path: Path) -> None:
+    out = tmp_path / "bootstrap.yaml"
+    assert main(["bootstrap", str(out), "--xds-port", "18123", "--node-id", "edge-1"]) == 0
+    doc = yaml.safe_load(out.read_text())
+    assert doc["node"]["id"] == "edge-1"
+    assert doc["dynamic_resources"]["ads_config"]["api_type"] == "GRPC"
+    assert "18123" in json.dumps(doc)
