@@ -110,8 +110,6 @@ class Controller:
 
     async def start(self) -> None:
         self.files.load_all()
-        for problem in self.store.snapshot().problems:
-            log.warning("input problem: %s", problem)
         self.xds_port = await self.xds.start(self.config.address, self.config.xds_port)
         self.recompile()
         if self.config.demo_backends:

@@ -1,0 +1,176 @@
+"""A small echo backend for demos and end-to-end tests.
+
+Every request, whatever its method or path, is answered with JSON describing what the backend saw,
+after the manner of the ingress-conformance echoserver that Contour's e2e tests use: the service it
+stands for, the full path with query as received, the Host header and the request headers. Tests
+assert which backend answered and what the proxy changed on the way.
+
+Run one by hand with `python -m turnout.echo --port 9001 --name foo`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from turnout.graph.services import service_endpoints, service_ports
+from turnout.store import Snapshot
+
+log = logging.getLogger(__name__)
+
+DEMO_ANNOTATION = "turnout.dev/demo-echo"
+
+
+@dataclass(frozen=True, slots=True)
+class EchoServer:
+    host: str
+    port: int
+    name: str
+    namespace: str
+    _runner: web.BaseRunner = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def close(self) -> None:
+        await self._runner.cleanup()
+
+
+_Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+
+def _handler(name: str, namespace: str) -> _Handler:
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        # Drains the body so that the connection can be kept alive for the next request.
+        await request.read()
+        headers: dict[str, str] = {}
+        for key, value in request.headers.items():
+            lower = key.lower()
+            headers[lower] = f"{headers[lower]}, {value}" if lower in headers else value
+        body = {
+            "service": name,
+            "namespace": namespace,
+            # raw_path is what arrived on the wire, so tests see rewrites exactly, undecoded.
+            "path": request.raw_path,
+            "host": request.headers.get("Host", ""),
+            "method": request.method,
+            "proto": f"HTTP/{request.version.major}.{request.version.minor}",
+            "headers": headers,
+        }
+        return web.json_response(body)
+
+    return handle
+
+
+async def start_echo(host: str, port: int, *, name: str, namespace: str = "default") -> EchoServer:
+    """Starts an echo server; `port` 0 picks a free port, which `EchoServer.port` then tells."""
+    server = web.Server(_handler(name, namespace), access_log=None)
+    runner = web.ServerRunner(server, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound = runner.addresses[0][1]
+    log.info("echo %s/%s listening on %s:%d", namespace, name, host, bound)
+    return EchoServer(host, int(bound), name, namespace, runner)
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def demo_backends(snapshot: Snapshot) -> list[tuple[str, str, str, int]]:
+    """(namespace, service, address, port) for each ready loopback endpoint of every Service
+    annotated `turnout.dev/demo-echo: "true"`: where `turnout serve` starts echo servers so that
+    the quickstart answers without any real backend.
+
+    Endpoints are resolved as the compiler resolves them (EndpointSlices labelled
+    `kubernetes.io/service-name`, matched to the Service's ports), so an echo server runs exactly
+    where Envoy will send traffic. Only one server can bind an address and port: the first
+    Service (by namespace/name) that lists it gets it.
+    """
+    found: list[tuple[str, str, str, int]] = []
+    owner: dict[tuple[str, int], tuple[str, str]] = {}
+    for service in snapshot.kind("", "Service"):
+        if str(service.annotations.get(DEMO_ANNOTATION, "")).lower() != "true":
+            continue
+        me = (service.namespace, service.name)
+        for sp in service_ports(service):
+            for endpoint in service_endpoints(snapshot, service, sp):
+                if not _is_loopback(endpoint.address):
+                    continue
+                where = (endpoint.address, endpoint.port)
+                first = owner.setdefault(where, me)
+                if first == me:
+                    if (*me, *where) not in found:
+                        found.append((*me, *where))
+                else:
+                    log.warning(
+                        "demo echo: %s:%d is served for %s/%s; not also for %s/%s",
+                        *where,
+                        *first,
+                        *me,
+                    )
+    return found
+
+
+async def start_demo_backends(snapshot: Snapshot) -> list[EchoServer]:
+    """Starts an echo server for each of `demo_backends`; a port already in use is logged and
+    skipped (someone may be running the real backend there)."""
+    servers: list[EchoServer] = []
+    for namespace, name, address, port in demo_backends(snapshot):
+        try:
+            servers.append(await start_echo(address, port, name=name, namespace=namespace))
+        except OSError as err:
+            log.warning(
+                "demo echo %s/%s on %s:%d not started: %s", namespace, name, address, port, err
+            )
+    return servers
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m turnout.echo", description="Answer every HTTP request with JSON about it."
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, required=True, help="port to bind (0: any free port)")
+    parser.add_argument("--name", required=True, help="the service name to report")
+    parser.add_argument("--namespace", default="default", help="the namespace to report")
+    return parser.parse_args(argv)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    server = await start_echo(args.host, args.port, name=args.name, namespace=args.namespace)
+    print(f"echo {args.namespace}/{args.name} on {server.url}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # Ctrl-C is how a hand-run echo server is meant to stop.
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

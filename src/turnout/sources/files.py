@@ -1,0 +1,402 @@
+"""The files source: YAML/JSON files and directories, loaded once and then watched.
+
+Each file is one store partition (`file:<path>`), so a file that stops parsing keeps its last good
+objects in force while every other file goes on changing independently.
+
+Watching works on a rescan model: a batch of filesystem events only says "look again". The rescan
+walks the given paths, compares each file's `stat` (following symlinks) and content digest with
+what was last loaded, and reloads only what differs. That one rule covers editors that save by
+rename, files created inside new directories, and Kubernetes ConfigMap volumes, whose visible
+files are symlinks through a `..data` link that the kubelet swaps atomically: the event lands on
+`..data`, not on the file, but the file's resolved inode changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import inspect
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from watchfiles import Change, awatch
+
+from turnout.sources.parse import ParseResult, parse_text
+from turnout.store import SourceProblem, Store
+
+log = logging.getLogger(__name__)
+
+SUFFIXES = frozenset({".yaml", ".yml", ".json"})
+PARTITION_PREFIX = "file:"
+
+# When no event arrives for this long, the watcher rescans anyway: this closes the short gap while
+# the OS watches are being re-armed after a directory appears, and catches filesystems that do not
+# deliver events (some network and overlay mounts). A rescan is one `stat` per file.
+_IDLE_RESCAN_MS = 5_000
+# Pause before re-arming the watcher after it failed (a watched directory vanished mid-setup).
+_REARM_DELAY_S = 0.2
+
+OnChange = Callable[[], Awaitable[None] | None]
+
+
+def partition_key(path: Path) -> str:
+    return f"{PARTITION_PREFIX}{path}"
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+def _wanted(name: str) -> bool:
+    return Path(name).suffix.lower() in SUFFIXES
+
+
+def _walk(root: Path) -> tuple[list[Path], list[Path]]:
+    """Wanted files and visible directories under `root` (itself included), following symlinks.
+
+    Hidden entries are skipped below the root: editors keep swap and lock files there
+    (`.x.yaml.swp`, `.#x.yaml`), and ConfigMap volumes keep their real files in `..<timestamp>`
+    directories that would otherwise be read twice.
+    """
+    files: list[Path] = []
+    dirs: list[Path] = []
+    seen: set[str] = set()
+
+    def on_error(err: OSError) -> None:
+        log.warning("cannot list %s: %s", err.filename, err.strerror)
+
+    for current, subdirs, names in os.walk(root, onerror=on_error, followlinks=True):
+        # A symlink back up the tree would make the walk endless.
+        real = os.path.realpath(current)
+        if real in seen:
+            subdirs[:] = []
+            continue
+        seen.add(real)
+        here = Path(current)
+        dirs.append(here)
+        subdirs[:] = sorted(d for d in subdirs if not _hidden(d))
+        for name in names:
+            if _hidden(name) or not _wanted(name):
+                continue
+            path = here / name
+            # Skips dangling symlinks, FIFOs and sockets: reading a FIFO would block forever.
+            if path.is_file():
+                files.append(path)
+    return files, dirs
+
+
+def discover(paths: Sequence[Path]) -> list[Path]:
+    """The files to load: wanted files under each directory (recursively, hidden entries skipped),
+    plus every path given as a file, whatever its name, as `kubectl apply -f` does. Missing paths
+    are left out; `FileSource` reports them."""
+    found: set[Path] = set()
+    for root in paths:
+        if root.is_dir():
+            found.update(_walk(root)[0])
+        elif root.is_file():
+            found.add(root)
+    return sorted(found)
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    data: bytes | None
+    problem: SourceProblem | None
+
+
+def _read(path: Path) -> _Read:
+    try:
+        return _Read(path.read_bytes(), None)
+    except OSError as err:
+        reason = f"cannot read file: {err.strerror or err}"
+        return _Read(None, SourceProblem(str(path), None, reason))
+
+
+def _parse(data: bytes, source: str) -> ParseResult:
+    try:
+        # utf-8-sig: the YAML spec allows a byte order mark, and Windows editors write one.
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        problem = SourceProblem(source, line, f"file is not valid UTF-8: {err.reason}")
+        return ParseResult((), (problem,), failed=True)
+    return parse_text(text, source)
+
+
+def load_file(path: Path) -> ParseResult:
+    """Reads and parses one file. Read errors become a failed result, never an exception."""
+    read = _read(path)
+    if read.data is None:
+        assert read.problem is not None
+        return ParseResult((), (read.problem,), failed=True)
+    return _parse(read.data, str(path))
+
+
+_Signature = tuple[int, int, int, int, int]
+
+
+def _signature(path: Path) -> _Signature | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    # ctime too: a chmod that makes an unreadable file readable changes nothing else.
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    signature: _Signature | None
+    digest: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Update:
+    """One partition change, computed off the event loop and applied on it."""
+
+    path: Path
+    seen: _Seen | None  # None: the file is gone
+    result: ParseResult | None  # None: the content did not change, only the signature did
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    updates: tuple[_Update, ...]
+    missing: tuple[Path, ...]  # given paths that do not exist
+
+
+class FileSource:
+    """Loads the given files and directories into `store` and keeps them in sync."""
+
+    def __init__(self, paths: Sequence[Path], store: Store) -> None:
+        self._roots = tuple(paths)
+        self._store = store
+        self._seen: dict[Path, _Seen] = {}
+        # Counts applied scans: a scan computed against an older state (because `load_all` ran
+        # while a watcher scan was in its thread) is discarded instead of undoing newer content.
+        self._generation = 0
+        self._missing: frozenset[Path] = frozenset()
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return self._roots
+
+    def files(self) -> list[Path]:
+        """The files currently loaded (including those whose last read failed)."""
+        return sorted(self._seen)
+
+    def load_all(self) -> None:
+        """Loads every file synchronously: the initial state before anything serves."""
+        self._apply(self._scan(dict(self._seen), frozenset()))
+
+    async def watch(
+        self,
+        on_change: OnChange,
+        *,
+        debounce_ms: int = 100,
+        stop_event: asyncio.Event | None = None,
+    ) -> None:
+        """Reloads on every batch of filesystem changes until `stop_event` is set (or the task is
+        cancelled). `on_change` is called once per batch that changed the store."""
+        stop = stop_event if stop_event is not None else asyncio.Event()
+        step = max(1, min(50, debounce_ms))
+        while not stop.is_set():
+            targets = await asyncio.to_thread(self._watch_targets)
+            try:
+                await self._watch_once(targets, on_change, debounce_ms, step, stop)
+            except OSError as err:
+                # A directory removed between listing and watching; look again shortly.
+                log.debug("re-arming the file watcher after: %s", err)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), _REARM_DELAY_S)
+
+    async def _watch_once(
+        self,
+        targets: frozenset[Path],
+        on_change: OnChange,
+        debounce_ms: int,
+        step: int,
+        stop: asyncio.Event,
+    ) -> None:
+        """Watches `targets` until the set of directories to watch changes, or `stop`."""
+        flag = _StopFlag(stop)
+        changes_iter = awatch(
+            *sorted(targets),
+            watch_filter=_interesting,
+            debounce=debounce_ms,
+            step=step,
+            stop_event=flag,
+            rust_timeout=_IDLE_RESCAN_MS,
+            yield_on_timeout=True,
+            # Watches are per directory (not recursive) so that a file given by name does not
+            # make its whole parent tree watched; new directories re-arm the watcher instead.
+            recursive=False,
+            ignore_permission_denied=True,
+        )
+        async with contextlib.aclosing(changes_iter):
+            pending = asyncio.ensure_future(anext(changes_iter))
+            try:
+                # One loop turn lets the generator arm its OS watches (synchronously, before its
+                # first await); the rescan after that misses nothing that happened before.
+                await asyncio.sleep(0)
+                if await self._rescan(frozenset()):
+                    await _call(on_change)
+                while True:
+                    try:
+                        changes = await pending
+                    except StopAsyncIteration:
+                        return
+                    changed = frozenset(Path(os.path.abspath(p)) for _, p in changes)
+                    if await self._rescan(changed):
+                        await _call(on_change)
+                    if await asyncio.to_thread(self._watch_targets) != targets:
+                        return
+                    pending = asyncio.ensure_future(anext(changes_iter))
+            finally:
+                if not pending.done():
+                    # The watcher thread only notices the flag, not task cancellation; the
+                    # generator must have stopped running before it can be closed.
+                    flag.set()
+                    pending.cancel()
+                    await asyncio.wait([pending])
+
+    async def _rescan(self, changed: frozenset[Path]) -> bool:
+        while True:
+            generation = self._generation
+            scan = await asyncio.to_thread(self._scan, dict(self._seen), changed)
+            if generation == self._generation:
+                return self._apply(scan)
+
+    def _watch_targets(self) -> frozenset[Path]:
+        """Directories to watch (non-recursively), plus each file given by name.
+
+        A file given by name is watched through its directory too: replacing the file by rename,
+        or a ConfigMap's `..data` swap, is only seen there. Its own watch sees in-place writes to
+        the file a symlink points at, when that lives elsewhere.
+        """
+        targets: set[Path] = set()
+        for root in self._roots:
+            absolute = Path(os.path.abspath(root))
+            if absolute.is_dir():
+                targets.update(_walk(absolute)[1])
+            elif absolute.exists():
+                targets.update((absolute, absolute.parent))
+            else:
+                # Watch the nearest existing ancestor, so that creating the path is seen.
+                ancestor = absolute.parent
+                while not ancestor.is_dir() and ancestor != ancestor.parent:
+                    ancestor = ancestor.parent
+                targets.add(ancestor)
+        return frozenset(targets)
+
+    def _scan(self, seen: dict[Path, _Seen], changed: frozenset[Path]) -> _Scan:
+        """Reads what differs from `seen`, the state of the last load. Runs in a worker thread, so
+        it reads nothing that the event loop mutates."""
+        files = discover(self._roots)
+        updates: list[_Update] = []
+        for path in files:
+            prev = seen.get(path)
+            signature = _signature(path)
+            forced = Path(os.path.abspath(path)) in changed
+            # Two same-size writes within one kernel timestamp tick share a signature; the event
+            # for the path is what tells them apart.
+            if prev is not None and prev.signature == signature and not forced:
+                continue
+            read = _read(path)
+            if read.data is None:
+                assert read.problem is not None
+                result = ParseResult((), (read.problem,), failed=True)
+                updates.append(_Update(path, _Seen(signature, None), result))
+                continue
+            digest = hashlib.sha256(read.data).digest()
+            if prev is not None and prev.digest == digest:
+                updates.append(_Update(path, _Seen(signature, digest), None))
+                continue
+            updates.append(_Update(path, _Seen(signature, digest), _parse(read.data, str(path))))
+        present = set(files)
+        updates.extend(_Update(path, None, None) for path in seen if path not in present)
+        missing = tuple(root for root in self._roots if not root.exists())
+        return _Scan(tuple(updates), missing)
+
+    def _apply(self, scan: _Scan) -> bool:
+        """Applies a scan to the store; True when the store changed."""
+        self._generation += 1
+        changed = False
+        for update in scan.updates:
+            key = partition_key(update.path)
+            if update.seen is None:
+                log.info("%s: removed", update.path)
+                self._seen.pop(update.path, None)
+                self._store.remove(key)
+                changed = True
+                continue
+            self._seen[update.path] = update.seen
+            result = update.result
+            if result is None:
+                continue
+            changed = True
+            for problem in result.problems:
+                log.warning("%s", problem)
+            if result.failed:
+                if key in self._store.partitions():
+                    log.warning("%s: keeping its last good objects", update.path)
+                self._store.set_problems(key, result.problems)
+            else:
+                log.info("%s: loaded %d object(s)", update.path, len(result.objects))
+                self._store.replace(key, result.objects, result.problems)
+        missing = frozenset(scan.missing)
+        for root in missing - self._missing:
+            problem = SourceProblem(str(root), None, "no such file or directory")
+            log.warning("%s", problem)
+            self._store.replace(partition_key(root), (), (problem,))
+            changed = True
+        for root in self._missing - missing:
+            # The path exists again; its files (if any) have their own partitions now.
+            if root not in self._seen:
+                self._store.remove(partition_key(root))
+                changed = True
+        self._missing = missing
+        return changed
+
+
+class _StopFlag(asyncio.Event):
+    """The stop event handed to `awatch`: set by the caller's event or by our own `set()`.
+
+    `awatch` sets its stop event when its task is cancelled; this keeps that from setting the
+    caller's event, which would read as "stop watching for good".
+    """
+
+    def __init__(self, outer: asyncio.Event) -> None:
+        super().__init__()
+        self._outer = outer
+
+    def is_set(self) -> bool:
+        return super().is_set() or self._outer.is_set()
+
+
+def _interesting(change: Change, path: str) -> bool:
+    """Drops events for editors' hidden swap and lock files, which would only cause idle rescans.
+    Names starting with `..` stay: they are the ConfigMap volume's atomic swap."""
+    name = os.path.basename(path)
+    return not _hidden(name) or name.startswith("..")
+
+
+async def _call(on_change: OnChange) -> None:
+    try:
+        result = on_change()
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        # A failing consumer must not stop the watcher: later changes still need loading.
+        log.exception("file change callback failed")
+
+
+def load_paths(paths: Iterable[Path], store: Store) -> FileSource:
+    """Convenience for one-shot commands (`check`, `explain`): loads once, no watching."""
+    source = FileSource(tuple(paths), store)
+    source.load_all()
+    return source

@@ -1,0 +1,205 @@
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from turnout.echo import EchoServer, demo_backends, start_demo_backends, start_echo
+from turnout.sources.parse import parse_text
+from turnout.store import Snapshot
+
+
+@pytest.fixture
+async def echo() -> AsyncIterator[EchoServer]:
+    server = await start_echo("127.0.0.1", 0, name="foo", namespace="team-a")
+    yield server
+    await server.close()
+
+
+async def test_echo_reports_request(echo: EchoServer) -> None:
+    assert echo.port > 0
+    async with httpx.AsyncClient() as client:
+        resp = await client.get(
+            f"http://127.0.0.1:{echo.port}/a/b%2Fc?x=1&y=%20",
+            headers={"Host": "example.com", "X-Test": "yes", "Cookie": "a=1"},
+        )
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("application/json")
+    body = resp.json()
+    assert body["service"] == "foo"
+    assert body["namespace"] == "team-a"
+    assert body["path"] == "/a/b%2Fc?x=1&y=%20"
+    assert body["host"] == "example.com"
+    assert body["method"] == "GET"
+    assert body["proto"] == "HTTP/1.1"
+    assert body["headers"]["x-test"] == "yes"
+    assert body["headers"]["cookie"] == "a=1"
+    assert all(k == k.lower() for k in body["headers"])
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
+async def test_echo_answers_any_method_with_a_body(echo: EchoServer, method: str) -> None:
+    async with httpx.AsyncClient() as client:
+        for _ in range(2):  # the same kept-alive connection serves the next request
+            resp = await client.request(method, f"{echo.url}/", content=b"x" * 10_000)
+            assert resp.status_code == 200
+            assert resp.json()["method"] == method
+
+
+async def test_echo_joins_repeated_headers(echo: EchoServer) -> None:
+    async with httpx.AsyncClient() as client:
+        resp = await client.get(echo.url, headers=[("X-Multi", "a"), ("x-multi", "b")])
+    assert resp.json()["headers"]["x-multi"] == "a, b"
+    assert resp.json()["path"] == "/"
+
+
+async def test_echo_close_frees_the_port() -> None:
+    server = await start_echo("127.0.0.1", 0, name="foo")
+    port = server.port
+    await server.close()
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+
+
+async def test_echo_module_entry_point() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "turnout.echo",
+        "--port",
+        str(port),
+        "--name",
+        "bar",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 10)
+        assert f"127.0.0.1:{port}" in line.decode()
+        async with httpx.AsyncClient() as client:
+            resp = await client.get(f"http://127.0.0.1:{port}/hi")
+        assert resp.json()["service"] == "bar"
+        assert resp.json()["namespace"] == "default"
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+DEMO = """
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  annotations: {turnout.dev/demo-echo: "true"}
+spec:
+  ports: [{name: http, port: 80, targetPort: 9001}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 9001}]
+endpoints:
+- addresses: ["127.0.0.1"]
+- addresses: ["127.0.0.2"]
+  conditions: {ready: false}
+- addresses: ["10.0.0.5"]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: api
+  namespace: team-b
+  annotations: {turnout.dev/demo-echo: "true"}
+spec:
+  ports: [{port: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: api-x
+  namespace: team-b
+  labels: {kubernetes.io/service-name: api}
+addressType: IPv6
+ports: [{port: 9002}]
+endpoints:
+- addresses: ["::1"]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: real
+spec:
+  ports: [{port: 80}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: real-1
+  labels: {kubernetes.io/service-name: real}
+ports: [{port: 9003}]
+endpoints:
+- addresses: ["127.0.0.1"]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: other-namespace
+  namespace: team-c
+  labels: {kubernetes.io/service-name: web}
+ports: [{name: http, port: 9004}]
+endpoints:
+- addresses: ["127.0.0.1"]
+"""
+
+
+def snapshot_of(text: str) -> Snapshot:
+    result = parse_text(text, "demo.yaml")
+    assert not result.problems
+    return Snapshot.of(result.objects)
+
+
+def test_demo_backends_picks_ready_loopback_endpoints_of_annotated_services() -> None:
+    assert demo_backends(snapshot_of(DEMO)) == [
+        ("default", "web", "127.0.0.1", 9001),
+        ("team-b", "api", "::1", 9002),
+    ]
+
+
+def test_demo_backends_one_server_per_address() -> None:
+    twice = DEMO.replace(
+        "name: real\n", "name: real\n  annotations: {turnout.dev/demo-echo: 'true'}\n"
+    )
+    twice = twice.replace("port: 9003", "port: 9001")
+    backends = demo_backends(snapshot_of(twice))
+    assert [b for b in backends if b[2:] == ("127.0.0.1", 9001)] == [
+        ("default", "real", "127.0.0.1", 9001)
+    ]
+
+
+async def test_start_demo_backends_serves_each_endpoint() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    text = DEMO.replace("9001", str(port)).replace('"::1"', '"10.1.1.1"')
+    servers = await start_demo_backends(snapshot_of(text))
+    try:
+        assert [(s.namespace, s.name, s.port) for s in servers] == [("default", "web", port)]
+        async with httpx.AsyncClient() as client:
+            body: dict[str, Any] = (await client.get(f"http://127.0.0.1:{port}/x")).json()
+        assert (body["service"], body["namespace"]) == ("web", "default")
+    finally:
+        for server in servers:
+            await server.close()
