@@ -1,0 +1,26 @@
+"""Knobs of the Envoy translation that do not come from the routing graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TranslateOptions:
+    """Deployment-wide settings; the same graph and options always give the same resources.
+
+    `connect_timeout_s`: upstream connect timeout of every cluster (Envoy's own default is 5 s,
+    which is long for a failed pod).
+    `stat_prefix`: prepended to the listener name to form the HTTP connection manager's stat
+    prefix, so several turnout deployments can share one metrics backend.
+    `access_log`: add a stdout access log to every HTTP connection manager (handy in tests and
+    standalone mode; off by default because a fleet usually logs elsewhere).
+    """
+
+    connect_timeout_s: float = 2.0
+    stat_prefix: str = ""
+    access_log: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.connect_timeout_s > 0:
+            raise ValueError(f"connect_timeout_s must be positive, got {self.connect_timeout_s}")
