@@ -1,0 +1,824 @@
+"""The xDS server: State-of-the-World ADS over gRPC (`grpc.aio`).
+
+One `XdsServer` holds the current snapshot (an `EnvoyResources` turned into packed, hashed
+resources) and serves it to every Envoy that opens `StreamAggregatedResources`. The Delta variant
+(`DeltaAggregatedResources`) is not implemented and answers UNIMPLEMENTED, so an Envoy must use
+`api_type: GRPC` (the bootstrap in `turnout.envoy.bootstrap` does).
+
+Protocol rules this module keeps (see the xDS protocol's "ACK/NACK and resource type instance
+version", "When to send an update" and "Eventual consistency considerations"):
+
+* `version_info` is per type: a hash of the names and serialized bytes of the resources the stream
+  is meant to have, so identical input gives identical versions and no push.
+* Every response has a fresh nonce. Once a type has had a response on a stream, a request whose
+  `response_nonce` is neither empty nor that response's nonce is stale and ignored entirely.
+* A request answering the latest response is a NACK when it has `error_detail`, an ACK otherwise.
+  A NACKed response is not sent again on that stream; the next change of the resources is.
+* At most one response per type and stream waits for its ACK/NACK.
+* Clusters and listeners are sent as the full state of the world; endpoints, route configurations
+  and secrets only for the names the stream subscribed to, and only those whose content the stream
+  has not been sent yet (newly subscribed names always go out, names that do not exist yet are sent
+  when they appear).
+* Make-before-break: a new snapshot goes out as CDS, then EDS, then LDS, then RDS (SDS whenever it
+  changes; listeners wait for their secrets by themselves). Listeners and route configurations are
+  held back until the clusters and the endpoints of the clusters the stream accepted are
+  acknowledged, because Envoy does not warm routes: a route to a cluster that is still warming
+  answers 503. Clusters (and their endpoints) that the new snapshot drops stay in CDS until the
+  stream has acknowledged the new listeners and route configurations; then a final CDS removes them.
+
+Readiness counts, per connected Envoy, every type it subscribed to plus what it will subscribe to:
+listeners and clusters whenever the snapshot has any (Envoy asks for listeners only after its
+clusters warmed), and the CLAs and route configurations that the snapshot's clusters and listeners
+reference. A reconnecting Envoy that reports the current CDS/LDS version is not sent them again.
+
+Each stream is served by its gRPC handler task, which owns all of the stream's state; a small reader
+task only moves incoming requests into the stream's queue, where snapshot changes also arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import enum
+import hashlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import grpc
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2,
+)
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.protobuf import any_pb2
+
+from turnout.envoy.resources import (
+    CLUSTER_TYPE,
+    ENDPOINT_TYPE,
+    LISTENER_TYPE,
+    ROUTE_TYPE,
+    SECRET_TYPE,
+    TYPE_ORDER,
+    EnvoyResources,
+)
+from turnout.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+SHORT_TYPE_NAMES: Mapping[str, str] = {
+    CLUSTER_TYPE: "cluster",
+    ENDPOINT_TYPE: "endpoint",
+    LISTENER_TYPE: "listener",
+    ROUTE_TYPE: "route",
+    SECRET_TYPE: "secret",
+}
+# Types whose every response carries all resources; a name missing from one means "deleted".
+FULL_STATE_TYPES = frozenset({CLUSTER_TYPE, LISTENER_TYPE})
+# The type whose resources make Envoy subscribe to names of the key type.
+_PARENT_TYPE = {ENDPOINT_TYPE: CLUSTER_TYPE, ROUTE_TYPE: LISTENER_TYPE}
+# Make-before-break: a type is sent only once these types have nothing in flight or left to send.
+_GATES = {
+    LISTENER_TYPE: (CLUSTER_TYPE, ENDPOINT_TYPE),
+    ROUTE_TYPE: (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE),
+}
+
+_HCM_TYPE = (
+    "type.googleapis.com/" + http_connection_manager_pb2.HttpConnectionManager.DESCRIPTOR.full_name
+)
+_MAX_MESSAGE_BYTES = 2**31 - 1
+_NACK_HISTORY = 100
+_VERSION_LENGTH = 16
+
+
+# ---------------------------------------------------------------------------------------------
+# Snapshots
+
+
+@dataclass(frozen=True, slots=True)
+class _Resource:
+    name: str
+    digest: str  # sha256 of the serialized message: equal digests, equal resources
+    packed: Any  # google.protobuf.Any, packed once per snapshot and shared by all streams
+    # Names this resource makes Envoy subscribe to: the CLA of an EDS cluster, the route
+    # configurations of a listener's HTTP connection managers.
+    refs: tuple[str, ...] = ()
+
+
+def _resource_name(type_url: str, message: Any) -> str:
+    if type_url == ENDPOINT_TYPE:
+        return str(message.cluster_name)
+    return str(message.name)
+
+
+def _cluster_refs(cluster: Any) -> tuple[str, ...]:
+    if (
+        cluster.WhichOneof("cluster_discovery_type") == "type"
+        and cluster.type == cluster_pb2.Cluster.EDS
+    ):
+        return (cluster.eds_cluster_config.service_name or cluster.name,)
+    return ()
+
+
+def _listener_refs(listener: Any) -> tuple[str, ...]:
+    chains = list(listener.filter_chains)
+    if listener.HasField("default_filter_chain"):
+        chains.append(listener.default_filter_chain)
+    names: set[str] = set()
+    for chain in chains:
+        for network_filter in chain.filters:
+            if network_filter.typed_config.type_url != _HCM_TYPE:
+                continue
+            hcm = http_connection_manager_pb2.HttpConnectionManager()
+            network_filter.typed_config.Unpack(hcm)
+            if hcm.HasField("rds"):
+                names.add(hcm.rds.route_config_name)
+    return tuple(sorted(names))
+
+
+def _pack(type_url: str, message: Any, previous: Mapping[str, _Resource]) -> _Resource:
+    name = _resource_name(type_url, message)
+    # Deterministic serialization makes the bytes a function of content only (map order).
+    data = message.SerializeToString(deterministic=True)
+    old = previous.get(name)
+    if old is not None and old.packed.value == data:
+        # Most of a large snapshot is unchanged: skip hashing and packing it again.
+        return old
+    refs: tuple[str, ...] = ()
+    if type_url == CLUSTER_TYPE:
+        refs = _cluster_refs(message)
+    elif type_url == LISTENER_TYPE:
+        refs = _listener_refs(message)
+    return _Resource(
+        name=name,
+        digest=hashlib.sha256(data).hexdigest(),
+        packed=any_pb2.Any(type_url=type_url, value=data),
+        refs=refs,
+    )
+
+
+def content_version(resources: Iterable[_Resource]) -> str:
+    """The `version_info` of a set of resources: a hash of their names and contents."""
+    h = hashlib.sha256()
+    for res in sorted(resources, key=lambda r: r.name):
+        h.update(res.name.encode())
+        h.update(b"\0")
+        h.update(res.digest.encode())
+        h.update(b"\n")
+    return h.hexdigest()[:_VERSION_LENGTH]
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    seq: int
+    version: str
+    resources: Mapping[str, Mapping[str, _Resource]]  # type URL -> name -> resource
+    type_versions: Mapping[str, str]
+    # EDS/RDS names that the snapshot's clusters/listeners reference and that exist.
+    referenced: Mapping[str, frozenset[str]]
+
+    @staticmethod
+    def build(seq: int, envoy_resources: EnvoyResources, previous: _Snapshot | None) -> _Snapshot:
+        resources: dict[str, dict[str, _Resource]] = {}
+        for type_url, messages in envoy_resources.by_type().items():
+            by_name: dict[str, _Resource] = {}
+            reusable = previous.resources[type_url] if previous is not None else {}
+            for message in messages:
+                res = _pack(type_url, message, reusable)
+                if res.name in by_name:
+                    # Envoy NACKs a response with duplicate names; this is a translator bug.
+                    raise ValueError(
+                        f"duplicate {SHORT_TYPE_NAMES[type_url]} resource name {res.name!r}"
+                    )
+                by_name[res.name] = res
+            resources[type_url] = by_name
+        type_versions = {t: content_version(resources[t].values()) for t in TYPE_ORDER}
+        overall = hashlib.sha256(
+            "\n".join(f"{t} {type_versions[t]}" for t in TYPE_ORDER).encode()
+        ).hexdigest()[:_VERSION_LENGTH]
+        referenced = {
+            child: _referenced(resources[parent].values(), resources[child])
+            for child, parent in _PARENT_TYPE.items()
+        }
+        return _Snapshot(seq, overall, resources, type_versions, referenced)
+
+
+def _referenced(parents: Iterable[_Resource], children: Mapping[str, _Resource]) -> frozenset[str]:
+    return frozenset(name for res in parents for name in res.refs if name in children)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-stream state
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """A rejected response: which Envoy, which type, which version, and Envoy's reason."""
+
+    node: str
+    type_url: str
+    version: str
+    message: str
+    at: float  # time.time()
+
+    @property
+    def type(self) -> str:
+        return SHORT_TYPE_NAMES.get(self.type_url, self.type_url)
+
+    def describe(self) -> str:
+        return f"Envoy {self.node} rejected {self.type} version {self.version}: {self.message}"
+
+
+class _Outcome(enum.Enum):
+    ACK = "ack"
+    NACK = "nack"
+
+
+@dataclass(slots=True)
+class _TypeState:
+    type_url: str
+    requested: bool = False
+    wildcard: bool = False
+    ever_named: bool = False  # the legacy wildcard rule: empty names mean "*" until named once
+    names: set[str] = field(default_factory=set)
+    nonce: str = ""
+    pending: bool = False  # a response is out and has not been ACKed or NACKed
+    inflight: dict[str, _Resource] = field(default_factory=dict)  # the last response
+    inflight_version: str = ""
+    # What the stream was sent (ACKed or not): a NACKed content is never sent again because it is
+    # recorded here. For subset types this accumulates per name.
+    sent: dict[str, _Resource] = field(default_factory=dict)
+    sent_version: str | None = None
+    acked: dict[str, _Resource] = field(default_factory=dict)  # what Envoy confirmed it has
+    acked_version: str | None = None
+    acked_refs: frozenset[str] = frozenset()  # names the acknowledged resources reference
+    last_outcome: _Outcome | None = None
+    nack: Nack | None = None  # until a later version is ACKed
+    # Names to resend even though their content is unchanged: Envoy re-warms a changed EDS
+    # cluster and finishes warming only when a CLA response arrives.
+    forced: set[str] = field(default_factory=set)
+
+    def subscribed(self, available: Iterable[str]) -> set[str]:
+        if self.wildcard:
+            return set(available)
+        return self.names.intersection(available)
+
+
+class _Wake:
+    """Queue item: the server's snapshot changed."""
+
+
+class _End:
+    """Queue item: the client closed its side of the stream."""
+
+
+_WAKE = _Wake()
+_END = _End()
+
+
+class _Stream:
+    """The state machine of one ADS stream. Only the stream's own task touches it."""
+
+    def __init__(self, server: XdsServer, stream_id: int, peer: str) -> None:
+        self.server = server
+        self.id = stream_id
+        self.peer = peer
+        self.node_id: str | None = None
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.snapshot: _Snapshot | None = None
+        self.types = {t: _TypeState(t) for t in TYPE_ORDER}
+        # Resources the current snapshot dropped but Envoy may still use until it has the new
+        # listeners and routes (make-before-break).
+        self.retained: dict[str, dict[str, _Resource]] = {CLUSTER_TYPE: {}, ENDPOINT_TYPE: {}}
+        self.synced_seq = -1  # seq of the latest snapshot this stream fully acknowledged
+
+    @property
+    def node(self) -> str:
+        return self.node_id or f"(unknown node at {self.peer})"
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def switch_snapshot(self, snapshot: _Snapshot | None) -> None:
+        if snapshot is None or snapshot is self.snapshot:
+            return
+        first = self.snapshot is None
+        self.snapshot = snapshot
+        if first:
+            return
+        for type_url, retained in self.retained.items():
+            current = snapshot.resources[type_url]
+            st = self.types[type_url]
+            for name, res in (*st.acked.items(), *st.sent.items()):
+                if name not in current:
+                    retained[name] = res
+            for name in [n for n in retained if n in current]:
+                del retained[name]
+
+    def on_request(self, request: Any) -> None:
+        if request.HasField("node") and request.node.id:
+            self.node_id = request.node.id
+        type_url = request.type_url
+        st = self.types.get(type_url)
+        if st is None:
+            log.debug("Envoy %s asked for unsupported type %s; ignored", self.node, type_url)
+            return
+        nonce = request.response_nonce
+        # Before the first response of a type on this stream there is nothing to be stale
+        # against; a reconnecting client may still carry a nonce from its previous stream.
+        if st.nonce and nonce and nonce != st.nonce:
+            log.debug(
+                "Envoy %s: ignoring %s request with stale nonce %s (latest %s)",
+                self.node,
+                SHORT_TYPE_NAMES[type_url],
+                nonce,
+                st.nonce,
+            )
+            return
+        if st.pending and nonce == st.nonce:
+            if request.HasField("error_detail"):
+                self._on_nack(st, request.error_detail.message)
+            else:
+                self._on_ack(st)
+        if not st.requested:
+            self._maybe_resume(st, request.version_info)
+        st.requested = True
+        self._update_subscription(st, request.resource_names)
+
+    def _on_ack(self, st: _TypeState) -> None:
+        st.pending = False
+        st.last_outcome = _Outcome.ACK
+        if st.type_url in FULL_STATE_TYPES:
+            st.acked = dict(st.inflight)
+            st.acked_refs = frozenset(name for res in st.acked.values() for name in res.refs)
+        else:
+            st.acked.update(st.inflight)
+        st.acked_version = st.inflight_version
+        if st.nack is not None and st.nack.version != st.inflight_version:
+            st.nack = None
+        self.server._count("ack", st.type_url)
+        log.debug(
+            "Envoy %s ACKed %s version %s",
+            self.node,
+            SHORT_TYPE_NAMES[st.type_url],
+            st.inflight_version,
+        )
+
+    def _on_nack(self, st: _TypeState, message: str) -> None:
+        st.pending = False
+        st.last_outcome = _Outcome.NACK
+        nack = Nack(self.node, st.type_url, st.inflight_version, message, time.time())
+        st.nack = nack
+        self.server._record_nack(nack)
+        # Only Envoy's message is logged, never resource contents: a Secret's bytes must not leak.
+        log.warning("%s", nack.describe())
+
+    def _maybe_resume(self, st: _TypeState, version: str) -> None:
+        """A reconnecting Envoy reports the version it has; for full-state types that names the
+        whole set, so an unchanged set need not be sent (and re-warmed) again."""
+        if not version or st.type_url not in FULL_STATE_TYPES or self.snapshot is None:
+            return
+        target = self._target(st.type_url)
+        if version == self._target_version(st.type_url, target):
+            st.sent = dict(target)
+            st.acked = dict(target)
+            st.acked_refs = frozenset(name for res in target.values() for name in res.refs)
+            st.sent_version = st.acked_version = version
+            st.last_outcome = _Outcome.ACK
+
+    def _update_subscription(self, st: _TypeState, resource_names: Iterable[str]) -> None:
+        names = set(resource_names)
+        if names:
+            st.ever_named = True
+        st.wildcard = "*" in names or (not names and not st.ever_named)
+        names.discard("*")
+        if st.type_url in FULL_STATE_TYPES or st.wildcard:
+            st.names = names
+            return
+        dropped = st.names - names
+        st.names = names
+        # Envoy forgets what it unsubscribed; if it subscribes again it needs the resource again.
+        for name in dropped:
+            st.sent.pop(name, None)
+            st.acked.pop(name, None)
+            st.forced.discard(name)
+
+    # -- what the stream should have --------------------------------------------------------
+
+    def _target(self, type_url: str) -> Mapping[str, _Resource]:
+        assert self.snapshot is not None
+        current = self.snapshot.resources[type_url]
+        retained = self.retained.get(type_url)
+        if not retained:
+            return current
+        return {**retained, **current}
+
+    def _target_version(self, type_url: str, target: Mapping[str, _Resource]) -> str:
+        assert self.snapshot is not None
+        if target is self.snapshot.resources[type_url]:
+            return self.snapshot.type_versions[type_url]
+        return content_version(target.values())
+
+    def _counted_names(self, type_url: str, target: Mapping[str, _Resource]) -> set[str]:
+        """The names of a subset type that the stream must hold: what it subscribed to plus what
+        its clusters or listeners will make it subscribe to, as far as they exist."""
+        assert self.snapshot is not None
+        counted = self.types[type_url].subscribed(target)
+        parent = _PARENT_TYPE.get(type_url)
+        if parent is None:
+            return counted
+        if self.retained.get(parent) or self.retained.get(type_url):
+            return counted | _referenced(self._target(parent).values(), target)
+        return counted | self.snapshot.referenced[type_url]
+
+    def _synced(self, type_url: str) -> bool:
+        """Has the stream acknowledged the current content of this type?"""
+        st = self.types[type_url]
+        if st.pending:
+            return False
+        target = self._target(type_url)
+        if type_url in FULL_STATE_TYPES:
+            # Envoy asks for listeners only once its clusters warmed, so a stream that has not
+            # asked yet does not have them.
+            if not st.requested:
+                return not target
+            return st.acked_version == self._target_version(type_url, target)
+        counted = self._counted_names(type_url, target)
+        if not st.requested:
+            return not counted
+        return all(
+            (acked := st.acked.get(name)) is not None and acked.digest == target[name].digest
+            for name in counted
+        )
+
+    def fully_synced(self) -> bool:
+        return (
+            self.snapshot is not None
+            and self.snapshot is self.server._snapshot
+            and not any(self.retained.values())
+            and all(self._synced(t) for t in TYPE_ORDER)
+        )
+
+    def first_unsynced(self) -> str:
+        if self.snapshot is not self.server._snapshot:
+            return f"Envoy {self.node} has not been sent the current configuration yet"
+        for type_url in TYPE_ORDER:
+            if not self._synced(type_url):
+                version = self._target_version(type_url, self._target(type_url))
+                return (
+                    f"waiting for Envoy {self.node} to acknowledge "
+                    f"{SHORT_TYPE_NAMES[type_url]} version {version}"
+                )
+        return f"waiting for Envoy {self.node} to acknowledge the removal of stale clusters"
+
+    # -- what to send -----------------------------------------------------------------------
+
+    def _plan(self, type_url: str) -> tuple[str, list[_Resource]] | None:
+        """The response this type needs now (version, resources), if any."""
+        st = self.types[type_url]
+        if not st.requested or st.pending:
+            return None
+        target = self._target(type_url)
+        version = self._target_version(type_url, target)
+        if type_url in FULL_STATE_TYPES:
+            if version == st.sent_version:
+                return None
+            return version, [target[name] for name in sorted(target)]
+        st.forced.intersection_update(target)
+        wanted = st.subscribed(target)
+        send = sorted(
+            name
+            for name in wanted
+            if name in st.forced
+            or (sent := st.sent.get(name)) is None
+            or sent.digest != target[name].digest
+        )
+        if not send:
+            return None
+        return version, [target[name] for name in send]
+
+    def _cluster_endpoints_subscribed(self) -> bool:
+        """Envoy subscribes to a new cluster's CLA only after it processed the CDS response; until
+        that subscription has arrived (and been answered) the cluster is still warming."""
+        cds, eds = self.types[CLUSTER_TYPE], self.types[ENDPOINT_TYPE]
+        if cds.last_outcome is not _Outcome.ACK or eds.wildcard:
+            # After a NACK we cannot tell which clusters Envoy took; do not wait for them.
+            return True
+        target = self._target(ENDPOINT_TYPE)
+        return all(name in eds.names for name in cds.acked_refs if name in target)
+
+    def _maybe_finish_transition(self) -> None:
+        """Drop the retained clusters once nothing Envoy holds can still route to them."""
+        if not any(self.retained.values()):
+            return
+        if self._synced(LISTENER_TYPE) and self._synced(ROUTE_TYPE):
+            for type_url, retained in self.retained.items():
+                if retained:
+                    log.debug(
+                        "Envoy %s: removing %d stale %s resource(s)",
+                        self.node,
+                        len(retained),
+                        SHORT_TYPE_NAMES[type_url],
+                    )
+                retained.clear()
+
+    def responses(self) -> list[Any]:
+        """Decide and record the responses to send now, in make-before-break order."""
+        if self.snapshot is None:
+            return []
+        self._maybe_finish_transition()
+        out = []
+        idle: dict[str, bool] = {}  # nothing in flight and nothing left to send
+        for type_url in TYPE_ORDER:
+            if not all(idle[gate] for gate in _GATES.get(type_url, ())):
+                idle[type_url] = False
+                continue
+            plan = self._plan(type_url)
+            if plan is not None:
+                out.append(self._respond(type_url, *plan))
+            idle[type_url] = plan is None and not self.types[type_url].pending
+            if type_url == ENDPOINT_TYPE:
+                idle[type_url] = idle[type_url] and self._cluster_endpoints_subscribed()
+        return out
+
+    def _respond(self, type_url: str, version: str, resources: list[_Resource]) -> Any:
+        st = self.types[type_url]
+        st.nonce = secrets.token_hex(8)
+        st.pending = True
+        st.inflight = {res.name: res for res in resources}
+        st.inflight_version = version
+        if type_url == CLUSTER_TYPE:
+            eds = self.types[ENDPOINT_TYPE]
+            for res in resources:
+                old = st.sent.get(res.name)
+                if old is None or old.digest != res.digest:
+                    eds.forced.update(res.refs)
+        if type_url in FULL_STATE_TYPES:
+            st.sent = dict(st.inflight)
+            st.sent_version = version
+        else:
+            st.sent.update(st.inflight)
+            st.forced.difference_update(st.inflight)
+        log.debug(
+            "Envoy %s: sending %s version %s (%d resource(s), nonce %s)",
+            self.node,
+            SHORT_TYPE_NAMES[type_url],
+            version,
+            len(resources),
+            st.nonce,
+        )
+        return discovery_pb2.DiscoveryResponse(
+            version_info=version,
+            resources=[res.packed for res in resources],
+            type_url=type_url,
+            nonce=st.nonce,
+            control_plane=base_pb2.ControlPlane(identifier="turnout"),
+        )
+
+    def nacks(self) -> list[Nack]:
+        return [st.nack for st in self.types.values() if st.nack is not None]
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+
+
+class XdsServer:
+    """A State-of-the-World ADS server for a fleet of Envoys that all get the same snapshot.
+
+    Call `set_resources`, `readiness` and the other methods from the event loop's thread.
+    """
+
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        self._metrics = metrics
+        self._snapshot: _Snapshot | None = None
+        self._seq = 0
+        self._versions: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._streams: dict[int, _Stream] = {}
+        self._next_stream_id = 0
+        self._nacks: collections.deque[Nack] = collections.deque(maxlen=_NACK_HISTORY)
+        self._progress = asyncio.Event()
+        self._server: Any = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self, address: str, port: int) -> int:
+        """Listen on address:port (0 picks a free port) and return the bound port."""
+        if self._server is not None:
+            raise RuntimeError("XdsServer already started")
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                # Notice Envoys that vanished without closing the connection, so `connected()`
+                # and readiness do not count them.
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+                # Accept the keepalive pings the bootstrap configures on idle ADS streams.
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+            ]
+        )
+        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_AdsServicer(self), server)
+        host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+        bound = server.add_insecure_port(f"{host}:{port}")
+        if bound == 0:
+            raise OSError(f"xDS server could not bind {host}:{port}")
+        await server.start()
+        self._server = server
+        log.info("xDS server listening on %s:%d", host, bound)
+        return int(bound)
+
+    async def stop(self, grace: float = 0.5) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        await server.stop(grace)
+        self._streams.clear()
+        self._update_connected()
+        self._notify()
+
+    # -- snapshot ---------------------------------------------------------------------------
+
+    def set_resources(self, resources: EnvoyResources) -> str:
+        """Install a new snapshot and return its version. Identical content keeps the version and
+        wakes nobody, so nothing is pushed."""
+        candidate = _Snapshot.build(self._seq + 1, resources, self._snapshot)
+        if self._snapshot is not None and candidate.version == self._snapshot.version:
+            return self._snapshot.version
+        self._seq += 1
+        self._snapshot = candidate
+        self._versions[candidate.version] = candidate.seq
+        self._versions.move_to_end(candidate.version)
+        while len(self._versions) > 256:
+            self._versions.popitem(last=False)
+        log.info(
+            "xDS snapshot %s: %s",
+            candidate.version,
+            ", ".join(
+                f"{len(candidate.resources[t])} {SHORT_TYPE_NAMES[t]}(s)" for t in TYPE_ORDER
+            ),
+        )
+        for stream in self._streams.values():
+            stream.queue.put_nowait(_WAKE)
+        self._notify()
+        return candidate.version
+
+    @property
+    def version(self) -> str | None:
+        return None if self._snapshot is None else self._snapshot.version
+
+    # -- observation ------------------------------------------------------------------------
+
+    def connected(self) -> int:
+        return len(self._streams)
+
+    def nacks(self) -> list[Nack]:
+        """Recent NACKs from every stream, oldest first."""
+        return list(self._nacks)
+
+    def readiness(self) -> tuple[bool, str]:
+        """(True, ...) when at least one Envoy is connected and every connected Envoy has
+        acknowledged the current snapshot; otherwise (False, the first reason why not)."""
+        if self._snapshot is None:
+            return False, "no configuration has been built yet"
+        if not self._streams:
+            return False, "no Envoy is connected"
+        for stream in self._streams.values():
+            for nack in stream.nacks():
+                return False, nack.describe()
+        for stream in self._streams.values():
+            if not stream.fully_synced():
+                return False, stream.first_unsynced()
+        nodes = ", ".join(sorted(s.node for s in self._streams.values()))
+        return True, f"Envoy {nodes} acknowledged version {self._snapshot.version}"
+
+    async def wait_acked(self, version: str, timeout: float) -> bool:
+        """Wait until every connected Envoy (at least one) has acknowledged `version` or a later
+        snapshot. False on timeout."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            event = self._progress
+            if self._acked(version):
+                return True
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except TimeoutError:
+                return self._acked(version)
+
+    def _acked(self, version: str) -> bool:
+        seq = self._versions.get(version)
+        if seq is None or not self._streams:
+            return False
+        return all(stream.synced_seq >= seq for stream in self._streams.values())
+
+    # -- stream plumbing --------------------------------------------------------------------
+
+    async def _serve_stream(
+        self, request_iterator: AsyncIterator[Any], context: Any
+    ) -> AsyncGenerator[Any, None]:
+        self._next_stream_id += 1
+        stream = _Stream(self, self._next_stream_id, str(context.peer()))
+        stream.switch_snapshot(self._snapshot)
+        reader = asyncio.create_task(
+            self._read_requests(request_iterator, stream.queue),
+            name=f"xds-reader-{stream.id}",
+        )
+        self._streams[stream.id] = stream
+        self._update_connected()
+        log.info("ADS stream %d opened from %s", stream.id, stream.peer)
+        try:
+            while True:
+                items = [await stream.queue.get()]
+                while not stream.queue.empty():
+                    items.append(stream.queue.get_nowait())
+                for item in items:
+                    if item is _END:
+                        return
+                    if item is _WAKE:
+                        stream.switch_snapshot(self._snapshot)
+                    else:
+                        stream.on_request(item)
+                for response in stream.responses():
+                    self._count("push", response.type_url)
+                    yield response
+                if stream.fully_synced() and stream.snapshot is not None:
+                    stream.synced_seq = stream.snapshot.seq
+                self._notify()
+        finally:
+            reader.cancel()
+            self._streams.pop(stream.id, None)
+            self._update_connected()
+            self._notify()
+            log.info("ADS stream %d from Envoy %s closed", stream.id, stream.node)
+
+    @staticmethod
+    async def _read_requests(
+        request_iterator: AsyncIterator[Any], queue: asyncio.Queue[Any]
+    ) -> None:
+        try:
+            async for request in request_iterator:
+                queue.put_nowait(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the peer went away mid-message; the stream just ends
+            log.debug("ADS stream read ended: %r", exc)
+        finally:
+            queue.put_nowait(_END)
+
+    def _notify(self) -> None:
+        # Waiters hold the old event; a fresh one is armed for the next change.
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    def _update_connected(self) -> None:
+        if self._metrics is not None:
+            self._metrics.connected_envoys.set(len(self._streams))
+
+    def _record_nack(self, nack: Nack) -> None:
+        self._nacks.append(nack)
+        self._count("nack", nack.type_url)
+
+    def _count(self, event: Literal["push", "ack", "nack"], type_url: str) -> None:
+        if self._metrics is None:
+            return
+        counter = {
+            "push": self._metrics.xds_pushes,
+            "ack": self._metrics.xds_acks,
+            "nack": self._metrics.xds_nacks,
+        }[event]
+        counter.labels(type=SHORT_TYPE_NAMES.get(type_url, type_url)).inc()
+
+
+class _AdsServicer:
+    """The gRPC service object; `add_AggregatedDiscoveryServiceServicer_to_server` looks the two
+    methods up by name."""
+
+    def __init__(self, server: XdsServer) -> None:
+        self._server = server
+
+    # grpc.aio picks the streaming style with inspect.isasyncgenfunction, so this must itself be
+    # an async generator rather than a function returning one.
+    async def StreamAggregatedResources(
+        self, request_iterator: AsyncIterator[Any], context: Any
+    ) -> AsyncIterator[Any]:
+        async with contextlib.aclosing(
+            self._server._serve_stream(request_iterator, context)
+        ) as responses:
+            async for response in responses:
+                yield response
+
+    async def DeltaAggregatedResources(
+        self, request_iterator: AsyncIterator[Any], context: Any
+    ) -> None:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "turnout serves State-of-the-World ADS only; set ads_config.api_type to GRPC",
+        )

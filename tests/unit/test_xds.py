@@ -1,0 +1,862 @@
+"""ADS protocol behaviour of `XdsServer`, driven by a real grpc.aio client on 127.0.0.1.
+
+`AdsClient` is a hand-driven client for exact protocol steps; `FakeEnvoy` answers like Envoy does
+(ACK everything, subscribe to the CLAs of EDS clusters and the route configurations of listeners,
+ask for listeners once the clusters are in) and records what it received and acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import pytest
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.protobuf import any_pb2, duration_pb2
+
+from turnout.envoy.resources import (
+    CLUSTER_TYPE,
+    ENDPOINT_TYPE,
+    LISTENER_TYPE,
+    ROUTE_TYPE,
+    SECRET_TYPE,
+    EnvoyResources,
+)
+from turnout.envoy.xds import XdsServer
+from turnout.metrics import Metrics
+
+SHORT = {
+    CLUSTER_TYPE: "cluster",
+    ENDPOINT_TYPE: "endpoint",
+    LISTENER_TYPE: "listener",
+    ROUTE_TYPE: "route",
+    SECRET_TYPE: "secret",
+}
+MESSAGE_CLASSES = {
+    CLUSTER_TYPE: cluster_pb2.Cluster,
+    ENDPOINT_TYPE: endpoint_pb2.ClusterLoadAssignment,
+    LISTENER_TYPE: listener_pb2.Listener,
+    ROUTE_TYPE: route_pb2.RouteConfiguration,
+    SECRET_TYPE: secret_pb2.Secret,
+}
+ADS = config_source_pb2.ConfigSource(ads={}, resource_api_version=config_source_pb2.V3)
+
+
+# --- resource builders --------------------------------------------------------------------------
+
+
+def pack(message: Any) -> Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def cluster(name: str, *, timeout: int = 1, eds: bool = True) -> Any:
+    c = cluster_pb2.Cluster(name=name, connect_timeout=duration_pb2.Duration(seconds=timeout))
+    if eds:
+        c.type = cluster_pb2.Cluster.EDS
+        c.eds_cluster_config.eds_config.CopyFrom(ADS)
+    else:
+        c.type = cluster_pb2.Cluster.STATIC
+    return c
+
+
+def cla(name: str, port: int = 8080) -> Any:
+    endpoint = endpoint_components_pb2.LbEndpoint(
+        endpoint=endpoint_components_pb2.Endpoint(
+            address=address_pb2.Address(
+                socket_address=address_pb2.SocketAddress(address="127.0.0.1", port_value=port)
+            )
+        )
+    )
+    return endpoint_pb2.ClusterLoadAssignment(
+        cluster_name=name,
+        endpoints=[endpoint_components_pb2.LocalityLbEndpoints(lb_endpoints=[endpoint])],
+    )
+
+
+def listener(name: str, route_name: str, port: int = 10080) -> Any:
+    hcm = hcm_pb2.HttpConnectionManager(
+        stat_prefix=name,
+        rds=hcm_pb2.Rds(route_config_name=route_name, config_source=ADS),
+        http_filters=[
+            hcm_pb2.HttpFilter(
+                name="envoy.filters.http.router", typed_config=pack(router_pb2.Router())
+            )
+        ],
+    )
+    return listener_pb2.Listener(
+        name=name,
+        address=address_pb2.Address(
+            socket_address=address_pb2.SocketAddress(address="127.0.0.1", port_value=port)
+        ),
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[
+                    listener_components_pb2.Filter(
+                        name="envoy.filters.network.http_connection_manager",
+                        typed_config=pack(hcm),
+                    )
+                ]
+            )
+        ],
+    )
+
+
+def route(name: str, cluster_name: str, *, timeout: int = 15) -> Any:
+    action = route_components_pb2.RouteAction(
+        cluster=cluster_name, timeout=duration_pb2.Duration(seconds=timeout)
+    )
+    return route_pb2.RouteConfiguration(
+        name=name,
+        virtual_hosts=[
+            route_components_pb2.VirtualHost(
+                name="all",
+                domains=["*"],
+                routes=[
+                    route_components_pb2.Route(
+                        match=route_components_pb2.RouteMatch(prefix="/"), route=action
+                    )
+                ],
+            )
+        ],
+    )
+
+
+def secret(name: str, key: str) -> Any:
+    return secret_pb2.Secret(
+        name=name,
+        tls_certificate=common_pb2.TlsCertificate(
+            certificate_chain=base_pb2.DataSource(inline_string="-----BEGIN CERTIFICATE-----"),
+            private_key=base_pb2.DataSource(inline_string=key),
+        ),
+    )
+
+
+def snapshot(
+    clusters: Iterable[str] = ("a",),
+    *,
+    route_to: str = "a",
+    route_timeout: int = 15,
+    listener_port: int = 10080,
+    cluster_timeout: int = 1,
+    secrets: Iterable[Any] = (),
+) -> EnvoyResources:
+    names = sorted(clusters)
+    return EnvoyResources(
+        clusters=tuple(cluster(n, timeout=cluster_timeout) for n in names),
+        endpoints=tuple(cla(n) for n in names),
+        listeners=(listener("http", "main", listener_port),),
+        routes=(route("main", route_to, timeout=route_timeout),),
+        secrets=tuple(secrets),
+    )
+
+
+def resource_names(response: Any) -> list[str]:
+    names = []
+    for packed in response.resources:
+        message = MESSAGE_CLASSES[response.type_url]()
+        packed.Unpack(message)
+        names.append(message.cluster_name if response.type_url == ENDPOINT_TYPE else message.name)
+    return names
+
+
+def refs(response: Any) -> list[str]:
+    """The names Envoy would subscribe to after this CDS or LDS response."""
+    out: set[str] = set()
+    for packed in response.resources:
+        message = MESSAGE_CLASSES[response.type_url]()
+        packed.Unpack(message)
+        if response.type_url == CLUSTER_TYPE and message.type == cluster_pb2.Cluster.EDS:
+            out.add(message.eds_cluster_config.service_name or message.name)
+        if response.type_url == LISTENER_TYPE:
+            for chain in message.filter_chains:
+                for f in chain.filters:
+                    hcm = hcm_pb2.HttpConnectionManager()
+                    f.typed_config.Unpack(hcm)
+                    out.add(hcm.rds.route_config_name)
+    return sorted(out)
+
+
+# --- clients ------------------------------------------------------------------------------------
+
+
+class AdsClient:
+    """One ADS stream; requests go out in order, responses collect in `inbox`."""
+
+    def __init__(self, port: int, node_id: str = "node-a") -> None:
+        self.node_id = node_id
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        self._outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._node_sent = False
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self.channel)
+        self.call = stub.StreamAggregatedResources(self._requests())
+        self.inbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._reader = asyncio.create_task(self._read())
+
+    async def _requests(self) -> AsyncIterator[Any]:
+        while (request := await self._outbox.get()) is not None:
+            yield request
+
+    async def _read(self) -> None:
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
+            async for response in self.call:
+                self.inbox.put_nowait(response)
+
+    def send(
+        self,
+        type_url: str,
+        names: Iterable[str] = (),
+        *,
+        nonce: str = "",
+        version: str = "",
+        error: str | None = None,
+    ) -> None:
+        request = discovery_pb2.DiscoveryRequest(
+            type_url=type_url,
+            resource_names=list(names),
+            response_nonce=nonce,
+            version_info=version,
+        )
+        if not self._node_sent:  # like Envoy with set_node_on_first_message_only
+            request.node.id = self.node_id
+            self._node_sent = True
+        if error is not None:
+            request.error_detail.code = 3
+            request.error_detail.message = error
+        self._outbox.put_nowait(request)
+
+    def ack(self, response: Any, names: Iterable[str] = ()) -> None:
+        self.send(response.type_url, names, nonce=response.nonce, version=response.version_info)
+
+    async def recv(self, timeout: float = 2.0) -> Any:
+        return await asyncio.wait_for(self.inbox.get(), timeout)
+
+    async def expect_nothing(self, wait: float = 0.15) -> None:
+        await asyncio.sleep(wait)
+        assert self.inbox.empty(), f"unexpected response: {self.inbox.get_nowait()}"
+
+    async def close(self) -> None:
+        self._outbox.put_nowait(None)
+        self.call.cancel()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        await self.channel.close()
+
+
+@dataclass
+class FakeEnvoy:
+    """Answers like Envoy: ACK (or NACK when `reject` says so), subscribe to referenced names,
+    request listeners once the first clusters and their endpoints are in."""
+
+    client: AdsClient
+    reject: Callable[[Any], str | None] = lambda response: None
+    events: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
+    names: dict[str, list[str]] = field(default_factory=dict)
+    last: dict[str, Any] = field(default_factory=dict)  # last response per type
+    good_version: dict[str, str] = field(default_factory=dict)
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> FakeEnvoy:
+        self.client.send(CLUSTER_TYPE)
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    def received(self) -> list[tuple[str, tuple[str, ...]]]:
+        return [(t, n) for kind, t, n in self.events if kind == "recv"]
+
+    def index(self, kind: str, type_short: str, names: tuple[str, ...] | None = None) -> int:
+        for i, (k, t, n) in enumerate(self.events):
+            if k == kind and t == type_short and (names is None or n == names):
+                return i
+        raise AssertionError(f"no {kind} {type_short} {names} in {self.events}")
+
+    def clear(self) -> None:
+        self.events.clear()
+
+    def _subscribe(self, type_url: str, names: list[str]) -> None:
+        if self.names.get(type_url) == names:
+            return
+        self.names[type_url] = names
+        last = self.last.get(type_url)
+        self.client.send(
+            type_url,
+            names,
+            nonce=last.nonce if last is not None else "",
+            version=self.good_version.get(type_url, ""),
+        )
+
+    async def _run(self) -> None:
+        listeners_requested = False
+        while True:
+            response = await self.client.inbox.get()
+            t = response.type_url
+            self.last[t] = response
+            self.events.append(("recv", SHORT[t], tuple(resource_names(response))))
+            problem = self.reject(response)
+            names = self.names.get(t, [])
+            if problem is not None:
+                self.events.append(("nack", SHORT[t], tuple(resource_names(response))))
+                self.client.send(
+                    t,
+                    names,
+                    nonce=response.nonce,
+                    version=self.good_version.get(t, ""),
+                    error=problem,
+                )
+                continue
+            self.good_version[t] = response.version_info
+            if t == CLUSTER_TYPE:
+                self.client.ack(response)
+                self._subscribe(ENDPOINT_TYPE, refs(response))
+            elif t == LISTENER_TYPE:
+                # Envoy creates the listener (and its RDS subscription) before it ACKs.
+                self._subscribe(ROUTE_TYPE, refs(response))
+                self.client.ack(response)
+            else:
+                self.client.ack(response, names)
+            self.events.append(("ack", SHORT[t], tuple(resource_names(response))))
+            acked_endpoints = {
+                n for kind, ty, ns in self.events if kind == "ack" and ty == "endpoint" for n in ns
+            }
+            if (
+                not listeners_requested
+                and CLUSTER_TYPE in self.last
+                and set(self.names.get(ENDPOINT_TYPE, [])) <= acked_endpoints
+            ):
+                listeners_requested = True
+                self.client.send(LISTENER_TYPE)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.client.close()
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics()
+
+
+@pytest.fixture
+async def server(metrics: Metrics) -> AsyncIterator[XdsServer]:
+    srv = XdsServer(metrics)
+    srv.port = await srv.start("127.0.0.1", 0)  # type: ignore[attr-defined]
+    yield srv
+    await srv.stop(0)
+
+
+@pytest.fixture
+async def clients(server: XdsServer) -> AsyncIterator[Callable[..., AdsClient]]:
+    made: list[AdsClient] = []
+
+    def make(node_id: str = "node-a") -> AdsClient:
+        client = AdsClient(server.port, node_id)  # type: ignore[attr-defined]
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        await client.close()
+
+
+@pytest.fixture
+async def envoys(
+    clients: Callable[..., AdsClient],
+) -> AsyncIterator[Callable[..., FakeEnvoy]]:
+    made: list[FakeEnvoy] = []
+
+    def make(node_id: str = "node-a", **kwargs: Any) -> FakeEnvoy:
+        fake = FakeEnvoy(clients(node_id), **kwargs).start()
+        made.append(fake)
+        return fake
+
+    yield make
+    for fake in made:
+        if fake._task is not None:
+            fake._task.cancel()
+
+
+def counter(metrics: Metrics, name: str, type_short: str) -> float:
+    value = metrics.registry.get_sample_value(f"turnout_xds_{name}_total", {"type": type_short})
+    return value or 0.0
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 2.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+# --- versions -----------------------------------------------------------------------------------
+
+
+async def test_identical_input_gives_identical_versions_and_no_push(
+    server: XdsServer, envoys: Callable[..., FakeEnvoy], metrics: Metrics
+) -> None:
+    v1 = server.set_resources(snapshot(["a", "b"]))
+    # Freshly built, equal messages; another server instance: same version.
+    assert server.set_resources(snapshot(["a", "b"])) == v1
+    assert XdsServer().set_resources(snapshot(["a", "b"])) == v1
+    assert XdsServer().set_resources(snapshot(["a", "c"])) != v1
+
+    fake = envoys()
+    assert await server.wait_acked(v1, 2)
+    pushes = sum(counter(metrics, "pushes", t) for t in SHORT.values())
+    fake.clear()
+    assert server.set_resources(snapshot(["a", "b"])) == v1
+    await asyncio.sleep(0.15)
+    assert fake.events == []
+    assert sum(counter(metrics, "pushes", t) for t in SHORT.values()) == pushes
+
+
+async def test_versions_are_per_type(server: XdsServer, envoys: Callable[..., FakeEnvoy]) -> None:
+    server.set_resources(snapshot(["a"]))
+    fake = envoys()
+    assert await server.wait_acked(server.version or "", 2)
+    versions = {t: fake.last[t].version_info for t in (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE)}
+    old_route_version = fake.last[ROUTE_TYPE].version_info
+    fake.clear()
+
+    v2 = server.set_resources(snapshot(["a"], route_timeout=30))
+    assert await server.wait_acked(v2, 2)
+    assert fake.received() == [("route", ("main",))]
+    assert fake.last[ROUTE_TYPE].version_info != old_route_version
+    assert {t: fake.last[t].version_info for t in versions} == versions
+
+
+async def test_every_response_has_a_fresh_nonce(
+    server: XdsServer, envoys: Callable[..., FakeEnvoy]
+) -> None:
+    server.set_resources(snapshot(["a"]))
+    fake = envoys()
+    assert await server.wait_acked(server.version or "", 2)
+    for timeout in (20, 21, 22):
+        assert await server.wait_acked(
+            server.set_resources(snapshot(["a"], route_timeout=timeout)), 2
+        )
+    nonces = [r.nonce for r in fake.last.values()]
+    assert all(nonces) and len(set(nonces)) == len(nonces)
+
+
+def test_duplicate_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="duplicate cluster resource name 'a'"):
+        XdsServer().set_resources(EnvoyResources(clusters=(cluster("a"), cluster("a"))))
+
+
+# --- ACK / NACK / nonces ------------------------------------------------------------------------
+
+
+async def test_nack_is_recorded_logged_counted_and_not_resent(
+    server: XdsServer,
+    clients: Callable[..., AdsClient],
+    metrics: Metrics,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    only_static = EnvoyResources(clusters=(cluster("a", eds=False),))
+    server.set_resources(only_static)
+    client = clients()
+    client.send(CLUSTER_TYPE)
+    r1 = await client.recv()
+    client.ack(r1)
+    await until(lambda: server.readiness()[0])
+
+    server.set_resources(EnvoyResources(clusters=(cluster("a", eds=False, timeout=9),)))
+    r2 = await client.recv()
+    assert r2.version_info != r1.version_info
+    with caplog.at_level(logging.WARNING, logger="turnout.envoy.xds"):
+        client.send(CLUSTER_TYPE, nonce=r2.nonce, version=r1.version_info, error="bad cluster a")
+        await until(lambda: bool(server.nacks()))
+
+    nack = server.nacks()[0]
+    assert (nack.node, nack.type_url, nack.version, nack.message) == (
+        "node-a",
+        CLUSTER_TYPE,
+        r2.version_info,
+        "bad cluster a",
+    )
+    expected = f"Envoy node-a rejected cluster version {r2.version_info}: bad cluster a"
+    assert server.readiness() == (False, expected)
+    assert expected in caplog.text
+    assert counter(metrics, "nacks", "cluster") == 1
+
+    # Neither the same content again nor a new request on the stream brings the NACKed version back.
+    server.set_resources(EnvoyResources(clusters=(cluster("a", eds=False, timeout=9),)))
+    client.send(CLUSTER_TYPE, nonce=r2.nonce, version=r1.version_info)
+    await client.expect_nothing()
+    assert server.readiness() == (False, expected)
+
+    # A later version that is ACKed clears the rejection.
+    v3 = server.set_resources(EnvoyResources(clusters=(cluster("a", eds=False, timeout=3),)))
+    r3 = await client.recv()
+    client.ack(r3)
+    assert await server.wait_acked(v3, 2)
+    assert server.readiness()[0]
+    assert counter(metrics, "acks", "cluster") == 2
+
+
+async def test_reverting_to_the_last_good_version_after_a_nack_is_sent(
+    server: XdsServer, clients: Callable[..., AdsClient]
+) -> None:
+    good = EnvoyResources(clusters=(cluster("a", eds=False),))
+    v1 = server.set_resources(good)
+    client = clients()
+    client.send(CLUSTER_TYPE)
+    r1 = await client.recv()
+    client.ack(r1)
+    server.set_resources(EnvoyResources(clusters=(cluster("a", eds=False, timeout=9),)))
+    r2 = await client.recv()
+    client.send(CLUSTER_TYPE, nonce=r2.nonce, version=r1.version_info, error="no")
+    await until(lambda: not server.readiness()[0] and "rejected" in server.readiness()[1])
+
+    assert server.set_resources(good) == v1
+    r3 = await client.recv()
+    assert r3.version_info == r1.version_info
+    client.ack(r3)
+    assert await server.wait_acked(v1, 2)
+
+
+async def test_ack_of_new_names_does_not_hide_a_rejection(
+    server: XdsServer, clients: Callable[..., AdsClient]
+) -> None:
+    def routes(timeout: int) -> EnvoyResources:
+        return EnvoyResources(routes=(route("main", "a", timeout=timeout), route("other", "a")))
+
+    server.set_resources(routes(15))
+    client = clients()
+    client.send(ROUTE_TYPE, ["main"])
+    r1 = await client.recv()
+    client.ack(r1, ["main"])
+    server.set_resources(routes(99))
+    r2 = await client.recv()
+    client.send(ROUTE_TYPE, ["main"], nonce=r2.nonce, version=r1.version_info, error="bad main")
+    await until(lambda: bool(server.nacks()))
+
+    # The newly subscribed name goes out (with the current version); its ACK says nothing about
+    # "main", which Envoy still holds in its old form.
+    client.send(ROUTE_TYPE, ["main", "other"], nonce=r2.nonce, version=r1.version_info)
+    r3 = await client.recv()
+    assert resource_names(r3) == ["other"]
+    assert r3.version_info == r2.version_info
+    client.ack(r3, ["main", "other"])
+    await client.expect_nothing()
+    ready, reason = server.readiness()
+    assert not ready and reason.endswith("bad main")
+
+
+async def test_stale_nonce_is_ignored(server: XdsServer, clients: Callable[..., AdsClient]) -> None:
+    server.set_resources(EnvoyResources(clusters=(cluster("a", eds=False),)))
+    client = clients()
+    client.send(CLUSTER_TYPE)
+    r1 = await client.recv()
+
+    # At most one un-ACKed response per type: the change waits for the ACK, then goes out once.
+    server.set_resources(EnvoyResources(clusters=(cluster("a", eds=False, timeout=2),)))
+    v3 = server.set_resources(EnvoyResources(clusters=(cluster("a", eds=False, timeout=3),)))
+    await client.expect_nothing()
+    client.ack(r1)
+    r2 = await client.recv()
+    await client.expect_nothing()
+    assert r2.nonce != r1.nonce
+
+    # A NACK carrying the old nonce is stale: not recorded, nothing resent.
+    client.send(CLUSTER_TYPE, nonce=r1.nonce, version=r1.version_info, error="late complaint")
+    await client.expect_nothing()
+    assert server.nacks() == []
+
+    client.ack(r2)
+    assert await server.wait_acked(v3, 2)
+    assert server.readiness()[0]
+
+
+async def test_stale_nonce_subscription_change_is_ignored(
+    server: XdsServer, clients: Callable[..., AdsClient]
+) -> None:
+    server.set_resources(
+        EnvoyResources(clusters=(cluster("a"), cluster("b")), endpoints=(cla("a"), cla("b")))
+    )
+    client = clients()
+    client.send(ENDPOINT_TYPE, ["a"])
+    e1 = await client.recv()
+    client.ack(e1, ["a"])
+
+    client.send(ENDPOINT_TYPE, ["a", "b"], nonce="not-the-latest", version=e1.version_info)
+    await client.expect_nothing()
+    client.send(ENDPOINT_TYPE, ["a", "b"], nonce=e1.nonce, version=e1.version_info)
+    e2 = await client.recv()
+    assert resource_names(e2) == ["b"]
+
+
+# --- subscriptions ------------------------------------------------------------------------------
+
+
+async def test_subset_types_follow_subscriptions(
+    server: XdsServer, clients: Callable[..., AdsClient]
+) -> None:
+    clusters = (cluster("a"), cluster("b"))
+    server.set_resources(EnvoyResources(clusters=clusters, endpoints=(cla("a"), cla("b"))))
+    client = clients()
+    client.send(ENDPOINT_TYPE, ["a"])
+    e1 = await client.recv()
+    assert resource_names(e1) == ["a"]
+
+    # Newly subscribed names go out even though the version did not change.
+    client.ack(e1, ["a", "b"])
+    e2 = await client.recv()
+    assert resource_names(e2) == ["b"]
+    assert e2.version_info == e1.version_info
+
+    # A name that does not exist yet is remembered and sent when it appears.
+    client.ack(e2, ["a", "b", "c"])
+    await client.expect_nothing()
+    server.set_resources(
+        EnvoyResources(clusters=(*clusters, cluster("c")), endpoints=(cla("a"), cla("b"), cla("c")))
+    )
+    e3 = await client.recv()
+    assert resource_names(e3) == ["c"]
+
+    # Unsubscribing and subscribing again resends.
+    client.ack(e3, ["a", "c"])
+    await client.expect_nothing()
+    client.send(ENDPOINT_TYPE, ["a", "b", "c"], nonce=e3.nonce, version=e3.version_info)
+    e4 = await client.recv()
+    assert resource_names(e4) == ["b"]
+
+    # Only changed names are resent when content changes.
+    client.ack(e4, ["a", "b", "c"])
+    server.set_resources(
+        EnvoyResources(
+            clusters=(*clusters, cluster("c")), endpoints=(cla("a"), cla("b", 9090), cla("c"))
+        )
+    )
+    e5 = await client.recv()
+    assert resource_names(e5) == ["b"]
+    assert e5.version_info != e4.version_info
+
+
+async def test_full_state_types_always_carry_everything(
+    server: XdsServer, clients: Callable[..., AdsClient]
+) -> None:
+    server.set_resources(
+        EnvoyResources(clusters=(cluster("a", eds=False), cluster("b", eds=False)))
+    )
+    client = clients()
+    client.send(CLUSTER_TYPE)
+    r1 = await client.recv()
+    assert resource_names(r1) == ["a", "b"]
+    client.ack(r1)
+    server.set_resources(
+        EnvoyResources(clusters=(cluster("a", eds=False), cluster("b", eds=False, timeout=4)))
+    )
+    r2 = await client.recv()
+    assert resource_names(r2) == ["a", "b"]
+
+
+async def test_reconnect_with_current_version_is_not_resent(
+    server: XdsServer, clients: Callable[..., AdsClient]
+) -> None:
+    server.set_resources(EnvoyResources(clusters=(cluster("a", eds=False),)))
+    first = clients()
+    first.send(CLUSTER_TYPE)
+    r1 = await first.recv()
+    first.ack(r1)
+    await first.close()
+
+    again = clients()
+    again.send(CLUSTER_TYPE, version=r1.version_info)
+    await again.expect_nothing()
+    await until(lambda: server.readiness()[0])
+
+    # A nonce from an earlier stream is not "stale" before this stream sent anything.
+    other = clients("node-b")
+    other.send(CLUSTER_TYPE, version="something-else", nonce="from-the-old-stream")
+    assert resource_names(await other.recv()) == ["a"]
+
+
+# --- make-before-break --------------------------------------------------------------------------
+
+
+async def test_initial_push_order(server: XdsServer, envoys: Callable[..., FakeEnvoy]) -> None:
+    v1 = server.set_resources(snapshot(["a"]))
+    fake = envoys()
+    assert await server.wait_acked(v1, 2)
+    assert fake.received() == [
+        ("cluster", ("a",)),
+        ("endpoint", ("a",)),
+        ("listener", ("http",)),
+        ("route", ("main",)),
+    ]
+    # Listeners only after the endpoints of the clusters were acknowledged, routes after listeners.
+    assert fake.index("recv", "listener") > fake.index("ack", "endpoint")
+    assert fake.index("recv", "route") > fake.index("ack", "listener")
+
+
+async def test_stale_clusters_are_removed_last(
+    server: XdsServer, envoys: Callable[..., FakeEnvoy]
+) -> None:
+    server.set_resources(snapshot(["a"], route_to="a"))
+    fake = envoys()
+    assert await server.wait_acked(server.version or "", 2)
+    fake.clear()
+
+    v2 = server.set_resources(snapshot(["b"], route_to="b", listener_port=10081))
+    assert await server.wait_acked(v2, 2)
+    assert fake.received() == [
+        ("cluster", ("a", "b")),  # the new cluster arrives, the old one stays
+        ("endpoint", ("b",)),  # the new cluster's CLA, after CDS
+        ("listener", ("http",)),
+        ("route", ("main",)),
+        ("cluster", ("b",)),  # the old cluster goes only after LDS and RDS were ACKed
+    ]
+    assert fake.index("recv", "endpoint") > fake.index("recv", "cluster", ("a", "b"))
+    assert fake.index("recv", "listener") > fake.index("ack", "endpoint", ("b",))
+    assert fake.index("recv", "route") > fake.index("ack", "listener")
+    assert fake.index("recv", "cluster", ("b",)) > fake.index("ack", "route")
+    assert fake.names[ENDPOINT_TYPE] == ["b"]
+    assert server.readiness()[0]
+
+
+async def test_stale_clusters_stay_while_new_routes_are_rejected(
+    server: XdsServer, envoys: Callable[..., FakeEnvoy]
+) -> None:
+    def reject_routes_to_b(response: Any) -> str | None:
+        if response.type_url == ROUTE_TYPE:
+            rc = route_pb2.RouteConfiguration()
+            response.resources[0].Unpack(rc)
+            action = rc.virtual_hosts[0].routes[0].route
+            if action.cluster == "b" and action.timeout.seconds == 15:
+                return "route to b rejected"
+        return None
+
+    server.set_resources(snapshot(["a"], route_to="a"))
+    fake = envoys(reject=reject_routes_to_b)
+    assert await server.wait_acked(server.version or "", 2)
+    fake.clear()
+
+    v2 = server.set_resources(snapshot(["b"], route_to="b"))
+    assert not await server.wait_acked(v2, 0.3)
+    assert fake.received() == [("cluster", ("a", "b")), ("endpoint", ("b",)), ("route", ("main",))]
+    ready, reason = server.readiness()
+    assert not ready and reason.startswith("Envoy node-a rejected route version")
+
+    # A fixed route goes out; only then does the stale cluster leave.
+    v3 = server.set_resources(snapshot(["b"], route_to="b", route_timeout=5))
+    assert await server.wait_acked(v3, 2)
+    assert fake.received()[3:] == [("route", ("main",)), ("cluster", ("b",))]
+    assert server.readiness()[0]
+
+
+async def test_changed_eds_cluster_gets_its_cla_again(
+    server: XdsServer, envoys: Callable[..., FakeEnvoy]
+) -> None:
+    server.set_resources(snapshot(["a"]))
+    fake = envoys()
+    assert await server.wait_acked(server.version or "", 2)
+    fake.clear()
+    # Envoy re-warms a changed EDS cluster and finishes only when a CLA response arrives, even an
+    # unchanged one.
+    v2 = server.set_resources(snapshot(["a"], cluster_timeout=7))
+    assert await server.wait_acked(v2, 2)
+    assert fake.received() == [("cluster", ("a",)), ("endpoint", ("a",))]
+
+
+# --- readiness, metrics, secrets ----------------------------------------------------------------
+
+
+async def test_readiness_states(
+    server: XdsServer,
+    clients: Callable[..., AdsClient],
+    envoys: Callable[..., FakeEnvoy],
+    metrics: Metrics,
+) -> None:
+    assert server.readiness() == (False, "no configuration has been built yet")
+    v1 = server.set_resources(snapshot(["a"]))
+    assert server.readiness() == (False, "no Envoy is connected")
+    assert not await server.wait_acked(v1, 0.05)
+
+    silent = clients("node-silent")
+    silent.send(CLUSTER_TYPE)
+    await silent.recv()
+    await until(lambda: server.connected() == 1)
+    ready, reason = server.readiness()
+    assert not ready
+    assert reason.startswith("waiting for Envoy node-silent to acknowledge cluster version")
+    assert metrics.registry.get_sample_value("turnout_xds_connected_envoys") == 1
+    await silent.close()
+    await until(lambda: server.connected() == 0)
+
+    fake = envoys("node-a")
+    assert await server.wait_acked(v1, 2)
+    assert server.readiness() == (True, f"Envoy node-a acknowledged version {v1}")
+
+    # Every connected Envoy counts.
+    late = clients("node-late")
+    late.send(CLUSTER_TYPE)
+    await until(lambda: server.connected() == 2)
+    ready, reason = server.readiness()
+    assert not ready and "node-late" in reason
+
+    # A new snapshot is not ready until acknowledged; the old version still counts as acked.
+    await late.close()
+    v2 = server.set_resources(snapshot(["a"], route_timeout=3))
+    assert not server.readiness()[0]
+    assert await server.wait_acked(v2, 2)
+    assert await server.wait_acked(v1, 0)
+    assert server.readiness()[0]
+
+    await fake.stop()
+    await until(lambda: server.connected() == 0)
+    assert server.readiness() == (False, "no Envoy is connected")
+    assert metrics.registry.get_sample_value("turnout_xds_connected_envoys") == 0
+    assert counter(metrics, "pushes", "cluster") >= 2
+    assert counter(metrics, "acks", "route") >= 2
+
+
+async def test_secrets_are_never_logged(
+    server: XdsServer,
+    clients: Callable[..., AdsClient],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    key = "-----BEGIN PRIVATE KEY----- sUp3r-s3cr3t"
+    caplog.set_level(logging.DEBUG)
+    server.set_resources(EnvoyResources(secrets=(secret("tls", key),)))
+    client = clients()
+    client.send(SECRET_TYPE, ["tls"])
+    s1 = await client.recv()
+    assert resource_names(s1) == ["tls"]
+    client.send(SECRET_TYPE, ["tls"], nonce=s1.nonce, error="bad key")
+    await until(lambda: bool(server.nacks()))
+    assert "rejected secret" in caplog.text
+    assert "sUp3r-s3cr3t" not in caplog.text
+
+
+async def test_delta_is_unimplemented(server: XdsServer) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:  # type: ignore[attr-defined]
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
+        call = stub.DeltaAggregatedResources(iter([discovery_pb2.DeltaDiscoveryRequest()]))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in call:
+                pass
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
