@@ -1,0 +1,54 @@
+"""The HTTPProxy dialect (`projectcontour.io/v1`, kind `HTTPProxy`): routing, includes and status as
+Contour ships them, except where docs/dialects/httpproxy.md says otherwise (hostname ownership
+first of all)."""
+
+from __future__ import annotations
+
+import weakref
+
+from turnout.dialects.base import (
+    HTTP_LISTENER,
+    CompileContext,
+    CompileOptions,
+    DialectOutput,
+    HostClaim,
+)
+from turnout.dialects.httpproxy.processor import claimed_hostname, compile_httpproxies, parse_all
+from turnout.dialects.httpproxy.spec import ParsedProxy
+from turnout.store import Snapshot
+
+__all__ = ["HTTPProxyDialect"]
+
+
+class HTTPProxyDialect:
+    """Each valid-looking root claims its fqdn on the HTTP listener; `compile` builds the virtual
+    hosts of the roots that own theirs and a status for every HTTPProxy."""
+
+    name = "httpproxy"
+
+    def __init__(self) -> None:
+        # The objects read by `claims()`, kept for `compile()` of the same snapshot so that a
+        # compile reads each object once. A cache of a pure function, keyed by the identity of an
+        # immutable snapshot (held weakly): it never changes a result.
+        self._last: tuple[weakref.ref[Snapshot], dict[tuple[str, str], ParsedProxy]] | None = None
+
+    def _parsed(self, snapshot: Snapshot) -> dict[tuple[str, str], ParsedProxy]:
+        last = self._last
+        if last is not None and last[0]() is snapshot:
+            return last[1]
+        parsed = parse_all(snapshot)
+        self._last = (weakref.ref(snapshot), parsed)
+        return parsed
+
+    def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
+        claims: list[HostClaim] = []
+        for proxy in self._parsed(snapshot).values():
+            host = claimed_hostname(proxy, options)
+            if host is not None:
+                claims.append(HostClaim(HTTP_LISTENER, host, proxy.obj))
+        return claims
+
+    def compile(self, snapshot: Snapshot, ctx: CompileContext) -> DialectOutput:
+        parsed = self._parsed(snapshot)
+        self._last = None
+        return compile_httpproxies(snapshot, ctx, parsed)

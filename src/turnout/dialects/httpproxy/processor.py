@@ -1,0 +1,557 @@
+"""HTTPProxy roots, includes and routes, following Contour's `HTTPProxyProcessor`.
+
+One `_Compiler` lives for one compile (like Contour's processor, whose fields are reset after each
+run): it parses every proxy, walks the include graph depth-first from each root that owns its
+hostname, and fills a status accessor per proxy as it goes.
+
+Error granularity is Contour's: an invalid include is skipped (a missing or root target also gets
+a 502 route for the include's space), an invalid route drops every route of its proxy, including
+what that proxy gathered from its includes, and an unresolved Service only turns its route into
+a 503. Other proxies are never affected.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from turnout.dialects.base import HTTP_LISTENER, CompileContext, CompileOptions, DialectOutput
+from turnout.dialects.contour_order import contour_route_order, sorted_headers, sorted_queries
+from turnout.dialects.httpproxy.conditions import (
+    IncludeKey,
+    header_conditions_error,
+    include_conditions_error,
+    include_conditions_identical,
+    merge_headers,
+    merge_path,
+    merge_query,
+    path_conditions_error,
+    query_conditions_error,
+)
+from turnout.dialects.httpproxy.spec import (
+    GROUP,
+    INCLUDE_ERROR,
+    KIND,
+    ORPHANED,
+    ROOT_NAMESPACE_ERROR,
+    ROUTE_ERROR,
+    SERVICE_ERROR,
+    SPEC_ERROR,
+    VIRTUAL_HOST_ERROR,
+    IncludeSpec,
+    MatchCondition,
+    ParsedProxy,
+    RouteSpec,
+    ServiceSpec,
+    parse_proxy,
+)
+from turnout.dialects.httpproxy.status import ORPHANED_MESSAGE, ProxyStatusAccessor
+from turnout.dialects.regex import regex_error
+from turnout.graph.model import (
+    Cluster,
+    DirectResponse,
+    Forward,
+    HostnameMatch,
+    PathMatchKind,
+    Redirect,
+    Route,
+    RouteAction,
+    RouteMatch,
+    RouteSource,
+    UpstreamProtocol,
+    VirtualHost,
+    WeightedCluster,
+)
+from turnout.graph.services import ServicePort, Unresolved, find_service_port
+from turnout.objects import KubeObject, ObjectRef
+from turnout.store import Snapshot
+
+# The CRD's pattern for `virtualhost.fqdn`: a bare `*` is not a hostname.
+FQDN_PATTERN = re.compile(r"(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+# Include graphs with shared children grow exponentially in the number of paths through them. A
+# tenant must not be able to stall every compile with one, so each root walks at most this many
+# proxies (a budget far above any real tree; Contour has no such limit).
+MAX_VISITS_PER_ROOT = 10_000
+
+_PROTOCOLS = {"h2": UpstreamProtocol.H2, "h2c": UpstreamProtocol.H2C, "tls": UpstreamProtocol.TLS}
+_PROTOCOL_ANNOTATION = "projectcontour.io/upstream-protocol."
+
+
+def parse_all(snapshot: Snapshot) -> dict[tuple[str, str], ParsedProxy]:
+    return {(o.namespace, o.name): parse_proxy(o) for o in snapshot.kind(GROUP, KIND)}
+
+
+def root_allowed(namespace: str, options: CompileOptions) -> bool:
+    return not options.root_namespaces or namespace in options.root_namespaces
+
+
+def claimed_hostname(proxy: ParsedProxy, options: CompileOptions) -> str | None:
+    """The hostname a root may claim: a valid fqdn, in a namespace where roots are allowed.
+
+    A root that fails either check claims nothing, so it cannot block a valid root (Contour groups
+    roots by fqdn before checking the namespace)."""
+    vh = proxy.spec.virtualhost
+    if vh is None or not vh.fqdn:
+        return None
+    host = vh.fqdn.lower()
+    if not FQDN_PATTERN.fullmatch(host):
+        return None
+    if not root_allowed(proxy.obj.namespace, options):
+        return None
+    return host
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    route: Route
+    proxy: tuple[str, str]  # whose status hears about a replaced duplicate
+
+
+class _BudgetExceeded(Exception):
+    pass
+
+
+class _Compiler:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        ctx: CompileContext,
+        parsed: dict[tuple[str, str], ParsedProxy] | None = None,
+    ) -> None:
+        self.snapshot = snapshot
+        self.ctx = ctx
+        self.proxies = parse_all(snapshot) if parsed is None else parsed
+        self.status: dict[tuple[str, str], ProxyStatusAccessor] = {}
+        for key, proxy in self.proxies.items():
+            accessor = ProxyStatusAccessor(proxy.obj)
+            for problem in proxy.problems:
+                accessor.add(problem)
+            self.status[key] = accessor
+        self.reached: set[tuple[str, str]] = set()
+        self.budget = 0
+        # Service lookups by (namespace, name, port); many routes name the same Service.
+        self.ports: dict[tuple[str, str, int], tuple[KubeObject | None, ServicePort | None]] = {}
+
+    def run(self) -> DialectOutput:
+        vhosts: list[tuple[str, VirtualHost]] = []
+        for key in sorted(self.proxies):
+            proxy = self.proxies[key]
+            if proxy.is_root:
+                vhost = self._root(proxy)
+                if vhost is not None:
+                    vhosts.append((HTTP_LISTENER, vhost))
+        for key in sorted(self.proxies):
+            proxy = self.proxies[key]
+            # An object that fails the schema would not exist in Kubernetes: "invalid" with its
+            # field errors says more than "orphaned" (and whether it is a root is unknowable).
+            if not proxy.is_root and key not in self.reached and proxy.schema_valid:
+                self.status[key].add_error(ORPHANED, "Orphaned", ORPHANED_MESSAGE)
+        statuses = tuple(self.status[k].build() for k in sorted(self.status))
+        return DialectOutput(virtual_hosts=tuple(vhosts), statuses=statuses)
+
+    # --- roots ---------------------------------------------------------------------------------
+
+    def _root(self, proxy: ParsedProxy) -> VirtualHost | None:
+        st = self.status[proxy.key]
+        vh = proxy.spec.virtualhost
+        assert vh is not None
+        if vh.fqdn is None:
+            return None  # the field has the wrong type; the reader reported it
+        if not vh.fqdn.strip():
+            st.add_error(
+                VIRTUAL_HOST_ERROR, "FQDNNotSpecified", "Spec.VirtualHost.Fqdn must be specified"
+            )
+            return None
+        host = vh.fqdn.lower()
+        if not FQDN_PATTERN.fullmatch(host):
+            st.add_error(
+                VIRTUAL_HOST_ERROR,
+                "FQDNNotValid",
+                f'Spec.VirtualHost.Fqdn "{vh.fqdn}" is not a valid hostname: it must be lower-case '
+                'DNS labels, optionally after "*." for exactly one label',
+            )
+            return None
+        if not root_allowed(proxy.obj.namespace, self.ctx.options):
+            st.add_error(
+                ROOT_NAMESPACE_ERROR,
+                "RootProxyNotAllowedInNamespace",
+                "root HTTPProxy cannot be defined in this namespace",
+            )
+            return None
+        owner = self.ctx.ownership.owner(HTTP_LISTENER, host)
+        if owner is not None and owner.ref != proxy.obj.ref:
+            # turnout's ownership rule: the oldest root keeps the hostname (design.md section 4).
+            st.add_error(
+                VIRTUAL_HOST_ERROR,
+                "DuplicateVhost",
+                f'fqdn "{host}" is already owned by {owner.kind} {owner.namespace}/{owner.name}',
+            )
+            return None
+        if not proxy.schema_valid:
+            return None
+        spec = proxy.spec
+        if not spec.routes and not spec.includes and not spec.tcpproxy:
+            st.add_error(
+                SPEC_ERROR,
+                "NothingDefined",
+                "HTTPProxy.Spec must have at least one Route, Include, or a TCPProxy",
+            )
+            return None
+
+        self.budget = MAX_VISITS_PER_ROOT
+        try:
+            candidates = self._routes(proxy, (), ())
+        except _BudgetExceeded:
+            st.add_error(
+                INCLUDE_ERROR,
+                "IncludeGraphTooLarge",
+                f"the include graph of this root reaches more than {MAX_VISITS_PER_ROOT} "
+                "HTTPProxies along its paths; none of its routes are served",
+            )
+            return None
+        if not candidates:
+            return None  # Contour prunes virtual hosts without routes
+        routes = self._dedupe(candidates)
+        return VirtualHost(
+            name=host,
+            hostname=host,
+            routes=contour_route_order(routes),
+            owner=proxy.obj.ref,
+            hostname_match=(
+                HostnameMatch.WILDCARD_ONE_LABEL if host.startswith("*.") else HostnameMatch.EXACT
+            ),
+        )
+
+    def _dedupe(self, candidates: list[_Candidate]) -> list[Route]:
+        """Contour keys a virtual host's routes by their conditions, so a later route with the
+        same conditions replaces an earlier one; turnout does the same, and says so."""
+        kept: dict[RouteMatch, _Candidate] = {}
+        for c in candidates:
+            prev = kept.get(c.route.match)
+            if prev is not None:
+                src = c.route.source
+                self.status[prev.proxy].add_warning(
+                    ROUTE_ERROR,
+                    "DuplicateMatchConditions",
+                    f"{prev.route.source.field} has the same match conditions as "
+                    f"{src.field} of {src.object.kind} {src.object.namespace}/{src.object.name}, "
+                    "which replaces it",
+                )
+            kept[c.route.match] = c
+        return [c.route for c in kept.values()]
+
+    # --- the include walk ----------------------------------------------------------------------
+
+    def _routes(
+        self,
+        proxy: ParsedProxy,
+        conds: tuple[MatchCondition, ...],
+        visited: tuple[ParsedProxy, ...],
+    ) -> list[_Candidate] | None:
+        """Routes of `proxy` and everything it includes, under the chain's conditions `conds`;
+        None when an error drops them all."""
+        st = self.status[proxy.key]
+        if any(v.key == proxy.key for v in visited):
+            chain = " -> ".join(f"{v.obj.namespace}/{v.obj.name}" for v in (*visited, proxy))
+            st.add_error(
+                INCLUDE_ERROR, "IncludeCreatesCycle", f"include creates an include cycle: {chain}"
+            )
+            return None
+        self.budget -= 1
+        if self.budget < 0:
+            raise _BudgetExceeded
+        if not proxy.schema_valid:
+            return None
+        visited = (*visited, proxy)
+        via = tuple(v.obj.ref for v in visited[:-1])
+        out: list[_Candidate] = []
+        seen: set[IncludeKey] = set()
+        for inc in proxy.spec.includes:
+            out.extend(self._include(proxy, inc, conds, visited, via, seen))
+        for route in proxy.spec.routes:
+            candidate = self._route(proxy, route, conds, via)
+            if candidate is None:
+                return None
+            out.append(candidate)
+        return out
+
+    def _include(
+        self,
+        proxy: ParsedProxy,
+        inc: IncludeSpec,
+        conds: tuple[MatchCondition, ...],
+        visited: tuple[ParsedProxy, ...],
+        via: tuple[ObjectRef, ...],
+        seen: set[IncludeKey],
+    ) -> Iterator[_Candidate]:
+        st = self.status[proxy.key]
+        namespace = inc.namespace or proxy.obj.namespace
+        err = include_conditions_error(inc.conditions) or path_conditions_error(inc.conditions)
+        if err is not None:
+            st.add_error(INCLUDE_ERROR, "PathMatchConditionsNotValid", f"include: {err}")
+            return
+        err = header_conditions_error(inc.conditions)
+        if err is not None:
+            st.add_error(ROUTE_ERROR, "HeaderMatchConditionsNotValid", err)
+            return
+        err = query_conditions_error(inc.conditions)
+        if err is not None:
+            st.add_error(ROUTE_ERROR, "QueryParameterMatchConditionsNotValid", err)
+            return
+        if include_conditions_identical(inc.conditions, seen):
+            st.add_error(
+                INCLUDE_ERROR,
+                "DuplicateMatchConditions",
+                "duplicate conditions defined on an include",
+            )
+            return
+        child = self.proxies.get((namespace, inc.name))
+        if child is None:
+            st.add_error(
+                INCLUDE_ERROR, "IncludeNotFound", f"include {namespace}/{inc.name} not found"
+            )
+            yield from self._bad_gateway(proxy, inc, conds, via)
+            return
+        if child.is_root:
+            st.add_error(
+                INCLUDE_ERROR,
+                "RootIncludesRoot",
+                f"root httpproxy cannot include another root httpproxy ({namespace}/{inc.name})",
+            )
+            yield from self._bad_gateway(proxy, inc, conds, via)
+            return
+        routes = self._routes(child, (*conds, *inc.conditions), visited)
+        self.reached.add(child.key)
+        yield from routes or ()
+
+    def _bad_gateway(
+        self,
+        proxy: ParsedProxy,
+        inc: IncludeSpec,
+        conds: tuple[MatchCondition, ...],
+        via: tuple[ObjectRef, ...],
+    ) -> Iterator[_Candidate]:
+        """A 502 for the space a broken include would have served, so requests there do not fall
+        through to a shorter route. The space is the whole chain's conditions; Contour uses only
+        the include's own conditions, which put the 502 outside the delegated space."""
+        if not inc.conditions:
+            return
+        merged = (*conds, *inc.conditions)
+        match = RouteMatch(
+            path=merge_path(merged),
+            headers=sorted_headers(merge_headers(merged)),
+            query=sorted_queries(merge_query(merged)),
+        )
+        source = RouteSource(proxy.obj.ref, inc.field, via)
+        yield _Candidate(Route(match, DirectResponse(502), source), proxy.key)
+
+    # --- routes and services -------------------------------------------------------------------
+
+    def _route(
+        self,
+        proxy: ParsedProxy,
+        route: RouteSpec,
+        conds: tuple[MatchCondition, ...],
+        via: tuple[ObjectRef, ...],
+    ) -> _Candidate | None:
+        st = self.status[proxy.key]
+        actions = (
+            int(bool(route.services))
+            + int(route.redirect is not None)
+            + int(route.direct_response is not None)
+        )
+        if actions != 1:
+            st.add_error(
+                ROUTE_ERROR,
+                "RouteActionCountNotValid",
+                "must set exactly one of route.services or route.requestRedirectPolicy "
+                "or route.directResponsePolicy",
+            )
+            return None
+        err = path_conditions_error(route.conditions)
+        if err is not None:
+            st.add_error(ROUTE_ERROR, "PathMatchConditionsNotValid", f"route: {err}")
+            return None
+        merged = (*conds, *route.conditions)
+        err = header_conditions_error(merged)
+        if err is not None:
+            st.add_error(ROUTE_ERROR, "HeaderMatchConditionsNotValid", err)
+            return None
+        err = query_conditions_error(merged)
+        if err is not None:
+            st.add_error(ROUTE_ERROR, "QueryParameterMatchConditionsNotValid", err)
+            return None
+        path = merge_path(merged)
+        if path.kind is PathMatchKind.REGEX:
+            # Each regex was checked alone; the merged one can still be too large for Envoy.
+            err = regex_error(path.value)
+            if err is not None:
+                st.add_error(
+                    ROUTE_ERROR,
+                    "PathMatchConditionsNotValid",
+                    f"route: supplied regex: {path.value} invalid. error: {route.field}: {err}",
+                )
+                return None
+        redirect = route.redirect
+        if redirect is not None and redirect.path is not None and redirect.prefix is not None:
+            st.add_error(
+                ROUTE_ERROR,
+                "RequestRedirectPolicy",
+                "route.requestRedirectPolicy is invalid: "
+                "cannot specify both redirect path and redirect prefix",
+            )
+            return None
+
+        action: RouteAction
+        if route.services:
+            forward = self._forward(proxy, route)
+            if forward is None:
+                return None
+            action = forward
+        elif redirect is not None:
+            action = Redirect(
+                scheme=redirect.scheme or None,
+                hostname=redirect.hostname or None,
+                port=redirect.port or None,
+                path=redirect.path,
+                prefix=redirect.prefix,
+                status=redirect.status_code or 302,
+            )
+        else:
+            assert route.direct_response is not None
+            action = DirectResponse(route.direct_response.status_code, route.direct_response.body)
+
+        match = RouteMatch(
+            path=path,
+            headers=sorted_headers(merge_headers(merged)),
+            query=sorted_queries(merge_query(merged)),
+        )
+        return _Candidate(
+            Route(match, action, RouteSource(proxy.obj.ref, route.field, via)), proxy.key
+        )
+
+    def _forward(self, proxy: ParsedProxy, route: RouteSpec) -> Forward | DirectResponse | None:
+        """Weighted clusters for the route's services: an even split when no weight is set, and
+        0 for the unweighted ones when some are. No resolvable service gives a 503."""
+        st = self.status[proxy.key]
+        clusters: list[tuple[Cluster, int]] = []
+        mirrored = False
+        for svc in route.services:
+            if not 1 <= svc.port <= 65535:
+                st.add_error(
+                    SERVICE_ERROR,
+                    "ServicePortInvalid",
+                    f'service "{svc.name}": port must be in the range 1-65535',
+                )
+                return None
+            resolved = self._resolve(proxy, svc)
+            if resolved is None:
+                return None
+            if isinstance(resolved, Unresolved):
+                continue
+            if svc.mirror:
+                if mirrored:
+                    st.add_error(
+                        SERVICE_ERROR,
+                        "OnlyOneMirror",
+                        "only one service per route may be nominated as mirror",
+                    )
+                    return None
+                mirrored = True
+                # A mirror never takes part in the weighted split; turnout does not mirror yet.
+                st.add_warning(
+                    SPEC_ERROR,
+                    "IgnoredField",
+                    f'ignoring field "{svc.field}.mirror"; not supported by turnout yet',
+                )
+                continue
+            clusters.append((resolved, svc.weight))
+        if not clusters:
+            return DirectResponse(503)
+        total = sum(w for _, w in clusters)
+        return Forward(tuple(WeightedCluster(c.name, w if total else 1) for c, w in clusters))
+
+    def _resolve(self, proxy: ParsedProxy, svc: ServiceSpec) -> Cluster | Unresolved | None:
+        """The cluster for a service reference; Unresolved (reported) when it does not exist, None
+        when an error drops the proxy's routes. Services are only looked up in the proxy's own
+        namespace, as in Contour."""
+        st = self.status[proxy.key]
+        namespace = proxy.obj.namespace
+        key = (namespace, svc.name, svc.port)
+        if key not in self.ports:
+            found = self.snapshot.get("", "Service", namespace, svc.name)
+            self.ports[key] = (found, find_service_port(found, svc.port) if found else None)
+        service, port = self.ports[key]
+        detail = ""
+        if service is None:
+            detail = f'service "{namespace}/{svc.name}" not found'
+        elif port is None:
+            detail = f'port "{svc.port}" on service "{namespace}/{svc.name}" not matched'
+        elif _external_name(service.spec):
+            # Contour refuses ExternalName Services unless enableExternalNameService is set
+            # (GHSA-5ph6-qq5x-7jwc: they can point Envoy at anything, its admin port included);
+            # turnout has no such switch yet.
+            detail = (
+                f"{namespace}/{svc.name} is an ExternalName service, these are not currently "
+                "enabled. See the config.enableExternalNameService config file setting"
+            )
+        if detail:
+            st.add_error(
+                SERVICE_ERROR,
+                "ServiceUnresolvedReference",
+                f"Spec.Routes unresolved service reference: {detail}",
+            )
+            return Unresolved("ServiceUnresolvedReference", detail)
+        assert service is not None and port is not None
+        if svc.protocol:
+            protocol = _PROTOCOLS.get(svc.protocol)
+            if protocol is None:
+                st.add_error(
+                    SERVICE_ERROR, "UnsupportedProtocol", f"unsupported protocol: {svc.protocol}"
+                )
+                return None
+        else:
+            protocol = _annotated_protocol(service.annotations, port.name, port.port)
+        result = self.ctx.backends.service(namespace, svc.name, svc.port, protocol)
+        if isinstance(result, Unresolved):
+            st.add_error(
+                SERVICE_ERROR,
+                "ServiceUnresolvedReference",
+                f"Spec.Routes unresolved service reference: {result.message}",
+            )
+        return result
+
+
+def _external_name(spec: object) -> bool:
+    return (
+        isinstance(spec, Mapping)
+        and spec.get("type") == "ExternalName"
+        and bool(spec.get("externalName"))
+    )
+
+
+def _annotated_protocol(
+    annotations: Mapping[str, object], port_name: str, port: int
+) -> UpstreamProtocol:
+    """Contour's `projectcontour.io/upstream-protocol.{h2,h2c,tls}` Service annotations: each
+    lists port names or numbers; a later protocol in that order wins for a port in several."""
+    by_port: dict[str, UpstreamProtocol] = {}
+    for name, protocol in _PROTOCOLS.items():
+        value = annotations.get(_PROTOCOL_ANNOTATION + name)
+        if not isinstance(value, str):
+            continue
+        for item in value.split(","):
+            if item.strip():
+                by_port[item.strip()] = protocol
+    return by_port.get(port_name) or by_port.get(str(port)) or UpstreamProtocol.HTTP
+
+
+def compile_httpproxies(
+    snapshot: Snapshot,
+    ctx: CompileContext,
+    parsed: dict[tuple[str, str], ParsedProxy] | None = None,
+) -> DialectOutput:
+    """`parsed` may carry `parse_all(snapshot)` from the claims phase, to read objects once."""
+    return _Compiler(snapshot, ctx, parsed).run()

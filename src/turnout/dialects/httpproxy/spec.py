@@ -1,0 +1,580 @@
+"""The HTTPProxy spec as typed records, read defensively from whatever YAML a user wrote.
+
+The Kubernetes API server validates an HTTPProxy against its CRD schema before Contour ever sees
+it; turnout also reads plain files, so the reader does that job: a field of the wrong type, an
+unknown field (kubectl's default `--validate=strict` rejects those too) or a missing required field
+becomes a `SpecError` that names the field, and never an exception. Fields that Contour supports but
+turnout does not implement yet are sorted into two groups: those whose absence only loses a feature
+are ignored with a warning, and those that protect something (TLS, authorization, IP filters) are
+errors, because serving the routes without them would expose what the user meant to protect.
+
+Values follow Go's `omitempty` semantics as Contour sees them: an empty string, `false`, `0` and
+`null` all mean "not set".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from turnout.objects import FrozenDict, KubeObject
+
+API_VERSION = "projectcontour.io/v1"
+GROUP = "projectcontour.io"
+KIND = "HTTPProxy"
+
+# Status sub-condition types (Contour's `ConditionType...Error` constants).
+SPEC_ERROR = "SpecError"
+VIRTUAL_HOST_ERROR = "VirtualHostError"
+ROOT_NAMESPACE_ERROR = "RootNamespaceError"
+INCLUDE_ERROR = "IncludeError"
+ROUTE_ERROR = "RouteError"
+SERVICE_ERROR = "ServiceError"
+ORPHANED = "Orphaned"
+
+# turnout's reasons for what the CRD schema would have rejected (Contour never sees such objects).
+FIELD_NOT_VALID = "FieldNotValid"
+FIELD_NOT_SUPPORTED = "FieldNotSupported"
+IGNORED_FIELD = "IgnoredField"  # Contour's own reason for ignored fields (a warning)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One status sub-condition found while reading or compiling an object."""
+
+    type: str
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderCondition:
+    """`conditions[].header`. Field names follow the CRD; equality is Contour's struct equality."""
+
+    name: str
+    present: bool = False
+    notpresent: bool = False
+    contains: str = ""
+    notcontains: str = ""
+    exact: str = ""
+    notexact: str = ""
+    regex: str = ""
+    ignore_case: bool = False
+    treat_missing_as_empty: bool = False
+
+    def operators(self) -> list[str]:
+        """The match operators that are set; the CRD allows exactly one."""
+        ops = [
+            ("present", self.present),
+            ("notpresent", self.notpresent),
+            ("contains", self.contains),
+            ("notcontains", self.notcontains),
+            ("exact", self.exact),
+            ("notexact", self.notexact),
+            ("regex", self.regex),
+        ]
+        return [name for name, value in ops if value]
+
+
+@dataclass(frozen=True, slots=True)
+class QueryCondition:
+    """`conditions[].queryParameter`."""
+
+    name: str
+    exact: str = ""
+    prefix: str = ""
+    suffix: str = ""
+    regex: str = ""
+    contains: str = ""
+    ignore_case: bool = False
+    present: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MatchCondition:
+    """One entry of `conditions`. `field` is where it was written, for messages."""
+
+    prefix: str = ""
+    exact: str = ""
+    regex: str = ""
+    header: HeaderCondition | None = None
+    query: QueryCondition | None = None
+    field: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSpec:
+    name: str
+    port: int
+    weight: int = 0  # 0 means unset, as in Contour (uint32 with omitempty)
+    protocol: str = ""
+    mirror: bool = False
+    field: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RedirectSpec:
+    scheme: str = ""
+    hostname: str = ""
+    port: int = 0
+    status_code: int = 0
+    path: str | None = None
+    prefix: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DirectResponseSpec:
+    status_code: int
+    body: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    conditions: tuple[MatchCondition, ...]
+    services: tuple[ServiceSpec, ...]
+    redirect: RedirectSpec | None
+    direct_response: DirectResponseSpec | None
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class IncludeSpec:
+    name: str
+    namespace: str  # "" means the including proxy's namespace
+    conditions: tuple[MatchCondition, ...]
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualHostSpec:
+    # None when the field has the wrong type (already reported); "" when it is missing.
+    fqdn: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySpec:
+    virtualhost: VirtualHostSpec | None
+    routes: tuple[RouteSpec, ...] = ()
+    includes: tuple[IncludeSpec, ...] = ()
+    tcpproxy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedProxy:
+    obj: KubeObject
+    spec: ProxySpec
+    problems: tuple[Problem, ...]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.obj.namespace, self.obj.name)
+
+    @property
+    def is_root(self) -> bool:
+        return self.spec.virtualhost is not None
+
+    @property
+    def schema_valid(self) -> bool:
+        """False when the object would not have been admitted, or uses a refused field."""
+        return not any(not p.warning for p in self.problems)
+
+
+# --- field tables -------------------------------------------------------------------------------
+# Fields Contour supports that turnout ignores with a warning: without them the routes still go
+# where the user sent them, only a feature is missing.
+_IGNORED_SPEC = frozenset({"ingressClassName"})
+_IGNORED_VHOST = frozenset({"corsPolicy", "rateLimitPolicy"})
+_IGNORED_ROUTE = frozenset(
+    {
+        "enableWebsockets",
+        "permitInsecure",  # only has an effect with TLS, which is refused below
+        "authPolicy",  # only has an effect with vhost authorization, which is refused below
+        "timeoutPolicy",
+        "retryPolicy",
+        "healthCheckPolicy",
+        "loadBalancerPolicy",
+        "pathRewritePolicy",
+        "requestHeadersPolicy",
+        "responseHeadersPolicy",
+        "cookieRewritePolicies",
+        "rateLimitPolicy",
+        "internalRedirectPolicy",
+    }
+)
+_IGNORED_SERVICE = frozenset(
+    {
+        "healthPort",
+        "requestHeadersPolicy",
+        "responseHeadersPolicy",
+        "cookieRewritePolicies",
+        "slowStartPolicy",
+    }
+)
+# Fields whose absence would weaken what the user asked for: the object is refused instead.
+_REFUSED_SPEC = frozenset({"tcpproxy"})
+_REFUSED_VHOST = frozenset(
+    {"tls", "authorization", "jwtProviders", "ipAllowPolicy", "ipDenyPolicy"}
+)
+_REFUSED_ROUTE = frozenset({"jwtVerificationPolicy", "ipAllowPolicy", "ipDenyPolicy"})
+_REFUSED_SERVICE = frozenset({"validation"})
+
+_SPEC_FIELDS = frozenset({"virtualhost", "routes", "includes"})
+_VHOST_FIELDS = frozenset({"fqdn"})
+_ROUTE_FIELDS = frozenset(
+    {"conditions", "services", "requestRedirectPolicy", "directResponsePolicy"}
+)
+_SERVICE_FIELDS = frozenset({"name", "port", "weight", "protocol", "mirror"})
+_INCLUDE_FIELDS = frozenset({"name", "namespace", "conditions"})
+_CONDITION_FIELDS = frozenset({"prefix", "exact", "regex", "header", "queryParameter"})
+_HEADER_FIELDS = frozenset(
+    {
+        "name",
+        "present",
+        "notpresent",
+        "contains",
+        "notcontains",
+        "exact",
+        "notexact",
+        "regex",
+        "ignoreCase",
+        "treatMissingAsEmpty",
+    }
+)
+_QUERY_FIELDS = frozenset(
+    {"name", "exact", "prefix", "suffix", "regex", "contains", "ignoreCase", "present"}
+)
+_REDIRECT_FIELDS = frozenset({"scheme", "hostname", "port", "statusCode", "path", "prefix"})
+_DIRECT_FIELDS = frozenset({"statusCode", "body"})
+
+_REDIRECT_SCHEMES = ("http", "https")
+_REDIRECT_CODES = (301, 302, 303, 307, 308)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, Sequence):
+        return "a list"
+    return type(value).__name__
+
+
+class _Reader:
+    """Reads fields with their types checked; every problem is recorded with its field path."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def error(self, message: str, reason: str = FIELD_NOT_VALID) -> None:
+        self.problems.append(Problem(SPEC_ERROR, reason, message))
+
+    def mapping(self, value: Any, path: str) -> dict[str, Any] | None:
+        # A plain dict: objects arrive as FrozenDicts, whose inherited Mapping.get is slow, and
+        # the reader looks up many absent keys.
+        if isinstance(value, FrozenDict | dict | Mapping):  # cheap exact types first
+            return dict(value)
+        self.error(f"{path}: must be an object, got {_describe(value)}")
+        return None
+
+    def check_fields(
+        self,
+        m: Mapping[str, Any],
+        path: str,
+        known: frozenset[str],
+        ignored: frozenset[str] = frozenset(),
+        refused: frozenset[str] = frozenset(),
+    ) -> None:
+        for key in m:
+            if key in known:
+                continue
+            where = f"{path}.{key}"
+            if key in refused:
+                if m[key] is not None:
+                    self.error(f"{where} is not supported by turnout yet", FIELD_NOT_SUPPORTED)
+            elif key in ignored:
+                if m[key] is not None:
+                    self.problems.append(
+                        Problem(
+                            SPEC_ERROR,
+                            IGNORED_FIELD,
+                            f'ignoring field "{where}"; not supported by turnout yet',
+                            warning=True,
+                        )
+                    )
+            else:
+                self.error(f'{where}: unknown field "{key}"')
+
+    def string(self, m: Mapping[str, Any], key: str, path: str, required: bool = False) -> str:
+        value = m.get(key)
+        where = f"{path}.{key}"
+        if value is None:
+            if required:
+                self.error(f"{where}: required field is missing")
+            return ""
+        if not isinstance(value, str):
+            self.error(f"{where}: must be a string, got {_describe(value)}")
+            return ""
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            self.error(f"{where}: must be valid UTF-8")
+            return ""
+        if required and not value:
+            self.error(f"{where}: must not be empty")
+        return value
+
+    def boolean(self, m: Mapping[str, Any], key: str, path: str) -> bool:
+        value = m.get(key)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            self.error(f"{path}.{key}: must be a boolean, got {_describe(value)}")
+            return False
+        return value
+
+    def integer(self, m: Mapping[str, Any], key: str, path: str, required: bool = False) -> int:
+        value = m.get(key)
+        where = f"{path}.{key}"
+        if value is None:
+            if required:
+                self.error(f"{where}: required field is missing")
+            return 0
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(f"{where}: must be an integer, got {_describe(value)}")
+            return 0
+        return value
+
+    def items(self, m: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Any]]:
+        value = m.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, tuple | list) and (
+            isinstance(value, str | bytes) or not isinstance(value, Sequence)
+        ):
+            self.error(f"{path}.{key}: must be a list, got {_describe(value)}")
+            return []
+        return [(f"{path}.{key}[{i}]", item) for i, item in enumerate(value)]
+
+
+def parse_proxy(obj: KubeObject) -> ParsedProxy:
+    """Reads `obj` into a `ProxySpec`; never raises, whatever the object holds."""
+    r = _Reader()
+    if obj.api_version != API_VERSION:
+        r.error(f"apiVersion {obj.api_version} is not served; HTTPProxy is {API_VERSION}")
+    raw = obj.spec
+    if raw is None:
+        return ParsedProxy(obj, ProxySpec(virtualhost=None), tuple(r.problems))
+    spec = r.mapping(raw, "spec")
+    if spec is None:
+        return ParsedProxy(obj, ProxySpec(virtualhost=None), tuple(r.problems))
+    r.check_fields(spec, "spec", _SPEC_FIELDS, _IGNORED_SPEC, _REFUSED_SPEC)
+
+    virtualhost: VirtualHostSpec | None = None
+    if spec.get("virtualhost") is not None:
+        virtualhost = _virtualhost(r, spec["virtualhost"])
+    routes = tuple(_route(r, v, p) for p, v in r.items(spec, "routes", "spec"))
+    includes = tuple(_include(r, v, p) for p, v in r.items(spec, "includes", "spec"))
+    return ParsedProxy(
+        obj,
+        ProxySpec(
+            virtualhost=virtualhost,
+            routes=tuple(x for x in routes if x is not None),
+            includes=tuple(x for x in includes if x is not None),
+            tcpproxy=spec.get("tcpproxy") is not None,
+        ),
+        tuple(r.problems),
+    )
+
+
+def _virtualhost(r: _Reader, value: Any) -> VirtualHostSpec:
+    path = "spec.virtualhost"
+    m = r.mapping(value, path)
+    if m is None:
+        return VirtualHostSpec(fqdn=None)
+    r.check_fields(m, path, _VHOST_FIELDS, _IGNORED_VHOST, _REFUSED_VHOST)
+    fqdn = m.get("fqdn")
+    if fqdn is not None and not isinstance(fqdn, str):
+        r.error(f"{path}.fqdn: must be a string, got {_describe(fqdn)}")
+        return VirtualHostSpec(fqdn=None)
+    return VirtualHostSpec(fqdn=fqdn or "")
+
+
+def _conditions(r: _Reader, m: Mapping[str, Any], path: str) -> tuple[MatchCondition, ...]:
+    out: list[MatchCondition] = []
+    for p, v in r.items(m, "conditions", path):
+        cm = r.mapping(v, p)
+        if cm is None:
+            continue
+        r.check_fields(cm, p, _CONDITION_FIELDS)
+        header: HeaderCondition | None = None
+        if cm.get("header") is not None:
+            header = _header(r, cm["header"], f"{p}.header")
+        query: QueryCondition | None = None
+        if cm.get("queryParameter") is not None:
+            query = _query(r, cm["queryParameter"], f"{p}.queryParameter")
+        out.append(
+            MatchCondition(
+                prefix=r.string(cm, "prefix", p),
+                exact=r.string(cm, "exact", p),
+                regex=r.string(cm, "regex", p),
+                header=header,
+                query=query,
+                field=p,
+            )
+        )
+    return tuple(out)
+
+
+def _header_name(r: _Reader, m: Mapping[str, Any], path: str) -> str:
+    name = r.string(m, "name", path, required=True)
+    # Envoy's HTTP_HEADER_NAME rule (non-strict) refuses NUL, CR and LF in a header name.
+    if any(c in name for c in "\x00\r\n"):
+        r.error(f"{path}.name: must not contain NUL, CR or LF")
+        return ""
+    return name
+
+
+def _header(r: _Reader, value: Any, path: str) -> HeaderCondition | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _HEADER_FIELDS)
+    return HeaderCondition(
+        name=_header_name(r, m, path),
+        present=r.boolean(m, "present", path),
+        notpresent=r.boolean(m, "notpresent", path),
+        contains=r.string(m, "contains", path),
+        notcontains=r.string(m, "notcontains", path),
+        exact=r.string(m, "exact", path),
+        notexact=r.string(m, "notexact", path),
+        regex=r.string(m, "regex", path),
+        ignore_case=r.boolean(m, "ignoreCase", path),
+        treat_missing_as_empty=r.boolean(m, "treatMissingAsEmpty", path),
+    )
+
+
+def _query(r: _Reader, value: Any, path: str) -> QueryCondition | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _QUERY_FIELDS)
+    return QueryCondition(
+        # Envoy's QueryParameterMatcher requires a non-empty name.
+        name=_header_name(r, m, path),
+        exact=r.string(m, "exact", path),
+        prefix=r.string(m, "prefix", path),
+        suffix=r.string(m, "suffix", path),
+        regex=r.string(m, "regex", path),
+        contains=r.string(m, "contains", path),
+        ignore_case=r.boolean(m, "ignoreCase", path),
+        present=r.boolean(m, "present", path),
+    )
+
+
+def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _ROUTE_FIELDS, _IGNORED_ROUTE, _REFUSED_ROUTE)
+    # Fields are read in the CRD's order so that problems are listed as the user wrote them.
+    conditions = _conditions(r, m, path)
+    services: list[ServiceSpec] = []
+    for p, v in r.items(m, "services", path):
+        svc = _service(r, v, p)
+        if svc is not None:
+            services.append(svc)
+    redirect: RedirectSpec | None = None
+    if m.get("requestRedirectPolicy") is not None:
+        redirect = _redirect(r, m["requestRedirectPolicy"], f"{path}.requestRedirectPolicy")
+    direct: DirectResponseSpec | None = None
+    if m.get("directResponsePolicy") is not None:
+        direct = _direct(r, m["directResponsePolicy"], f"{path}.directResponsePolicy")
+    return RouteSpec(
+        conditions=conditions,
+        services=tuple(services),
+        redirect=redirect,
+        direct_response=direct,
+        field=path,
+    )
+
+
+def _service(r: _Reader, value: Any, path: str) -> ServiceSpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _SERVICE_FIELDS, _IGNORED_SERVICE, _REFUSED_SERVICE)
+    name = r.string(m, "name", path, required=True)
+    # The range (1-65535) is checked while compiling, with Contour's own message.
+    port = r.integer(m, "port", path, required=True)
+    weight = r.integer(m, "weight", path)
+    if weight < 0:
+        r.error(f"{path}.weight: must be greater than or equal to 0, got {weight}")
+        weight = 0
+    return ServiceSpec(
+        name=name,
+        port=port,
+        weight=weight,
+        protocol=r.string(m, "protocol", path),
+        mirror=r.boolean(m, "mirror", path),
+        field=path,
+    )
+
+
+def _redirect(r: _Reader, value: Any, path: str) -> RedirectSpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _REDIRECT_FIELDS)
+    scheme = r.string(m, "scheme", path)
+    if scheme and scheme not in _REDIRECT_SCHEMES:
+        r.error(f'{path}.scheme: must be one of "http", "https", got "{scheme}"')
+    port = r.integer(m, "port", path)
+    if port and not 1 <= port <= 65535:
+        r.error(f"{path}.port: must be in the range 1-65535, got {port}")
+    code = r.integer(m, "statusCode", path)
+    if code and code not in _REDIRECT_CODES:
+        r.error(f"{path}.statusCode: must be one of 301, 302, 303, 307, 308, got {code}")
+    return RedirectSpec(
+        scheme=scheme,
+        hostname=r.string(m, "hostname", path),
+        port=port,
+        status_code=code,
+        path=r.string(m, "path", path) if m.get("path") is not None else None,
+        prefix=r.string(m, "prefix", path) if m.get("prefix") is not None else None,
+    )
+
+
+def _direct(r: _Reader, value: Any, path: str) -> DirectResponseSpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _DIRECT_FIELDS)
+    before = len(r.problems)
+    code = r.integer(m, "statusCode", path, required=True)
+    if len(r.problems) == before and not 200 <= code <= 599:
+        r.error(f"{path}.statusCode: must be in the range 200-599, got {code}")
+    return DirectResponseSpec(status_code=code, body=r.string(m, "body", path))
+
+
+def _include(r: _Reader, value: Any, path: str) -> IncludeSpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _INCLUDE_FIELDS)
+    return IncludeSpec(
+        name=r.string(m, "name", path, required=True),
+        namespace=r.string(m, "namespace", path),
+        conditions=_conditions(r, m, path),
+        field=path,
+    )
