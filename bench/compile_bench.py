@@ -99,10 +99,14 @@ def main() -> None:
         ],
     )
     total = t_compile + t_translate + t_serialize
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
-          f"Python {platform.python_version()}")
-    print(f"input: {len(parsed.objects)} objects, {args.proxies} roots, {n_routes} routes, "
-          f"{len(result.graph.clusters)} clusters; median of {args.repeat}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
+        f"Python {platform.python_version()}"
+    )
+    print(
+        f"input: {len(parsed.objects)} objects, {args.proxies} roots, {n_routes} routes, "
+        f"{len(result.graph.clusters)} clusters; median of {args.repeat}"
+    )
     print(f"baseline  parse YAML         {t_parse * 1000:9.1f} ms  1.00x")
     for label, t in (
         ("compile graph", t_compile),

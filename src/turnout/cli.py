@@ -66,9 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--admin-port", type=int, default=8001, help="turnout's admin server")
     serve.add_argument("--xds-port", type=int, default=18000)
     serve.add_argument("--envoy-admin-port", type=int, default=9901)
-    serve.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
-    )
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
         "--no-envoy",
         action="store_true",
@@ -138,13 +136,17 @@ def _dump(data: Any, fmt: str) -> str:
 
 
 def _status_lines(status: ObjectStatus) -> list[str]:
-    lines = [f"{status.ref.kind} {status.ref.namespace}/{status.ref.name}: "
-             f"{status.state.value}: {status.summary}"]
+    lines = [
+        f"{status.ref.kind} {status.ref.namespace}/{status.ref.name}: "
+        f"{status.state.value}: {status.summary}"
+    ]
     for cond in status.body.get("conditions") or ():
         for label in ("errors", "warnings"):
             for sub in cond.get(label) or ():
                 kind = "error" if label == "errors" else "warning"
-                lines.append(f"  {kind} {sub.get('type')}/{sub.get('reason')}: {sub.get('message')}")
+                lines.append(
+                    f"  {kind} {sub.get('type')}/{sub.get('reason')}: {sub.get('message')}"
+                )
     return lines
 
 
@@ -153,8 +155,11 @@ def _check(args: argparse.Namespace) -> int:
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
-    unreadable = [p for p in result.problems if p.object is None and p.reason.startswith(
-        ("cannot parse", "cannot read"))]
+    unreadable = [
+        p
+        for p in result.problems
+        if p.object is None and p.reason.startswith(("cannot parse", "cannot read"))
+    ]
     if args.output == "text":
         for status in result.statuses:
             print("\n".join(_status_lines(status)))
@@ -213,8 +218,9 @@ def decision_json(decision: Decision) -> dict[str, Any]:
         "action": _action_text(decision),
         "status": decision.status,
         "clusters": [{"name": n, "weight": w} for n, w in decision.clusters],
-        "passedOver": [{"route": str(m.route.source), "reason": m.reason}
-                       for m in decision.passed_over],
+        "passedOver": [
+            {"route": str(m.route.source), "reason": m.reason} for m in decision.passed_over
+        ],
     }
 
 
@@ -294,10 +300,8 @@ def _serve(args: argparse.Namespace) -> int:
         root_namespaces=args.root_namespaces,
         node_id=args.node_id,
     )
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_run(config))
-    except KeyboardInterrupt:
-        pass
     return EXIT_OK
 
 
@@ -319,8 +323,12 @@ async def _run(config: ServeConfig) -> None:
         await admin.start(config.address, config.admin_port)
         log.info(
             "turnout serving: HTTP on %s:%d, admin on %s:%d, xDS on %s:%d%s",
-            config.address, config.http_port, config.address, config.admin_port,
-            config.address, controller.xds_port,
+            config.address,
+            config.http_port,
+            config.address,
+            config.admin_port,
+            config.address,
+            controller.xds_port,
             "" if config.run_envoy else " (no Envoy child: connect your own)",
         )
         await stop.wait()

@@ -8,6 +8,7 @@ is the latest result and what Envoy acknowledged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import tempfile
 import time
@@ -69,8 +70,12 @@ class Controller:
         self.metrics.compiles.inc()
         self.applied = Applied(result, version, time.time())
         self._publish(result)
-        log.debug("compiled %d objects in %.1f ms (version %s)", len(snapshot.objects),
-                  elapsed * 1000, version)
+        log.debug(
+            "compiled %d objects in %.1f ms (version %s)",
+            len(snapshot.objects),
+            elapsed * 1000,
+            version,
+        )
         return self.applied
 
     def _publish(self, result: CompileResult) -> None:
@@ -162,14 +167,22 @@ class Controller:
             if (address, port) in started:
                 continue
             try:
-                self._demo.append(await start_echo(address, port, name=service,
-                                                   namespace=namespace))
+                self._demo.append(
+                    await start_echo(address, port, name=service, namespace=namespace)
+                )
                 started.add((address, port))
-                log.info("demo echo backend %s/%s listening on %s:%d", namespace, service,
-                         address, port)
+                log.info(
+                    "demo echo backend %s/%s listening on %s:%d", namespace, service, address, port
+                )
             except OSError as err:
-                log.warning("cannot start demo echo backend %s/%s on %s:%d: %s", namespace,
-                            service, address, port, err)
+                log.warning(
+                    "cannot start demo echo backend %s/%s on %s:%d: %s",
+                    namespace,
+                    service,
+                    address,
+                    port,
+                    err,
+                )
 
     def _work_dir(self) -> Path:
         if self.config.work_dir is not None:
@@ -184,10 +197,8 @@ class Controller:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            except (asyncio.CancelledError, Exception):
-                pass
         self._tasks.clear()
         if self.envoy is not None:
             await self.envoy.stop()
@@ -200,4 +211,3 @@ class Controller:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
-

@@ -1,7 +1,7 @@
 """Kubernetes-shaped objects as the sources deliver them.
 
-Every source (files, Kubernetes) hands the store `KubeObject` records. A record is immutable: the raw
-mapping is deep-frozen so that no dialect can change what another dialect sees.
+Every source (files, Kubernetes) hands the store `KubeObject` records. A record is immutable:
+the raw mapping is deep-frozen so that no dialect can change what another dialect sees.
 """
 
 from __future__ import annotations

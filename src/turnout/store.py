@@ -39,9 +39,7 @@ class Snapshot:
     )
 
     @staticmethod
-    def of(
-        objects: Iterable[KubeObject], problems: Iterable[SourceProblem] = ()
-    ) -> Snapshot:
+    def of(objects: Iterable[KubeObject], problems: Iterable[SourceProblem] = ()) -> Snapshot:
         by_kind: dict[tuple[str, str], dict[tuple[str, str], KubeObject]] = {}
         dupes: list[SourceProblem] = []
         kept: list[KubeObject] = []

@@ -29,10 +29,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def service_yaml(namespace: str, name: str, port: int, backend_port: int | None,
-                 created: str | None = None) -> str:
+def service_yaml(
+    namespace: str, name: str, port: int, backend_port: int | None, created: str | None = None
+) -> str:
     """A Service and (when backend_port is given) an EndpointSlice pointing at 127.0.0.1."""
-    meta_ts = f"\n  creationTimestamp: \"{created}\"" if created else ""
+    meta_ts = f'\n  creationTimestamp: "{created}"' if created else ""
     doc = f"""\
         apiVersion: v1
         kind: Service
@@ -104,8 +105,7 @@ class Harness:
         self.write(files)
         applied = await self.controller.reload()
         assert await self.controller.xds.wait_acked(applied.version, timeout), (
-            f"Envoy did not acknowledge version {applied.version}: "
-            f"{self.controller.readiness()[1]}"
+            f"Envoy did not acknowledge version {applied.version}: {self.controller.readiness()[1]}"
         )
         return applied.version
 
@@ -120,8 +120,13 @@ class Harness:
                 return s.body
         raise AssertionError(f"no status for {kind} {namespace}/{name}")
 
-    async def get(self, host: str, path: str = "/", headers: Mapping[str, str] | None = None,
-                  method: str = "GET") -> httpx.Response:
+    async def get(
+        self,
+        host: str,
+        path: str = "/",
+        headers: Mapping[str, str] | None = None,
+        method: str = "GET",
+    ) -> httpx.Response:
         async with httpx.AsyncClient(base_url=self.base_url, timeout=5.0) as client:
             # A listener Envoy just received may still be binding: retry only connect errors.
             for attempt in range(50):
@@ -135,8 +140,9 @@ class Harness:
                     await asyncio.sleep(0.1)
         raise AssertionError("unreachable")
 
-    async def served_by(self, host: str, path: str = "/",
-                        headers: Mapping[str, str] | None = None) -> str:
+    async def served_by(
+        self, host: str, path: str = "/", headers: Mapping[str, str] | None = None
+    ) -> str:
         """The namespace/name of the echo backend that answered, or the status code."""
         r = await self.get(host, path, headers)
         if r.status_code != 200:
@@ -150,8 +156,9 @@ class Harness:
             for _ in range(n):
                 r = await client.get(path, headers={"Host": host})
                 body = r.json() if r.status_code == 200 else {}
-                counts[f"{body.get('namespace')}/{body.get('service')}"
-                       if body else str(r.status_code)] += 1
+                counts[
+                    f"{body.get('namespace')}/{body.get('service')}" if body else str(r.status_code)
+                ] += 1
         return counts
 
     async def eventually(self, probe: Any, expected: Any, timeout: float = 10.0) -> Any:

@@ -13,8 +13,13 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 HOST = "e2e.example.com"
 
 
-def root(name: str = "root", ns: str = "default", fqdn: str = HOST, body: str = "",
-         created: str | None = None) -> str:
+def root(
+    name: str = "root",
+    ns: str = "default",
+    fqdn: str = HOST,
+    body: str = "",
+    created: str | None = None,
+) -> str:
     ts = f'\n  creationTimestamp: "{created}"' if created else ""
     return f"""\
 apiVersion: projectcontour.io/v1
@@ -29,16 +34,20 @@ spec:
 
 
 async def test_prefix_conditions_are_string_prefixes(harness: Harness) -> None:
-    await harness.apply({
-        "svc.yaml": await harness.services(("default", "app"), ("default", "foo")),
-        "proxy.yaml": root(body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "app"), ("default", "foo")),
+            "proxy.yaml": root(
+                body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: app, port: 80}]
     - conditions: [{prefix: /foo}]
       services: [{name: foo, port: 80}]
-"""),
-    })
+"""
+            ),
+        }
+    )
     assert await harness.served_by(HOST, "/") == "default/app"
     assert await harness.served_by(HOST, "/foo") == "default/foo"
     # Contour's prefix is a string prefix, not a path segment.
@@ -52,10 +61,13 @@ async def test_prefix_conditions_are_string_prefixes(harness: Harness) -> None:
 
 
 async def test_header_conditions(harness: Harness) -> None:
-    await harness.apply({
-        "svc.yaml": await harness.services(("default", "a"), ("default", "b"),
-                                           ("default", "c"), ("default", "app")),
-        "proxy.yaml": root(body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(
+                ("default", "a"), ("default", "b"), ("default", "c"), ("default", "app")
+            ),
+            "proxy.yaml": root(
+                body="""\
   routes:
     - conditions: [{prefix: /}, {header: {name: x-tenant, exact: a}}]
       services: [{name: a, port: 80}]
@@ -65,8 +77,10 @@ async def test_header_conditions(harness: Harness) -> None:
       services: [{name: c, port: 80}]
     - conditions: [{prefix: /}]
       services: [{name: app, port: 80}]
-"""),
-    })
+"""
+            ),
+        }
+    )
     assert await harness.served_by(HOST, "/", {"x-tenant": "a"}) == "default/a"
     assert await harness.served_by(HOST, "/", {"x-tenant": "b"}) == "default/app"
     ua = "Mozilla/5.0 (Macintosh) AppleWebKit/537.36 Chrome/74.0.3729.169 Safari/537.36"
@@ -77,25 +91,32 @@ async def test_header_conditions(harness: Harness) -> None:
 
 async def test_header_only_route_matches_every_path(harness: Harness) -> None:
     # Seed 001 "Path Match with Headers (no path)": a wildcard path is implied.
-    await harness.apply({
-        "svc.yaml": await harness.services(("default", "a"), ("default", "b")),
-        "proxy.yaml": root(body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "a"), ("default", "b")),
+            "proxy.yaml": root(
+                body="""\
   routes:
     - conditions: [{header: {name: x-header, exact: a}}]
       services: [{name: a, port: 80}]
     - conditions: [{header: {name: x-header, exact: b}}]
       services: [{name: b, port: 80}]
-"""),
-    })
+"""
+            ),
+        }
+    )
     assert await harness.served_by(HOST, "/any/path", {"x-header": "a"}) == "default/a"
     assert await harness.served_by(HOST, "/else", {"x-header": "b"}) == "default/b"
     assert await harness.served_by(HOST, "/else") == "404"
 
 
 async def test_include_across_namespaces(harness: Harness) -> None:
-    await harness.apply({
-        "svc.yaml": await harness.services(("infra", "web"), ("marketing", "blog")),
-        "root.yaml": root(ns="infra", body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("infra", "web"), ("marketing", "blog")),
+            "root.yaml": root(
+                ns="infra",
+                body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: web, port: 80}]
@@ -103,8 +124,9 @@ async def test_include_across_namespaces(harness: Harness) -> None:
     - name: blog
       namespace: marketing
       conditions: [{prefix: /blog}]
-"""),
-        "blog.yaml": """\
+""",
+            ),
+            "blog.yaml": """\
 apiVersion: projectcontour.io/v1
 kind: HTTPProxy
 metadata: {name: blog, namespace: marketing}
@@ -113,7 +135,8 @@ spec:
     - conditions: [{prefix: /}]
       services: [{name: blog, port: 80}]
 """,
-    })
+        }
+    )
     assert await harness.served_by(HOST, "/blog/post-1") == "marketing/blog"
     assert await harness.served_by(HOST, "/about") == "infra/web"
     r = await harness.get(HOST, "/blog/post-1")
@@ -122,9 +145,11 @@ spec:
 
 
 async def test_nested_includes_concatenate_paths_and_and_headers(harness: Harness) -> None:
-    await harness.apply({
-        "svc.yaml": await harness.services(("team-a", "api"), ("default", "app")),
-        "root.yaml": root(body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("team-a", "api"), ("default", "app")),
+            "root.yaml": root(
+                body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: app, port: 80}]
@@ -132,8 +157,9 @@ async def test_nested_includes_concatenate_paths_and_and_headers(harness: Harnes
     - name: mid
       namespace: team-a
       conditions: [{prefix: /api}, {header: {name: x-beta, exact: "true"}}]
-"""),
-        "mid.yaml": """\
+"""
+            ),
+            "mid.yaml": """\
 apiVersion: projectcontour.io/v1
 kind: HTTPProxy
 metadata: {name: mid, namespace: team-a}
@@ -150,7 +176,8 @@ spec:
     - conditions: [{prefix: /users}]
       services: [{name: api, port: 80}]
 """,
-    })
+        }
+    )
     beta = {"x-beta": "true"}
     assert await harness.served_by(HOST, "/api/v2/users/7", beta) == "team-a/api"
     # Without the header from the root's include condition, the leaf route does not match.
@@ -159,16 +186,20 @@ spec:
 
 
 async def test_weighted_split_within_tolerance(harness: Harness) -> None:
-    await harness.apply({
-        "svc.yaml": await harness.services(("default", "stable"), ("default", "canary")),
-        "proxy.yaml": root(body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "stable"), ("default", "canary")),
+            "proxy.yaml": root(
+                body="""\
   routes:
     - conditions: [{prefix: /}]
       services:
         - {name: stable, port: 80, weight: 80}
         - {name: canary, port: 80, weight: 20}
-"""),
-    })
+"""
+            ),
+        }
+    )
     n = 400
     counts = await harness.distribution(HOST, "/", n)
     assert set(counts) == {"default/stable", "default/canary"}
@@ -178,30 +209,37 @@ async def test_weighted_split_within_tolerance(harness: Harness) -> None:
 
 
 async def test_even_split_when_no_weights(harness: Harness) -> None:
-    await harness.apply({
-        "svc.yaml": await harness.services(("default", "a"), ("default", "b")),
-        "proxy.yaml": root(body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "a"), ("default", "b")),
+            "proxy.yaml": root(
+                body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: a, port: 80}, {name: b, port: 80}]
-"""),
-    })
+"""
+            ),
+        }
+    )
     counts = await harness.distribution(HOST, "/", 200)
     assert 0.35 <= counts["default/a"] / 200 <= 0.65, counts
 
 
 async def test_orphan_and_cycle_statuses(harness: Harness) -> None:
-    await harness.apply({
-        "svc.yaml": await harness.services(("default", "app"), ("default", "lost")),
-        "root.yaml": root(body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "app"), ("default", "lost")),
+            "root.yaml": root(
+                body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: app, port: 80}]
   includes:
     - name: loop-a
       conditions: [{prefix: /loop}]
-"""),
-        "others.yaml": """\
+"""
+            ),
+            "others.yaml": """\
 apiVersion: projectcontour.io/v1
 kind: HTTPProxy
 metadata: {name: orphan}
@@ -222,7 +260,8 @@ metadata: {name: loop-b}
 spec:
   includes: [{name: loop-a}]
 """,
-    })
+        }
+    )
     orphan = harness.status_of("HTTPProxy", "default", "orphan")
     assert orphan["currentStatus"] == "orphaned"
     assert orphan["description"] == (
@@ -237,14 +276,18 @@ spec:
         for e in c.get("errors", [])
     ]
     # As in Contour, the path starts at the root and the revisited proxy carries the error.
-    assert "include creates an include cycle: default/root -> default/loop-a -> " \
-        "default/loop-b -> default/loop-a" in messages, messages
+    assert (
+        "include creates an include cycle: default/root -> default/loop-a -> "
+        "default/loop-b -> default/loop-a" in messages
+    ), messages
 
 
 async def test_missing_include_answers_502_and_missing_service_503(harness: Harness) -> None:
-    await harness.apply({
-        "svc.yaml": await harness.services(("default", "app")),
-        "root.yaml": root(body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "app")),
+            "root.yaml": root(
+                body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: app, port: 80}]
@@ -254,8 +297,10 @@ async def test_missing_include_answers_502_and_missing_service_503(harness: Harn
     - name: nowhere
       namespace: elsewhere
       conditions: [{prefix: /team}]
-"""),
-    })
+"""
+            ),
+        }
+    )
     assert (await harness.get(HOST, "/team/x")).status_code == 502
     assert (await harness.get(HOST, "/gone")).status_code == 503
     assert await harness.served_by(HOST, "/") == "default/app"
@@ -266,25 +311,31 @@ async def test_missing_include_answers_502_and_missing_service_503(harness: Harn
 
 
 async def test_service_that_appears_later(harness: Harness) -> None:
-    proxy = root(body="""\
+    proxy = root(
+        body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: late, port: 80}]
-""")
+"""
+    )
     await harness.apply({"proxy.yaml": proxy})
     assert (await harness.get(HOST, "/")).status_code == 503
-    await harness.apply({"proxy.yaml": proxy, "svc.yaml": await harness.services(("default", "late"))})
+    await harness.apply(
+        {"proxy.yaml": proxy, "svc.yaml": await harness.services(("default", "late"))}
+    )
     assert await harness.served_by(HOST, "/") == "default/late"
     assert harness.status_of("HTTPProxy", "default", "root")["currentStatus"] == "valid"
 
 
 async def test_reload_on_file_change(harness: Harness) -> None:
     services = await harness.services(("default", "one"), ("default", "two"))
-    proxy = root(body="""\
+    proxy = root(
+        body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: one, port: 80}]
-""")
+"""
+    )
     await harness.apply({"svc.yaml": services, "proxy.yaml": proxy})
     assert await harness.served_by(HOST, "/") == "default/one"
     # No explicit reload: the file watcher must notice the change.
@@ -295,11 +346,13 @@ async def test_reload_on_file_change(harness: Harness) -> None:
 
 async def test_file_that_stops_parsing_keeps_old_routes(harness: Harness) -> None:
     services = await harness.services(("default", "one"))
-    proxy = root(body="""\
+    proxy = root(
+        body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: one, port: 80}]
-""")
+"""
+    )
     await harness.apply({"svc.yaml": services, "proxy.yaml": proxy})
     (harness.config_dir / "proxy.yaml").write_text("spec: [unclosed\n  - {")
 
@@ -315,36 +368,54 @@ async def test_file_that_stops_parsing_keeps_old_routes(harness: Harness) -> Non
 
 
 async def test_fqdn_owned_by_the_older_proxy(harness: Harness) -> None:
-    await harness.apply({
-        "svc.yaml": await harness.services(("team-a", "a"), ("team-b", "b")),
-        "a.yaml": root(name="first", ns="team-a", created="2024-01-01T00:00:00Z", body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("team-a", "a"), ("team-b", "b")),
+            "a.yaml": root(
+                name="first",
+                ns="team-a",
+                created="2024-01-01T00:00:00Z",
+                body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: a, port: 80}]
-"""),
-        "b.yaml": root(name="second", ns="team-b", created="2025-01-01T00:00:00Z", body="""\
+""",
+            ),
+            "b.yaml": root(
+                name="second",
+                ns="team-b",
+                created="2025-01-01T00:00:00Z",
+                body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: b, port: 80}]
-"""),
-    })
+""",
+            ),
+        }
+    )
     assert await harness.served_by(HOST, "/") == "team-a/a"
     loser = harness.status_of("HTTPProxy", "team-b", "second")
     assert loser["currentStatus"] == "invalid"
     errors = [e for c in loser["conditions"] for e in c.get("errors", [])]
-    assert any(e["reason"] == "DuplicateVhost" and "team-a/first" in e["message"]
-               for e in errors), errors
+    assert any(
+        e["reason"] == "DuplicateVhost" and "team-a/first" in e["message"] for e in errors
+    ), errors
 
 
 async def test_wildcard_fqdn_matches_one_label(harness: Harness) -> None:
-    await harness.apply({
-        "svc.yaml": await harness.services(("default", "wild")),
-        "proxy.yaml": root(fqdn="'*.wild.example.com'", body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "wild")),
+            "proxy.yaml": root(
+                fqdn="'*.wild.example.com'",
+                body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: wild, port: 80}]
-"""),
-    })
+""",
+            ),
+        }
+    )
     assert await harness.served_by("a.wild.example.com", "/") == "default/wild"
     assert await harness.served_by("a.wild.example.com:8080", "/") == "default/wild"
     assert await harness.served_by("a.b.wild.example.com", "/") == "404"
@@ -352,14 +423,17 @@ async def test_wildcard_fqdn_matches_one_label(harness: Harness) -> None:
 
 
 async def test_invalid_object_does_not_disturb_others(harness: Harness) -> None:
-    await harness.apply({
-        "svc.yaml": await harness.services(("default", "app")),
-        "good.yaml": root(body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "app")),
+            "good.yaml": root(
+                body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: app, port: 80}]
-"""),
-        "bad.yaml": """\
+"""
+            ),
+            "bad.yaml": """\
 apiVersion: projectcontour.io/v1
 kind: HTTPProxy
 metadata: {name: bad}
@@ -379,7 +453,8 @@ spec:
 kind: HTTPProxy
 metadata: {name: no-api-version}
 """,
-    })
+        }
+    )
     assert await harness.served_by(HOST, "/") == "default/app"
     assert harness.status_of("HTTPProxy", "default", "bad")["currentStatus"] == "invalid"
     assert harness.status_of("HTTPProxy", "default", "badregex")["currentStatus"] == "invalid"
@@ -392,14 +467,18 @@ async def test_admin_endpoints(harness: Harness) -> None:
     from tests.e2e.harness import free_port
     from turnout.admin.server import AdminServer
 
-    await harness.apply({
-        "svc.yaml": await harness.services(("default", "app")),
-        "proxy.yaml": root(body="""\
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "app")),
+            "proxy.yaml": root(
+                body="""\
   routes:
     - conditions: [{prefix: /}]
       services: [{name: app, port: 80}]
-"""),
-    })
+"""
+            ),
+        }
+    )
     import httpx
 
     admin = AdminServer(harness.controller)

@@ -46,13 +46,30 @@ def test_quickstart_serves_through_envoy(tmp_path: Path) -> None:
 
     http_port, admin_port = free_port(), free_port()
     cmd = [
-        sys.executable, "-m", "turnout", "serve", str(example),
-        "--http-port", str(http_port), "--https-port", str(free_port()),
-        "--admin-port", str(admin_port), "--xds-port", str(free_port()),
-        "--envoy-admin-port", str(free_port()), "--log-level", "warning",
+        sys.executable,
+        "-m",
+        "turnout",
+        "serve",
+        str(example),
+        "--http-port",
+        str(http_port),
+        "--https-port",
+        str(free_port()),
+        "--admin-port",
+        str(admin_port),
+        "--xds-port",
+        str(free_port()),
+        "--envoy-admin-port",
+        str(free_port()),
+        "--log-level",
+        "warning",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         _wait_ready(f"http://127.0.0.1:{admin_port}", proc)
         base = f"http://127.0.0.1:{http_port}"

@@ -87,8 +87,9 @@ def test_explain_names_the_route_and_what_was_passed_over(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "a.yaml").write_text(VALID)
-    code = main(["explain", str(tmp_path), "--host", "cli.example.com", "--path", "/api/x",
-                 "-H", "x-v: 3"])
+    code = main(
+        ["explain", str(tmp_path), "--host", "cli.example.com", "--path", "/api/x", "-H", "x-v: 3"]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "header 'x-v' is not exact '2'" in out
@@ -98,8 +99,23 @@ def test_explain_names_the_route_and_what_was_passed_over(
 
 def test_explain_json_and_no_match(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a.yaml").write_text(VALID)
-    assert main(["explain", str(tmp_path), "--host", "cli.example.com", "--path", "/api",
-                 "-H", "X-V: 2", "-o", "json"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                str(tmp_path),
+                "--host",
+                "cli.example.com",
+                "--path",
+                "/api",
+                "-H",
+                "X-V: 2",
+                "-o",
+                "json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["route"] == "HTTPProxy default/root spec.routes[1]"
     assert doc["clusters"][0]["name"].startswith("default/app/80/")

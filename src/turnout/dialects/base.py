@@ -30,7 +30,7 @@ class CompileOptions:
     address: str = "127.0.0.1"
     http_port: int = 8080
     https_port: int = 8443
-    # Namespaces where root objects (HTTPProxy/IngressRoute with a virtualhost) may live; empty: all.
+    # Namespaces where roots (HTTPProxy/IngressRoute with a virtualhost) may live; empty: all.
     root_namespaces: tuple[str, ...] = ()
 
 

@@ -15,7 +15,9 @@ from turnout.objects import ObjectRef
 class PathMatchKind(enum.Enum):
     EXACT = "exact"
     PREFIX = "prefix"  # a string prefix: /foo matches /foobar
-    SEGMENT_PREFIX = "segment_prefix"  # a path-segment prefix: /foo matches /foo and /foo/x, not /foobar
+    SEGMENT_PREFIX = (
+        "segment_prefix"  # a path-segment prefix: /foo matches /foo and /foo/x, not /foobar
+    )
     REGEX = "regex"  # RE2, must match the whole path (without the query string)
 
 

@@ -48,7 +48,7 @@ def parse_text(text: str, source: str) -> ParseResult:
                     continue
                 docs.append((loader.construct_document(node), node.start_mark.line + 1))
         finally:
-            loader.dispose()  # type: ignore[no-untyped-call]
+            loader.dispose()
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -94,7 +94,9 @@ def _collect(
         return
     metadata = doc.get("metadata")
     if not isinstance(metadata, Mapping):
-        problems.append(SourceProblem(source, line, f"{kind}: metadata is missing or not a mapping"))
+        problems.append(
+            SourceProblem(source, line, f"{kind}: metadata is missing or not a mapping")
+        )
         return
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
