@@ -155,11 +155,7 @@ def _check(args: argparse.Namespace) -> int:
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
-    unreadable = [
-        p
-        for p in result.problems
-        if p.object is None and p.reason.startswith(("cannot parse", "cannot read"))
-    ]
+    unreadable = [p for p in result.problems if p.severity == "unreadable"]
     if args.output == "text":
         for status in result.statuses:
             print("\n".join(_status_lines(status)))
@@ -168,15 +164,14 @@ def _check(args: argparse.Namespace) -> int:
     else:
         doc = {
             "objects": [thaw(s.to_json()) for s in result.statuses],
-            "problems": [
-                {"source": p.source, "line": p.line, "object": p.object, "reason": p.reason}
-                for p in result.problems
-            ],
+            "problems": [p.to_json() for p in result.problems],
         }
         print(_dump(doc, args.output), end="" if args.output == "yaml" else "\n")
     if unreadable:
         return EXIT_UNREADABLE
-    if result.problems or any(not s.state.ok for s in result.statuses):
+    if any(p.severity == "error" for p in result.problems) or any(
+        not s.state.ok for s in result.statuses
+    ):
         return EXIT_INVALID
     return EXIT_OK
 

@@ -55,6 +55,7 @@ class Controller:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._demo: list[object] = []
         self._last_states: dict[ObjectRef, tuple[State, str]] = {}
+        self.applied_problems: tuple[SourceProblem, ...] = ()
 
     # -- compile -------------------------------------------------------------------------------
 
@@ -97,8 +98,12 @@ class Controller:
         for ref in self._last_states.keys() - seen.keys():
             log.info("%s: removed", ref)
         self._last_states = seen
+        # Parse problems are logged by the files source as they happen; the rest once per change.
+        previous = set(self.applied_problems)
         for problem in result.problems:
-            log.debug("input problem: %s", problem)
+            if problem not in previous and problem.severity != "unreadable":
+                log.warning("input problem: %s", problem)
+        self.applied_problems = result.problems
 
     def statuses(self) -> tuple[ObjectStatus, ...]:
         return self.applied.result.statuses if self.applied else ()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from turnout.graph.services import service_endpoints, service_ports
+from turnout.graph.services import index_endpoint_slices, service_endpoints, service_ports
 from turnout.store import Snapshot
 
 log = logging.getLogger(__name__)
@@ -106,12 +106,13 @@ def demo_backends(snapshot: Snapshot) -> list[tuple[str, str, str, int]]:
     """
     found: list[tuple[str, str, str, int]] = []
     owner: dict[tuple[str, int], tuple[str, str]] = {}
+    slices = index_endpoint_slices(snapshot)
     for service in snapshot.kind("", "Service"):
         if str(service.annotations.get(DEMO_ANNOTATION, "")).lower() != "true":
             continue
         me = (service.namespace, service.name)
         for sp in service_ports(service):
-            for endpoint in service_endpoints(snapshot, service, sp):
+            for endpoint in service_endpoints(snapshot, service, sp, slices):
                 if not _is_loopback(endpoint.address):
                     continue
                 where = (endpoint.address, endpoint.port)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from turnout.objects import KubeObject, ObjectRef
 
@@ -22,10 +23,24 @@ class SourceProblem:
     line: int | None
     reason: str
     object: str | None = None  # "Kind ns/name" when the problem is about one object
+    # "unreadable": a whole file could not be read or parsed (its last good objects stay);
+    # "error": an object is rejected; "warning": e.g. a kind turnout does not read, ignored.
+    severity: str = "error"
 
     def __str__(self) -> str:
         where = self.source if self.line is None else f"{self.source}:{self.line}"
-        return f"{where}: {self.object + ': ' if self.object else ''}{self.reason}"
+        what = f"{self.object}: " if self.object else ""
+        level = "warning" if self.severity == "warning" else "error"
+        return f"{where}: {level}: {what}{self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "line": self.line,
+            "severity": self.severity,
+            "object": self.object,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def test_check_unparseable_exits_two(tmp_path: Path, capsys: pytest.CaptureFixtu
     (tmp_path / "broken.yaml").write_text("kind: [\n")
     assert main(["check", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "broken.yaml:2: cannot parse YAML" in err
+    assert "broken.yaml:2: error: cannot parse YAML" in err
 
 
 def test_check_missing_path_exits_two(tmp_path: Path) -> None:
@@ -129,3 +129,30 @@ def test_bootstrap_writes_ads_config(tmp_path: Path) -> None:
     assert doc["node"]["id"] == "edge-1"
     assert doc["dynamic_resources"]["ads_config"]["api_type"] == "GRPC"
     assert "18123" in json.dumps(doc)
+
+
+def test_check_reports_unknown_kinds_and_versions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.yaml").write_text(VALID)
+    (tmp_path / "b.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n"
+    )
+    # A Deployment is not ours to read: a warning, and check still passes.
+    assert main(["check", str(tmp_path)]) == 0
+    assert (
+        "warning: Deployment default/web: kind Deployment of apiVersion 'apps/v1' is not "
+        "read by turnout; ignored" in capsys.readouterr().err
+    )
+    (tmp_path / "c.yaml").write_text(
+        "apiVersion: projectcontour.io/v1alpha9\nkind: HTTPProxy\nmetadata: {name: future}\n"
+        "spec: {virtualhost: {fqdn: cli.example.com}}\n"
+    )
+    # An HTTPProxy at a version turnout does not read is an error, and is not compiled.
+    assert main(["check", str(tmp_path), "-o", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    names = {o["metadata"]["name"] for o in doc["objects"]}
+    assert names == {"root"}
+    problem = next(p for p in doc["problems"] if p["object"] == "HTTPProxy default/future")
+    assert problem["severity"] == "error"
+    assert "turnout reads projectcontour.io/v1" in problem["reason"]

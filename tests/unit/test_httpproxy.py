@@ -317,6 +317,7 @@ class _OlderIngress:
     """A stand-in for another dialect whose root is older and claims the same hostname."""
 
     name = "fake"
+    kinds: frozenset[tuple[str, str]] = frozenset()
 
     def __init__(self) -> None:
         self.ingress = obj(

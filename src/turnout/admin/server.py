@@ -29,10 +29,7 @@ def status_json(statuses: tuple[ObjectStatus, ...], problems: tuple[SourceProble
     return json.dumps(
         {
             "objects": [s.to_json() for s in statuses],
-            "problems": [
-                {"source": p.source, "line": p.line, "object": p.object, "reason": p.reason}
-                for p in problems
-            ],
+            "problems": [p.to_json() for p in problems],
         },
         indent=2,
         sort_keys=False,

@@ -70,6 +70,8 @@ class DialectOutput:
 
 class Dialect(Protocol):
     name: str
+    # The (apiVersion, kind) pairs this dialect reads; anything else in its groups is reported.
+    kinds: frozenset[tuple[str, str]]
 
     def claims(self, snapshot: Snapshot, options: CompileOptions) -> Iterable[HostClaim]: ...
 

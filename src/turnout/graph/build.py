@@ -25,6 +25,7 @@ from turnout.graph.model import (
     VirtualHost,
 )
 from turnout.graph.services import BackendResolver
+from turnout.objects import group_of
 from turnout.status.model import ObjectStatus
 from turnout.store import Snapshot, SourceProblem
 
@@ -42,6 +43,59 @@ def default_dialects() -> tuple[Dialect, ...]:
     return (HTTPProxyDialect(),)
 
 
+# Core kinds that every dialect may consume (design.md, "Sources").
+CORE_KINDS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("v1", "Service"),
+        ("v1", "Endpoints"),
+        ("v1", "Secret"),
+        ("v1", "Namespace"),
+        ("discovery.k8s.io/v1", "EndpointSlice"),
+    }
+)
+
+
+def check_kinds(
+    snapshot: Snapshot, known: frozenset[tuple[str, str]]
+) -> tuple[Snapshot, tuple[SourceProblem, ...]]:
+    """Reports objects turnout does not read, and drops those whose kind turnout reads at another
+    apiVersion (e.g. `projectcontour.io/v2 HTTPProxy`) so no dialect misreads them."""
+    by_group_kind: dict[tuple[str, str], list[str]] = {}
+    for api_version, kind in known:
+        by_group_kind.setdefault((group_of(api_version), kind), []).append(api_version)
+    problems: list[SourceProblem] = []
+    dropped: set[int] = set()
+    for obj in snapshot.objects:
+        if (obj.api_version, obj.kind) in known:
+            continue
+        served = by_group_kind.get((obj.group, obj.kind))
+        where = (obj.origin.source, obj.origin.line, f"{obj.kind} {obj.namespace}/{obj.name}")
+        if served is not None:
+            dropped.add(id(obj))
+            problems.append(
+                SourceProblem(
+                    *where[:2],
+                    f"apiVersion {obj.api_version!r} is not supported for kind {obj.kind}; "
+                    f"turnout reads {', '.join(sorted(served))}",
+                    where[2],
+                )
+            )
+        else:
+            problems.append(
+                SourceProblem(
+                    *where[:2],
+                    f"kind {obj.kind} of apiVersion {obj.api_version!r} is not read by turnout; "
+                    "ignored",
+                    where[2],
+                    severity="warning",
+                )
+            )
+    if dropped:
+        kept = [o for o in snapshot.objects if id(o) not in dropped]
+        snapshot = Snapshot.of(kept, snapshot.problems)
+    return snapshot, tuple(problems)
+
+
 def compile_snapshot(
     snapshot: Snapshot,
     options: CompileOptions | None = None,
@@ -49,6 +103,8 @@ def compile_snapshot(
 ) -> CompileResult:
     options = options or CompileOptions()
     dialects = default_dialects() if dialects is None else dialects
+    known = CORE_KINDS.union(*(d.kinds for d in dialects))
+    snapshot, kind_problems = check_kinds(snapshot, known)
     claims: list[HostClaim] = []
     for dialect in dialects:
         claims.extend(dialect.claims(snapshot, options))
@@ -101,5 +157,5 @@ def compile_snapshot(
     return CompileResult(
         graph=RoutingGraph(listeners=tuple(listeners), clusters=clusters),
         statuses=tuple(statuses),
-        problems=snapshot.problems,
+        problems=(*snapshot.problems, *kind_problems),
     )

@@ -86,16 +86,27 @@ def _ready(endpoint: Mapping[str, Any]) -> bool:
     return conditions.get("ready") is not False
 
 
+def index_endpoint_slices(snapshot: Snapshot) -> dict[tuple[str, str], list[KubeObject]]:
+    """EndpointSlices by (namespace, service name), built once per compile."""
+    index: dict[tuple[str, str], list[KubeObject]] = {}
+    for eps in snapshot.kind("discovery.k8s.io", "EndpointSlice"):
+        service = eps.labels.get(SERVICE_NAME_LABEL)
+        if isinstance(service, str) and service:
+            index.setdefault((eps.namespace, service), []).append(eps)
+    return index
+
+
 def service_endpoints(
-    snapshot: Snapshot, service: KubeObject, sp: ServicePort
+    snapshot: Snapshot,
+    service: KubeObject,
+    sp: ServicePort,
+    slices_index: Mapping[tuple[str, str], list[KubeObject]] | None = None,
 ) -> tuple[Endpoint, ...]:
     """Ready endpoints of a Service port, from EndpointSlices, else from Endpoints."""
+    if slices_index is None:
+        slices_index = index_endpoint_slices(snapshot)
     found: set[Endpoint] = set()
-    slices = [
-        s
-        for s in snapshot.kind("discovery.k8s.io", "EndpointSlice")
-        if s.namespace == service.namespace and s.labels.get(SERVICE_NAME_LABEL) == service.name
-    ]
+    slices = slices_index.get((service.namespace, service.name), [])
     if slices:
         for eps in slices:
             target = _slice_port(eps, sp)
@@ -158,6 +169,7 @@ class BackendResolver:
     def __init__(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
         self._clusters: dict[str, Cluster] = {}
+        self._slices = index_endpoint_slices(snapshot)
 
     def service(
         self,
@@ -183,7 +195,7 @@ class BackendResolver:
                 service=name,
                 port=sp.port,
                 protocol=protocol,
-                endpoints=service_endpoints(self._snapshot, svc, sp),
+                endpoints=service_endpoints(self._snapshot, svc, sp, self._slices),
             )
             self._clusters[cname] = cluster
         return cluster

@@ -113,7 +113,7 @@ def _read(path: Path) -> _Read:
         return _Read(path.read_bytes(), None)
     except OSError as err:
         reason = f"cannot read file: {err.strerror or err}"
-        return _Read(None, SourceProblem(str(path), None, reason))
+        return _Read(None, SourceProblem(str(path), None, reason, severity="unreadable"))
 
 
 def _parse(data: bytes, source: str) -> ParseResult:
@@ -122,7 +122,9 @@ def _parse(data: bytes, source: str) -> ParseResult:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
-        problem = SourceProblem(source, line, f"file is not valid UTF-8: {err.reason}")
+        problem = SourceProblem(
+            source, line, f"file is not valid UTF-8: {err.reason}", severity="unreadable"
+        )
         return ParseResult((), (problem,), failed=True)
     return parse_text(text, source)
 
@@ -350,7 +352,9 @@ class FileSource:
                 self._store.replace(key, result.objects, result.problems)
         missing = frozenset(scan.missing)
         for root in missing - self._missing:
-            problem = SourceProblem(str(root), None, "no such file or directory")
+            problem = SourceProblem(
+                str(root), None, "no such file or directory", severity="unreadable"
+            )
             log.warning("%s", problem)
             self._store.replace(partition_key(root), (), (problem,))
             changed = True

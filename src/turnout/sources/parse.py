@@ -53,9 +53,11 @@ def parse_text(text: str, source: str) -> ParseResult:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark is not None else None
         reason = f"cannot parse YAML: {err.problem or err.context or 'syntax error'}"
-        return ParseResult((), (SourceProblem(source, line, reason),), failed=True)
+        problem = SourceProblem(source, line, reason, severity="unreadable")
+        return ParseResult((), (problem,), failed=True)
     except yaml.YAMLError as err:
-        return ParseResult((), (SourceProblem(source, None, f"cannot parse YAML: {err}"),), True)
+        problem = SourceProblem(source, None, f"cannot parse YAML: {err}", severity="unreadable")
+        return ParseResult((), (problem,), failed=True)
 
     objects: list[KubeObject] = []
     problems: list[SourceProblem] = []

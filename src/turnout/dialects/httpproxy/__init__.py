@@ -25,6 +25,7 @@ class HTTPProxyDialect:
     hosts of the roots that own theirs and a status for every HTTPProxy."""
 
     name = "httpproxy"
+    kinds = frozenset({("projectcontour.io/v1", "HTTPProxy")})
 
     def __init__(self) -> None:
         # The objects read by `claims()`, kept for `compile()` of the same snapshot so that a
