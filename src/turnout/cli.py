@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--envoy-admin-port", type=int, default=9901)
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
+        "--envoy-log-level",
+        default="warning",
+        choices=["trace", "debug", "info", "warning", "error", "critical", "off"],
+        help="log level of the Envoy child process (its lines are forwarded to turnout's log)",
+    )
+    serve.add_argument(
         "--no-envoy",
         action="store_true",
         help="do not start an Envoy child process; serve xDS to external Envoys only",
@@ -289,6 +295,7 @@ def _serve(args: argparse.Namespace) -> int:
         xds_port=args.xds_port,
         envoy_admin_port=args.envoy_admin_port,
         log_level=args.log_level,
+        envoy_log_level=args.envoy_log_level,
         run_envoy=not args.no_envoy,
         watch=not args.no_watch,
         demo_backends=not args.no_demo_backends,

@@ -18,6 +18,8 @@ class ServeConfig:
     xds_port: int = 18000
     envoy_admin_port: int = 9901
     log_level: str = "info"
+    # Envoy's own log level: its info-level startup dump would drown turnout's log.
+    envoy_log_level: str = "warning"
     run_envoy: bool = True
     watch: bool = True
     demo_backends: bool = True

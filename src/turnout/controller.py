@@ -131,7 +131,7 @@ class Controller:
             write_bootstrap(bootstrap_path, self.bootstrap())
             self.envoy = EnvoyProcess(
                 bootstrap_path,
-                log_level=self.config.log_level,
+                log_level=self.config.envoy_log_level,
                 metrics=self.metrics,
                 extra_args=self.config.extra_envoy_args,
             )
