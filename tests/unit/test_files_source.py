@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -135,10 +134,19 @@ def test_load_file_unreadable_is_a_problem(tmp_path: Path) -> None:
     assert "cannot read" in result.problems[0].reason
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
-def test_load_file_permission_denied_is_a_problem(tmp_path: Path) -> None:
+def test_load_file_permission_denied_is_a_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = write(tmp_path / "secret.yaml", svc("s"))
-    path.chmod(0)
+    real_read_bytes = Path.read_bytes
+
+    # Root (as in CI) reads files whatever their mode, so the denial is simulated at the OS call.
+    def deny(self: Path) -> bytes:
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", deny)
     result = load_file(path)
     assert result.failed
     assert "ermission" in result.problems[0].reason
