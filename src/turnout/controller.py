@@ -56,16 +56,29 @@ class Controller:
         self._demo: list[object] = []
         self._last_states: dict[ObjectRef, tuple[State, str]] = {}
         self.applied_problems: tuple[SourceProblem, ...] = ()
+        self.compile_error: str | None = None
 
     # -- compile -------------------------------------------------------------------------------
 
-    def recompile(self) -> Applied:
-        """Compiles the current store and hands the result to the xDS server."""
+    def recompile(self) -> Applied | None:
+        """Compiles the current store and hands the result to the xDS server.
+
+        A failure here is a bug in turnout, not bad input (dialects turn bad input into status).
+        It must not take turnout down or change anyone's routing: the last good configuration
+        stays in force, and /readyz reports the failure until a compile succeeds.
+        """
         started = time.perf_counter()
         snapshot = self.store.snapshot()
-        result = compile_snapshot(snapshot, self.config.compile_options)
-        resources = translate(result.graph)
-        version = self.xds.set_resources(resources)
+        try:
+            result = compile_snapshot(snapshot, self.config.compile_options)
+            resources = translate(result.graph)
+            version = self.xds.set_resources(resources)
+        except Exception as err:
+            self.compile_error = f"compile failed, last good configuration kept: {err!r}"
+            self.metrics.compile_errors.inc()
+            log.exception("compile failed; the last good configuration stays in force")
+            return self.applied
+        self.compile_error = None
         elapsed = time.perf_counter() - started
         self.metrics.compile_seconds.observe(elapsed)
         self.metrics.compiles.inc()
@@ -112,6 +125,8 @@ class Controller:
         return self.applied.result.problems if self.applied else ()
 
     def readiness(self) -> tuple[bool, str]:
+        if self.compile_error is not None:
+            return False, self.compile_error
         if self.applied is None:
             return False, "no configuration compiled yet"
         return self.xds.readiness()
@@ -146,7 +161,7 @@ class Controller:
             node_id=self.config.node_id,
         )
 
-    async def reload(self) -> Applied:
+    async def reload(self) -> Applied | None:
         """Re-reads every file and recompiles (tests and SIGHUP use it)."""
         self.files.load_all()
         return self.recompile()

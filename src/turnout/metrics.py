@@ -28,6 +28,11 @@ class Metrics:
         self.compiles = Counter(
             "turnout_compiles", "Compiles of the routing graph", registry=self.registry
         )
+        self.compile_errors = Counter(
+            "turnout_compile_errors",
+            "Compiles that failed (a turnout bug); the last good configuration was kept",
+            registry=self.registry,
+        )
         self.xds_pushes = Counter(
             "turnout_xds_pushes",
             "xDS responses sent to Envoy, by type",

@@ -104,6 +104,7 @@ class Harness:
         """Replaces the watched files, recompiles, and waits until Envoy ACKs the result."""
         self.write(files)
         applied = await self.controller.reload()
+        assert applied is not None, self.controller.compile_error
         assert await self.controller.xds.wait_acked(applied.version, timeout), (
             f"Envoy did not acknowledge version {applied.version}: {self.controller.readiness()[1]}"
         )
