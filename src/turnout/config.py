@@ -24,6 +24,8 @@ class ServeConfig:
     watch: bool = True
     demo_backends: bool = True
     root_namespaces: tuple[str, ...] = ()
+    disable_permit_insecure: bool = False
+    ingress_class_name: str = "turnout"
     node_id: str = "turnout-envoy"
     # Where the child Envoy's bootstrap is written; a temporary directory when None.
     work_dir: Path | None = None
@@ -37,4 +39,6 @@ class ServeConfig:
             http_port=self.http_port,
             https_port=self.https_port,
             root_namespaces=self.root_namespaces,
+            disable_permit_insecure=self.disable_permit_insecure,
+            ingress_class_name=self.ingress_class_name,
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from turnout.graph.model import VirtualHost
+from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
 from turnout.objects import KubeObject, ObjectRef
 from turnout.status.model import ObjectStatus
@@ -32,6 +33,10 @@ class CompileOptions:
     https_port: int = 8443
     # Namespaces where roots (HTTPProxy/IngressRoute with a virtualhost) may live; empty: all.
     root_namespaces: tuple[str, ...] = ()
+    # Contour's disablePermitInsecure: TLS hosts answer plain HTTP with a redirect, always.
+    disable_permit_insecure: bool = False
+    # The Ingress class this turnout serves (Ingress, HTTPProxy and IngressRoute class fields).
+    ingress_class_name: str = "turnout"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,7 @@ class CompileContext:
     options: CompileOptions
     ownership: Ownership
     backends: BackendResolver
+    secrets: SecretResolver
 
 
 @dataclass(frozen=True, slots=True)

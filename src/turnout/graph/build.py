@@ -24,6 +24,7 @@ from turnout.graph.model import (
     RoutingGraph,
     VirtualHost,
 )
+from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
 from turnout.objects import group_of
 from turnout.status.model import ObjectStatus
@@ -110,7 +111,8 @@ def compile_snapshot(
         claims.extend(dialect.claims(snapshot, options))
     ownership = ownership_from_claims(claims)
     backends = BackendResolver(snapshot)
-    ctx = CompileContext(options=options, ownership=ownership, backends=backends)
+    secrets = SecretResolver(snapshot)
+    ctx = CompileContext(options=options, ownership=ownership, backends=backends, secrets=secrets)
 
     vhosts: dict[str, dict[str, VirtualHost]] = {HTTP_LISTENER: {}, HTTPS_LISTENER: {}}
     statuses: list[ObjectStatus] = []
@@ -153,9 +155,13 @@ def compile_snapshot(
         for wc in route.action.clusters
     }
     clusters = tuple(c for c in backends.clusters() if c.name in used)
+    used_secrets = {
+        vh.tls.secret for listener in listeners for vh in listener.virtual_hosts if vh.tls
+    }
+    tls_secrets = tuple(s for s in secrets.secrets() if s.name in used_secrets)
     statuses.sort(key=lambda s: (s.ref.group, s.ref.kind, s.ref.namespace, s.ref.name))
     return CompileResult(
-        graph=RoutingGraph(listeners=tuple(listeners), clusters=clusters),
+        graph=RoutingGraph(listeners=tuple(listeners), clusters=clusters, secrets=tls_secrets),
         statuses=tuple(statuses),
         problems=(*snapshot.problems, *kind_problems),
     )

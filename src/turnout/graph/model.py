@@ -79,6 +79,38 @@ class UpstreamProtocol(enum.Enum):
     TCP = "tcp"
 
 
+class LoadBalancerStrategy(enum.Enum):
+    ROUND_ROBIN = "RoundRobin"
+    WEIGHTED_LEAST_REQUEST = "WeightedLeastRequest"
+    RANDOM = "Random"
+    REQUEST_HASH = "RequestHash"
+    COOKIE = "Cookie"
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPHealthCheck:
+    """Active HTTP health checking of a cluster's endpoints (seed 002 `lbHealthCheck`, Contour's
+    `healthCheckPolicy`). Times are in seconds; statuses are inclusive-exclusive [start, end)."""
+
+    path: str
+    host: str = "contour-envoy-healthcheck"
+    interval_s: float = 5.0
+    timeout_s: float = 2.0
+    unhealthy_threshold: int = 3
+    healthy_threshold: int = 2
+    expected_statuses: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSettings:
+    """How a cluster talks to its endpoints. Part of the cluster's identity: two references to
+    one Service port with different settings are two clusters."""
+
+    protocol: UpstreamProtocol = UpstreamProtocol.HTTP
+    lb_strategy: LoadBalancerStrategy = LoadBalancerStrategy.ROUND_ROBIN
+    health_check: HTTPHealthCheck | None = None
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Endpoint:
     address: str
@@ -99,6 +131,8 @@ class Cluster:
     port: int  # the Service port the user referenced
     protocol: UpstreamProtocol = UpstreamProtocol.HTTP
     endpoints: tuple[Endpoint, ...] = ()
+    lb_strategy: LoadBalancerStrategy = LoadBalancerStrategy.ROUND_ROBIN
+    health_check: HTTPHealthCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +199,30 @@ class HostnameMatch(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class TLSSecret:
+    """A certificate and key from a `kubernetes.io/tls` Secret, delivered to Envoy over SDS.
+
+    `name` is deterministic (namespace/name plus a short hash of the content), so a changed
+    certificate is a new SDS resource. The PEM content must never be logged.
+    """
+
+    name: str
+    namespace: str
+    secret: str
+    certificate_chain: str = field(repr=False)
+    private_key: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TLSTermination:
+    """TLS termination for a virtual host on an HTTPS listener (SNI = the hostname)."""
+
+    secret: str  # TLSSecret.name
+    min_version: str = "1.2"  # "1.2" | "1.3"
+    max_version: str = "1.3"
+
+
+@dataclass(frozen=True, slots=True)
 class VirtualHost:
     """A hostname served on a listener, with its routes in first-match order.
 
@@ -177,6 +235,7 @@ class VirtualHost:
     routes: tuple[Route, ...]
     owner: ObjectRef
     hostname_match: HostnameMatch = HostnameMatch.EXACT
+    tls: TLSTermination | None = None  # set on HTTPS listeners only
 
 
 class ListenerProtocol(enum.Enum):
@@ -201,6 +260,7 @@ class RoutingGraph:
 
     listeners: tuple[Listener, ...] = ()
     clusters: tuple[Cluster, ...] = ()
+    secrets: tuple[TLSSecret, ...] = ()
 
     def cluster(self, name: str) -> Cluster | None:
         for c in self.clusters:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from turnout.graph.model import Cluster, Endpoint, UpstreamProtocol
+from turnout.graph.model import Cluster, Endpoint, UpstreamProtocol, UpstreamSettings
 from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
@@ -155,11 +155,9 @@ def _subset_port(subset: Mapping[str, Any], sp: ServicePort) -> int | None:
     return None
 
 
-def cluster_name(
-    namespace: str, service: str, port: int, protocol: UpstreamProtocol, settings: str = ""
-) -> str:
+def cluster_name(namespace: str, service: str, port: int, settings: UpstreamSettings) -> str:
     """`ns/service/port/<10 hex>`: readable, and distinct for distinct upstream settings."""
-    digest = hashlib.sha1(f"{protocol.value}|{settings}".encode()).hexdigest()[:10]
+    digest = hashlib.sha1(repr(settings).encode()).hexdigest()[:10]
     return f"{namespace}/{service}/{port}/{digest}"
 
 
@@ -177,7 +175,11 @@ class BackendResolver:
         name: str,
         port: int | str,
         protocol: UpstreamProtocol = UpstreamProtocol.HTTP,
+        settings: UpstreamSettings | None = None,
     ) -> Cluster | Unresolved:
+        """The cluster for a Service port. `settings` (LB strategy, health check) defaults to
+        plain settings with `protocol`; when given, its protocol wins."""
+        settings = settings or UpstreamSettings(protocol=protocol)
         svc = self._snapshot.get("", "Service", namespace, name)
         if svc is None:
             return Unresolved("ServiceNotFound", f'service "{namespace}/{name}" not found')
@@ -186,7 +188,7 @@ class BackendResolver:
             return Unresolved(
                 "ServicePortNotFound", f'service "{namespace}/{name}": port "{port}" not found'
             )
-        cname = cluster_name(namespace, name, sp.port, protocol)
+        cname = cluster_name(namespace, name, sp.port, settings)
         cluster = self._clusters.get(cname)
         if cluster is None:
             cluster = Cluster(
@@ -194,7 +196,9 @@ class BackendResolver:
                 namespace=namespace,
                 service=name,
                 port=sp.port,
-                protocol=protocol,
+                protocol=settings.protocol,
+                lb_strategy=settings.lb_strategy,
+                health_check=settings.health_check,
                 endpoints=service_endpoints(self._snapshot, svc, sp, self._slices),
             )
             self._clusters[cname] = cluster
