@@ -47,7 +47,25 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         type=_namespaces,
         default=(),
         metavar="NS[,NS...]",
-        help="namespaces where root HTTPProxies may live (default: all)",
+        help="namespaces where root HTTPProxies and IngressRoutes may live (default: all)",
+    )
+    p.add_argument(
+        "--disable-permit-insecure",
+        action="store_true",
+        help="ignore permitInsecure: TLS hosts always redirect plain HTTP to HTTPS",
+    )
+    p.add_argument(
+        "--ingress-class-name",
+        default="turnout",
+        help="the Ingress class this turnout serves (default: turnout)",
+    )
+
+
+def _compile_options(args: argparse.Namespace) -> CompileOptions:
+    return CompileOptions(
+        root_namespaces=args.root_namespaces,
+        disable_permit_insecure=args.disable_permit_insecure,
+        ingress_class_name=args.ingress_class_name,
     )
 
 
@@ -157,7 +175,7 @@ def _status_lines(status: ObjectStatus) -> list[str]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    result, error = _load(args.paths, CompileOptions(root_namespaces=args.root_namespaces))
+    result, error = _load(args.paths, _compile_options(args))
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
@@ -230,7 +248,7 @@ def _explain(args: argparse.Namespace) -> int:
     if isinstance(headers, str):
         print(f"turnout: {headers}", file=sys.stderr)
         return EXIT_UNREADABLE
-    result, error = _load(args.paths, CompileOptions(root_namespaces=args.root_namespaces))
+    result, error = _load(args.paths, _compile_options(args))
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
@@ -300,6 +318,8 @@ def _serve(args: argparse.Namespace) -> int:
         watch=not args.no_watch,
         demo_backends=not args.no_demo_backends,
         root_namespaces=args.root_namespaces,
+        disable_permit_insecure=args.disable_permit_insecure,
+        ingress_class_name=args.ingress_class_name,
         node_id=args.node_id,
     )
     with contextlib.suppress(KeyboardInterrupt):

@@ -15,7 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    PublicFormat,
+    load_pem_private_key,
+)
 
 from turnout.graph.model import TLSSecret
 from turnout.graph.services import Unresolved
@@ -57,18 +61,10 @@ def _check_pair(cert_pem: str, key_pem: str) -> str | None:
     if not certs:
         return "tls.crt holds no certificate"
     leaf_public: Any = certs[0].public_key()
-    if leaf_public.public_bytes(*_SPKI) != key.public_key().public_bytes(*_SPKI):
+    spki = (Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    if leaf_public.public_bytes(*spki) != key.public_key().public_bytes(*spki):
         return "tls.key does not match the certificate in tls.crt"
     return None
-
-
-def _spki() -> tuple[Any, Any]:
-    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-    return Encoding.DER, PublicFormat.SubjectPublicKeyInfo
-
-
-_SPKI = _spki()
 
 
 def delegation_permitted(
