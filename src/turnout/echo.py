@@ -5,6 +5,9 @@ after the manner of the ingress-conformance echoserver that Contour's e2e tests 
 stands for, the full path with query as received, the Host header and the request headers. Tests
 assert which backend answered and what the proxy changed on the way.
 
+A test can make a server answer another status on one path (`EchoServer.answer`), e.g. a 503 on
+the path Envoy's active health check asks for.
+
 Run one by hand with `python -m turnout.echo --port 9001 --name foo`.
 """
 
@@ -15,7 +18,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -35,6 +38,16 @@ class EchoServer:
     name: str
     namespace: str
     _runner: web.BaseRunner = field(repr=False)
+    # path -> status, shared with the request handler (the server object itself is frozen).
+    _statuses: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def answer(self, path: str, status: int | None) -> None:
+        """From now on, answer requests for `path` (the path without the query) with `status`,
+        still with the echo body; `None` goes back to 200."""
+        if status is None:
+            self._statuses.pop(path, None)
+        else:
+            self._statuses[path] = status
 
     @property
     def url(self) -> str:
@@ -48,7 +61,7 @@ class EchoServer:
 _Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 
-def _handler(name: str, namespace: str) -> _Handler:
+def _handler(name: str, namespace: str, statuses: Mapping[str, int]) -> _Handler:
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         # Drains the body so that the connection can be kept alive for the next request.
         await request.read()
@@ -66,14 +79,15 @@ def _handler(name: str, namespace: str) -> _Handler:
             "proto": f"HTTP/{request.version.major}.{request.version.minor}",
             "headers": headers,
         }
-        return web.json_response(body)
+        return web.json_response(body, status=statuses.get(request.path, 200))
 
     return handle
 
 
 async def start_echo(host: str, port: int, *, name: str, namespace: str = "default") -> EchoServer:
     """Starts an echo server; `port` 0 picks a free port, which `EchoServer.port` then tells."""
-    server = web.Server(_handler(name, namespace), access_log=None)
+    statuses: dict[str, int] = {}
+    server = web.Server(_handler(name, namespace, statuses), access_log=None)
     runner = web.ServerRunner(server, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
@@ -84,7 +98,7 @@ async def start_echo(host: str, port: int, *, name: str, namespace: str = "defau
         raise
     bound = runner.addresses[0][1]
     log.info("echo %s/%s listening on %s:%d", namespace, name, host, bound)
-    return EchoServer(host, int(bound), name, namespace, runner)
+    return EchoServer(host, int(bound), name, namespace, runner, statuses)
 
 
 def _is_loopback(address: str) -> bool:

@@ -7,8 +7,11 @@ directory and waits until Envoy has acknowledged the configuration compiled from
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import shutil
 import socket
+import ssl
 import textwrap
 from collections import Counter
 from collections.abc import Mapping
@@ -72,6 +75,10 @@ class Harness:
     config_dir: Path
     http_port: int
     _echoes: dict[tuple[str, str], Any] = field(default_factory=dict)
+    https_port: int = 0
+    # The controller's configuration as the session started it; `apply(options=...)` derives a
+    # per-apply configuration from it, so no override outlives the test that made it.
+    _base_config: ServeConfig | None = None
 
     @property
     def base_url(self) -> str:
@@ -100,8 +107,20 @@ class Harness:
         for name, text in files.items():
             (self.config_dir / name).write_text(textwrap.dedent(text))
 
-    async def apply(self, files: Mapping[str, str], timeout: float = 10.0) -> str:
-        """Replaces the watched files, recompiles, and waits until Envoy ACKs the result."""
+    async def apply(
+        self,
+        files: Mapping[str, str],
+        timeout: float = 10.0,
+        options: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Replaces the watched files, recompiles, and waits until Envoy ACKs the result.
+
+        `options` overrides `ServeConfig` fields that only change the compile (e.g.
+        `disable_permit_insecure`) until the next `apply`; the same Envoy keeps running.
+        """
+        if self._base_config is None:
+            self._base_config = self.controller.config
+        self.controller.config = dataclasses.replace(self._base_config, **(options or {}))
         self.write(files)
         applied = await self.controller.reload()
         assert applied is not None, self.controller.compile_error
@@ -140,6 +159,54 @@ class Harness:
                         raise
                     await asyncio.sleep(0.1)
         raise AssertionError("unreachable")
+
+    async def https_get(
+        self,
+        host: str,
+        path: str = "/",
+        *,
+        verify: ssl.SSLContext,
+        sni: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        method: str = "GET",
+        retry_connect: bool = True,
+    ) -> httpx.Response:
+        """A request over TLS to the HTTPS port on 127.0.0.1, with `sni` (default: `host`) as the
+        server name, verified with `verify`, and `host` as the Host header."""
+        url = f"https://127.0.0.1:{self.https_port}{path}"
+        extensions = {"sni_hostname": sni or host}
+        async with httpx.AsyncClient(verify=verify, timeout=5.0) as client:
+            # A listener or filter chain Envoy just received may still be taking over the
+            # socket: retry connect (and handshake) errors only.
+            attempts = 50 if retry_connect else 1
+            for attempt in range(attempts):
+                try:
+                    return await client.request(
+                        method,
+                        url,
+                        headers={"Host": host, **(headers or {})},
+                        extensions=extensions,
+                    )
+                except httpx.ConnectError:
+                    if attempt == attempts - 1:
+                        raise
+                    await asyncio.sleep(0.1)
+        raise AssertionError("unreachable")
+
+    async def peer_certificate(self, sni: str, verify: ssl.SSLContext) -> bytes:
+        """The DER certificate Envoy presents on the HTTPS port for the server name `sni`."""
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection("127.0.0.1", self.https_port, ssl=verify, server_hostname=sni),
+            timeout=5.0,
+        )
+        try:
+            der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError, ssl.SSLError):
+                await writer.wait_closed()
+        assert der is not None
+        return bytes(der)
 
     async def served_by(
         self, host: str, path: str = "/", headers: Mapping[str, str] | None = None
@@ -183,10 +250,11 @@ async def start_harness(tmp: Path) -> Harness:
     config_dir = tmp / "config"
     config_dir.mkdir()
     http_port = free_port()
+    https_port = free_port()
     config = ServeConfig(
         paths=(config_dir,),
         http_port=http_port,
-        https_port=free_port(),
+        https_port=https_port,
         admin_port=free_port(),
         xds_port=0,
         envoy_admin_port=free_port(),
@@ -197,4 +265,6 @@ async def start_harness(tmp: Path) -> Harness:
     )
     controller = Controller(config)
     await controller.start()
-    return Harness(controller=controller, config_dir=config_dir, http_port=http_port)
+    return Harness(
+        controller=controller, config_dir=config_dir, http_port=http_port, https_port=https_port
+    )

@@ -203,3 +203,16 @@ async def test_start_demo_backends_serves_each_endpoint() -> None:
     finally:
         for server in servers:
             await server.close()
+
+
+async def test_echo_can_be_told_to_fail_one_path(echo: EchoServer) -> None:
+    async with httpx.AsyncClient() as client:
+        echo.answer("/healthz", 503)
+        failed = await client.get(f"{echo.url}/healthz?probe=1")
+        other = await client.get(f"{echo.url}/healthz/deeper")
+        echo.answer("/healthz", None)
+        restored = await client.get(f"{echo.url}/healthz")
+    assert failed.status_code == 503
+    assert failed.json()["service"] == "foo"  # still the echo body, so tests see who failed
+    assert other.status_code == 200
+    assert restored.status_code == 200

@@ -8,8 +8,12 @@ Each case directory holds
 - `requests.yaml` (optional): a list of `{host, path, method, headers, listener, expect}` checked
   through the evaluator; `expect` may hold `status` (int), `cluster` (the one cluster with weight,
   as a `ns/service/port` prefix), `clusters` (a list of `{cluster, weight}`, in order), `route`
-  (the field of the chosen route, e.g. `spec.routes[1]`) and `source` (`ns/name` of the object
-  that wrote the chosen route);
+  (the field of the chosen route, e.g. `spec.routes[1]`), `source` (`ns/name` of the object
+  that wrote the chosen route) and `tls` (null: the chosen virtual host has no TLS; or a subset
+  of `{secret: ns/name, min_version, max_version}` of its TLS termination; `listener:
+  ingress_https` asks the HTTPS listener, assuming the SNI equals the host) and `upstream` (a
+  subset of `{protocol, lb_strategy, health_check}` of every chosen cluster with weight, with the
+  graph's field names and enum values);
 - `options.yaml` (optional): `CompileOptions` fields, e.g. `root_namespaces: [roots]`.
 
 Adding a case is adding a directory; every dialect's cases run here.
@@ -17,7 +21,7 @@ Adding a case is adding a directory; every dialect's cases run here.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +184,10 @@ def check_request(result: CompileResult, req: dict[str, Any]) -> list[str]:
         )
         if got_source != expect["source"]:
             problems.append(f"source: expected {expect['source']}, got {got_source}")
+    if "tls" in expect:
+        problems.extend(_tls_mismatches(result, decision, expect["tls"]))
+    if "upstream" in expect:
+        problems.extend(_upstream_mismatches(result, weighted, expect["upstream"]))
     if not problems:
         return []
     headers = req.get("headers") or {}
@@ -190,6 +198,42 @@ def check_request(result: CompileResult, req: dict[str, Any]) -> list[str]:
         + "\n  evaluator:\n"
         + _indent(_describe(decision), 4)
     ]
+
+
+def _tls_mismatches(result: CompileResult, decision: Decision, expected: Any) -> list[str]:
+    vh = decision.virtual_host
+    tls = vh.tls if vh is not None else None
+    if expected is None:
+        return [] if tls is None else [f"tls: expected none, got {tls}"]
+    if tls is None:
+        return [f"tls: expected {expected}, got none"]
+    secret = next((s for s in result.graph.secrets if s.name == tls.secret), None)
+    actual = {
+        "secret": f"{secret.namespace}/{secret.secret}" if secret else f"(missing) {tls.secret}",
+        "min_version": tls.min_version,
+        "max_version": tls.max_version,
+    }
+    return subset_mismatches(expected, actual, "tls")
+
+
+def _upstream_mismatches(
+    result: CompileResult, weighted: list[tuple[str, int]], expected: dict[str, Any]
+) -> list[str]:
+    if not weighted:
+        return ["upstream: no cluster was chosen"]
+    problems: list[str] = []
+    for name, _ in weighted:
+        cluster = result.graph.cluster(name)
+        if cluster is None:
+            problems.append(f"upstream: the graph has no cluster {name}")
+            continue
+        actual = {
+            "protocol": cluster.protocol.value,
+            "lb_strategy": cluster.lb_strategy.value,
+            "health_check": asdict(cluster.health_check) if cluster.health_check else None,
+        }
+        problems.extend(subset_mismatches(expected, _jsonable(actual), f"upstream of {name}"))
+    return problems
 
 
 def _indent(text: str, n: int) -> str:

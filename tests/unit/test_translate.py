@@ -11,17 +11,20 @@ from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import descriptor_pool, message_factory
 
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate import (
     TranslateOptions,
+    downstream_tls_context,
     route_name,
     translate,
     translate_virtual_host,
     wildcard_authority_regex,
 )
+from turnout.envoy.validate import ConversionError, static_bootstrap
 from turnout.graph.model import (
     Cluster,
     DirectResponse,
@@ -41,6 +44,8 @@ from turnout.graph.model import (
     RouteSource,
     RoutingGraph,
     StringMatchKind,
+    TLSSecret,
+    TLSTermination,
     UpstreamProtocol,
     VirtualHost,
     WeightedCluster,
@@ -558,3 +563,236 @@ def test_no_deprecated_field_is_ever_set() -> None:
     # The checker itself finds a deprecated field when one is set.
     bad = rc.HeaderMatcher(name="x", exact_match="y")
     assert _deprecated_fields(bad) == [".exact_match"]
+
+
+# --- HTTPS: TLS termination, SNI filter chains, SDS secrets -------------------------------------
+
+# Placeholders: the translator never parses PEM (the SecretResolver did), so any text does here.
+CERT = "-----BEGIN CERTIFICATE-----\ncert\n-----END CERTIFICATE-----\n"
+KEY = "-----BEGIN PRIVATE KEY-----\nkey\n-----END PRIVATE KEY-----\n"
+
+
+def tls_secret(name: str = "team-a/cert/0123456789") -> TLSSecret:
+    namespace, secret, _ = name.split("/")
+    return TLSSecret(name, namespace, secret, CERT + name, KEY + name)
+
+
+def tls_vhost(
+    host: str,
+    *routes: Route,
+    secret: str = "team-a/cert/0123456789",
+    min_version: str = "1.2",
+    max_version: str = "1.3",
+) -> VirtualHost:
+    kind = HostnameMatch.WILDCARD_ONE_LABEL if host.startswith("*.") else HostnameMatch.EXACT
+    return VirtualHost(
+        host,
+        host,
+        routes or (route(),),
+        OWNER,
+        kind,
+        TLSTermination(secret, min_version, max_version),
+    )
+
+
+def https_graph(*vhosts: VirtualHost, secrets: tuple[TLSSecret, ...] = ()) -> RoutingGraph:
+    lst = Listener("ingress_https", "0.0.0.0", 8443, ListenerProtocol.HTTPS, vhosts)
+    return RoutingGraph(listeners=(lst,), secrets=secrets or (tls_secret(),))
+
+
+def unpack_tls_context(chain: Any) -> Any:
+    assert chain.transport_socket.name == "envoy.transport_sockets.tls"
+    ctx = tls_pb2.DownstreamTlsContext()
+    assert chain.transport_socket.typed_config.Unpack(ctx)
+    return ctx
+
+
+def chain_hcm(chain: Any) -> Any:
+    (flt,) = chain.filters
+    hcm = hcm_pb2.HttpConnectionManager()
+    assert flt.typed_config.Unpack(hcm)
+    return hcm
+
+
+def test_https_listener_has_a_tls_inspector_and_one_sni_chain_per_host() -> None:
+    res = translate(https_graph(tls_vhost("b.example.com"), tls_vhost("a.example.com")))
+    (listener,) = res.listeners
+    assert listener.name == "ingress_https"
+    assert listener.address.socket_address.port_value == 8443
+    (inspector,) = listener.listener_filters
+    assert inspector.name == "envoy.filters.listener.tls_inspector"
+    assert inspector.typed_config.type_url.endswith(
+        "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"
+    )
+    # The graph's order (the builder sorts by hostname) is kept.
+    assert [list(c.filter_chain_match.server_names) for c in listener.filter_chains] == [
+        ["b.example.com"],
+        ["a.example.com"],
+    ]
+    assert not listener.HasField("default_filter_chain")
+    for chain in listener.filter_chains:
+        host = chain.filter_chain_match.server_names[0]
+        assert chain.name == f"https/{host}"
+        hcm = chain_hcm(chain)
+        assert hcm.stat_prefix == "ingress_https"
+        assert hcm.rds.route_config_name == f"https/{host}"
+        assert hcm.rds.config_source.HasField("ads")
+        assert [f.name for f in hcm.http_filters] == ["envoy.filters.http.router"]
+
+
+def test_tls_context_takes_the_certificate_from_sds_over_ads() -> None:
+    vh = tls_vhost("a.example.com", min_version="1.3", max_version="1.3")
+    (chain,) = translate(https_graph(vh)).listeners[0].filter_chains
+    common = unpack_tls_context(chain).common_tls_context
+    (sds,) = common.tls_certificate_sds_secret_configs
+    assert sds.name == "team-a/cert/0123456789"
+    assert sds.sds_config.HasField("ads")
+    assert sds.sds_config.resource_api_version == 2  # V3
+    assert not common.tls_certificates  # never inline in the listener
+    assert list(common.alpn_protocols) == ["h2", "http/1.1"]
+    assert common.tls_params.tls_minimum_protocol_version == common_pb2.TlsParameters.TLSv1_3
+    assert common.tls_params.tls_maximum_protocol_version == common_pb2.TlsParameters.TLSv1_3
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        ("1.2", "1.3", ("TLSv1_2", "TLSv1_3")),
+        ("1.2", "1.2", ("TLSv1_2", "TLSv1_2")),
+        # Unknown values fall back to the defaults instead of Envoy's build-dependent TLS_AUTO.
+        ("1.0", "", ("TLSv1_2", "TLSv1_3")),
+        # An inverted range would make Envoy reject the listener and every host on it.
+        ("1.3", "1.2", ("TLSv1_3", "TLSv1_3")),
+    ],
+)
+def test_tls_versions(low: str, high: str, expected: tuple[str, str]) -> None:
+    ctx = downstream_tls_context(TLSTermination("s", low, high))
+    params = ctx.common_tls_context.tls_params
+    names = common_pb2.TlsParameters.TlsProtocol.Name
+    assert (
+        names(params.tls_minimum_protocol_version),
+        names(params.tls_maximum_protocol_version),
+    ) == expected
+
+
+def test_each_tls_host_has_its_own_route_configuration_with_a_421_catch_all() -> None:
+    res = translate(https_graph(tls_vhost("a.example.com", route(action=DirectResponse(201)))))
+    (config,) = res.routes
+    assert config.name == "https/a.example.com"
+    assert config.ignore_port_in_host_matching is True
+    own, misdirected = config.virtual_hosts
+    assert list(own.domains) == ["a.example.com"]
+    assert own.routes[0].direct_response.status == 201
+    assert list(misdirected.domains) == ["*"]
+    (catch_all,) = misdirected.routes
+    assert catch_all.match.prefix == "/"
+    assert catch_all.direct_response.status == 421
+
+
+def test_a_wildcard_chain_sends_hosts_of_more_specific_chains_to_421() -> None:
+    hosts = ["*.example.com", "*.b.example.com", "www.example.com", "other.org", "x.b.example.com"]
+    res = translate(https_graph(*(tls_vhost(h) for h in hosts)))
+    by_name = {c.name: c for c in res.routes}
+    misdirected = {name: list(c.virtual_hosts[1].domains) for name, c in by_name.items()}
+    # Envoy prefers an exact domain, then the longest wildcard: these hosts would otherwise be
+    # served by *.example.com on a connection whose SNI chose it.
+    assert misdirected["https/*.example.com"] == [
+        "*",
+        "*.b.example.com",
+        "www.example.com",
+        "x.b.example.com",
+    ]
+    assert misdirected["https/*.b.example.com"] == ["*", "x.b.example.com"]
+    # Exact hosts win over every wildcard by themselves.
+    assert misdirected["https/www.example.com"] == ["*"]
+    assert misdirected["https/other.org"] == ["*"]
+
+
+def test_https_hosts_without_tls_or_repeated_are_dropped() -> None:
+    plain = vhost(route(), host="plain.example.com")
+    first = tls_vhost("a.example.com", route(action=DirectResponse(201)))
+    again = tls_vhost("A.example.com", route(action=DirectResponse(202)))
+    res = translate(https_graph(plain, first, again))
+    (listener,) = res.listeners
+    assert [c.name for c in listener.filter_chains] == ["https/a.example.com"]
+    (config,) = res.routes
+    assert config.virtual_hosts[0].routes[0].direct_response.status == 201
+
+
+def test_https_listener_without_tls_hosts_is_not_emitted() -> None:
+    # Envoy rejects a listener without filter chains; the port simply stays closed.
+    res = translate(https_graph(vhost(route())))
+    assert res.listeners == ()
+    assert res.routes == ()
+
+
+def test_secrets_become_sds_resources_sorted_by_name() -> None:
+    secrets = (tls_secret("team-b/cert/bbbbbbbbbb"), tls_secret("team-a/cert/aaaaaaaaaa"))
+    res = translate(https_graph(tls_vhost("a.example.com"), secrets=secrets))
+    assert [s.name for s in res.secrets] == ["team-a/cert/aaaaaaaaaa", "team-b/cert/bbbbbbbbbb"]
+    first = res.secrets[0].tls_certificate
+    assert first.certificate_chain.inline_string == CERT + "team-a/cert/aaaaaaaaaa"
+    assert first.private_key.inline_string == KEY + "team-a/cert/aaaaaaaaaa"
+    assert res.by_type()["type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"]
+
+
+def test_key_material_stays_out_of_the_graphs_repr() -> None:
+    assert KEY not in repr(tls_secret())
+    assert CERT not in repr(https_graph(tls_vhost("a.example.com")))
+
+
+def tls_rich_graph(reverse: bool = False) -> RoutingGraph:
+    secrets = (tls_secret("team-a/a/1111111111"), tls_secret("team-a/w/2222222222"))
+    vhosts = (
+        tls_vhost("a.example.com", secret=secrets[0].name),
+        tls_vhost("*.example.com", secret=secrets[1].name, min_version="1.3"),
+    )
+    http = Listener("ingress_http", "0.0.0.0", 8080, ListenerProtocol.HTTP, (vhost(route()),))
+    https = Listener("ingress_https", "0.0.0.0", 8443, ListenerProtocol.HTTPS, vhosts)
+    listeners = (http, https)
+    if reverse:
+        listeners, secrets = listeners[::-1], secrets[::-1]
+    return RoutingGraph(listeners=listeners, secrets=secrets)
+
+
+def test_https_translation_is_deterministic_and_uses_no_deprecated_field() -> None:
+    first = translate(tls_rich_graph(), TranslateOptions(access_log=True))
+    again = translate(tls_rich_graph(reverse=True), TranslateOptions(access_log=True))
+    assert serialized(first) == serialized(again)
+    assert [m.name for m in first.routes] == [
+        "https/*.example.com",
+        "https/a.example.com",
+        "ingress_http",
+    ]
+    for msgs in first.by_type().values():
+        for m in msgs:
+            assert _deprecated_fields(m) == []
+
+
+def test_static_bootstrap_points_sds_references_at_static_secrets() -> None:
+    res = translate(tls_rich_graph())
+    bootstrap = static_bootstrap(res)
+    static = bootstrap["static_resources"]
+    assert sorted(s["name"] for s in static["secrets"]) == [
+        "team-a/a/1111111111",
+        "team-a/w/2222222222",
+    ]
+    https = next(lst for lst in static["listeners"] if lst["name"] == "ingress_https")
+    for chain in https["filter_chains"]:
+        common = chain["transport_socket"]["typed_config"]["common_tls_context"]
+        for sds in common["tls_certificate_sds_secret_configs"]:
+            assert set(sds) == {"name"}
+        hcm = chain["filters"][0]["typed_config"]
+        assert "route_config" in hcm and "rds" not in hcm
+    # The translated resources themselves are untouched.
+    https_listener = next(lst for lst in res.listeners if lst.name == "ingress_https")
+    sds = unpack_tls_context(
+        https_listener.filter_chains[0]
+    ).common_tls_context.tls_certificate_sds_secret_configs[0]
+    assert sds.sds_config.HasField("ads")
+
+
+def test_static_bootstrap_refuses_a_missing_secret() -> None:
+    res = translate(https_graph(tls_vhost("a.example.com"), secrets=(tls_secret("x/y/z"),)))
+    with pytest.raises(ConversionError, match="missing secret 'team-a/cert/0123456789'"):
+        static_bootstrap(res)

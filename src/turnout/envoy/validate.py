@@ -3,9 +3,14 @@
 The translator emits dynamic resources (EDS clusters, RDS route tables, all over ADS); Envoy can
 only validate a bootstrap, and a bootstrap referring to ADS needs a live server. So the resources
 are rewritten here, never in the translator, into their static equivalents: each EDS cluster
-becomes STATIC with its ClusterLoadAssignment inline, and each HCM's `rds` becomes an inline
-`route_config`. Inline route tables also make Envoy check that every route's cluster exists
-(`validate_clusters` defaults to true for them), which RDS would not.
+becomes STATIC with its ClusterLoadAssignment inline, each HCM's `rds` becomes an inline
+`route_config`, and each TLS context's SDS reference loses its `sds_config`, so that it names a
+static secret of the bootstrap instead (`static_resources.secrets`). Inline route tables also make
+Envoy check that every route's cluster exists (`validate_clusters` defaults to true for them),
+which RDS would not.
+
+The bootstrap holds private keys: it lives only in a private temporary directory, and neither it
+nor a key ever goes into a `ValidationResult` or a log line.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from google.protobuf import json_format
 
 from turnout.envoy.resources import EnvoyResources
@@ -52,8 +58,12 @@ def static_bootstrap(resources: EnvoyResources) -> dict[str, Any]:
     """A bootstrap (as a JSON-ready dict) serving `resources` as static resources."""
     routes = {rc.name: rc for rc in resources.routes}
     assignments = {cla.cluster_name: cla for cla in resources.endpoints}
+    secrets = {s.name for s in resources.secrets}
     static: dict[str, Any] = {
-        "listeners": [_to_dict(_inline_routes(lst, routes)) for lst in resources.listeners],
+        "listeners": [
+            _to_dict(_static_secrets(_inline_routes(lst, routes), secrets))
+            for lst in resources.listeners
+        ],
         "clusters": [_to_dict(_static_cluster(c, assignments)) for c in resources.clusters],
     }
     if resources.secrets:
@@ -128,4 +138,25 @@ def _inline_routes(listener: Any, routes: dict[str, Any]) -> Any:
                 )
             hcm.route_config.CopyFrom(routes[name])  # clears `rds` (same oneof)
             flt.typed_config.CopyFrom(pack(hcm))
+    return out
+
+
+def _static_secrets(listener: Any, secrets: set[str]) -> Any:
+    """`listener` with every downstream SDS reference pointing at a static secret."""
+    out = type(listener)()
+    out.CopyFrom(listener)
+    for chain in out.filter_chains:
+        socket = chain.transport_socket
+        if not socket.typed_config.Is(tls_pb2.DownstreamTlsContext.DESCRIPTOR):
+            continue
+        ctx = tls_pb2.DownstreamTlsContext()
+        socket.typed_config.Unpack(ctx)
+        for sds in ctx.common_tls_context.tls_certificate_sds_secret_configs:
+            if sds.name not in secrets:
+                raise ConversionError(
+                    f"listener {listener.name!r}, filter chain {chain.name!r}: refers to the "
+                    f"missing secret {sds.name!r}"
+                )
+            sds.ClearField("sds_config")
+        socket.typed_config.CopyFrom(pack(ctx))
     return out

@@ -39,9 +39,11 @@ class CompileResult:
 
 
 def default_dialects() -> tuple[Dialect, ...]:
+    from turnout.dialects.contour_route import ContourRouteDialect
     from turnout.dialects.httpproxy import HTTPProxyDialect
+    from turnout.dialects.ingress import IngressDialect
 
-    return (HTTPProxyDialect(),)
+    return (HTTPProxyDialect(), ContourRouteDialect(), IngressDialect())
 
 
 # Core kinds that every dialect may consume (design.md, "Sources").

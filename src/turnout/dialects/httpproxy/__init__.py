@@ -7,13 +7,17 @@ from __future__ import annotations
 import weakref
 
 from turnout.dialects.base import (
-    HTTP_LISTENER,
     CompileContext,
     CompileOptions,
     DialectOutput,
     HostClaim,
 )
-from turnout.dialects.httpproxy.processor import claimed_hostname, compile_httpproxies, parse_all
+from turnout.dialects.httpproxy.processor import (
+    claimed_hostname,
+    claimed_listeners,
+    compile_httpproxies,
+    parse_all,
+)
 from turnout.dialects.httpproxy.spec import ParsedProxy
 from turnout.store import Snapshot
 
@@ -21,11 +25,19 @@ __all__ = ["HTTPProxyDialect"]
 
 
 class HTTPProxyDialect:
-    """Each valid-looking root claims its fqdn on the HTTP listener; `compile` builds the virtual
-    hosts of the roots that own theirs and a status for every HTTPProxy."""
+    """Each valid-looking root claims its fqdn on the HTTP listener, and on the HTTPS listener too
+    when it terminates TLS; `compile` builds the virtual hosts of the roots that own theirs and a
+    status for every HTTPProxy."""
 
     name = "httpproxy"
-    kinds = frozenset({("projectcontour.io/v1", "HTTPProxy")})
+    # TLSCertificateDelegation grants HTTPProxies in other namespaces the use of a Secret; the
+    # shared SecretResolver reads it, and HTTPProxy is its reader among the dialects.
+    kinds = frozenset(
+        {
+            ("projectcontour.io/v1", "HTTPProxy"),
+            ("projectcontour.io/v1", "TLSCertificateDelegation"),
+        }
+    )
 
     def __init__(self) -> None:
         # The objects read by `claims()`, kept for `compile()` of the same snapshot so that a
@@ -46,7 +58,7 @@ class HTTPProxyDialect:
         for proxy in self._parsed(snapshot).values():
             host = claimed_hostname(proxy, options)
             if host is not None:
-                claims.append(HostClaim(HTTP_LISTENER, host, proxy.obj))
+                claims.extend(HostClaim(lst, host, proxy.obj) for lst in claimed_listeners(proxy))
         return claims
 
     def compile(self, snapshot: Snapshot, ctx: CompileContext) -> DialectOutput:

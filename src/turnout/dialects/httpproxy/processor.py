@@ -7,7 +7,13 @@ hostname, and fills a status accessor per proxy as it goes.
 Error granularity is Contour's: an invalid include is skipped (a missing or root target also gets
 a 502 route for the include's space), an invalid route drops every route of its proxy, including
 what that proxy gathered from its includes, and an unresolved Service only turns its route into
-a 503. Other proxies are never affected.
+a 503. A TLS error (a missing, malformed or undelegated Secret, an invalid version range) drops the
+whole root: its host is served neither over HTTPS nor over plain HTTP. Other proxies are never
+affected.
+
+A root with `virtualhost.tls.secretName` becomes two virtual hosts (`tls_virtual_hosts`): its
+routes on the HTTPS listener, and on the HTTP listener the same routes answering 301 to HTTPS,
+except those with `permitInsecure` (unless the installation disables permitInsecure).
 """
 
 from __future__ import annotations
@@ -16,7 +22,13 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from turnout.dialects.base import HTTP_LISTENER, CompileContext, CompileOptions, DialectOutput
+from turnout.dialects.base import (
+    HTTP_LISTENER,
+    HTTPS_LISTENER,
+    CompileContext,
+    CompileOptions,
+    DialectOutput,
+)
 from turnout.dialects.contour_order import contour_route_order, sorted_headers, sorted_queries
 from turnout.dialects.httpproxy.conditions import (
     IncludeKey,
@@ -38,16 +50,19 @@ from turnout.dialects.httpproxy.spec import (
     ROUTE_ERROR,
     SERVICE_ERROR,
     SPEC_ERROR,
+    TLS_ERROR,
     VIRTUAL_HOST_ERROR,
     IncludeSpec,
     MatchCondition,
     ParsedProxy,
     RouteSpec,
     ServiceSpec,
+    TLSSpec,
     parse_proxy,
 )
 from turnout.dialects.httpproxy.status import ORPHANED_MESSAGE, ProxyStatusAccessor
 from turnout.dialects.regex import regex_error
+from turnout.dialects.tls_vhosts import SecureRoute, tls_virtual_hosts
 from turnout.graph.model import (
     Cluster,
     DirectResponse,
@@ -59,6 +74,7 @@ from turnout.graph.model import (
     RouteAction,
     RouteMatch,
     RouteSource,
+    TLSTermination,
     UpstreamProtocol,
     VirtualHost,
     WeightedCluster,
@@ -77,6 +93,11 @@ MAX_VISITS_PER_ROOT = 10_000
 
 _PROTOCOLS = {"h2": UpstreamProtocol.H2, "h2c": UpstreamProtocol.H2C, "tls": UpstreamProtocol.TLS}
 _PROTOCOL_ANNOTATION = "projectcontour.io/upstream-protocol."
+
+# Contour's `annotation.TLSVersion`: any other value means the default.
+_TLS_VERSIONS = ("1.2", "1.3")
+DEFAULT_MIN_TLS_VERSION = "1.2"
+DEFAULT_MAX_TLS_VERSION = "1.3"
 
 
 def parse_all(snapshot: Snapshot) -> dict[tuple[str, str], ParsedProxy]:
@@ -103,10 +124,27 @@ def claimed_hostname(proxy: ParsedProxy, options: CompileOptions) -> str | None:
     return host
 
 
+def claimed_listeners(proxy: ParsedProxy) -> tuple[str, ...]:
+    """The listeners a root's hostname is claimed on: HTTPS too when it terminates TLS."""
+    vh = proxy.spec.virtualhost
+    if vh is not None and vh.terminates_tls:
+        return (HTTP_LISTENER, HTTPS_LISTENER)
+    return (HTTP_LISTENER,)
+
+
+def secret_reference(secret_name: str, namespace: str) -> tuple[str, str]:
+    """`name` or `namespace/name` (Contour's `NamespacedNameFrom`: split at the first "/")."""
+    ns, sep, name = secret_name.partition("/")
+    if not sep:
+        return namespace, secret_name
+    return ns or namespace, name
+
+
 @dataclass(frozen=True, slots=True)
 class _Candidate:
     route: Route
     proxy: tuple[str, str]  # whose status hears about a replaced duplicate
+    permit_insecure: bool = False
 
 
 class _BudgetExceeded(Exception):
@@ -139,9 +177,7 @@ class _Compiler:
         for key in sorted(self.proxies):
             proxy = self.proxies[key]
             if proxy.is_root:
-                vhost = self._root(proxy)
-                if vhost is not None:
-                    vhosts.append((HTTP_LISTENER, vhost))
+                vhosts.extend(self._root(proxy))
         for key in sorted(self.proxies):
             proxy = self.proxies[key]
             # An object that fails the schema would not exist in Kubernetes: "invalid" with its
@@ -153,17 +189,18 @@ class _Compiler:
 
     # --- roots ---------------------------------------------------------------------------------
 
-    def _root(self, proxy: ParsedProxy) -> VirtualHost | None:
+    def _root(self, proxy: ParsedProxy) -> list[tuple[str, VirtualHost]]:
+        """The (listener, virtual host) pairs of a root; none when it is not served."""
         st = self.status[proxy.key]
         vh = proxy.spec.virtualhost
         assert vh is not None
         if vh.fqdn is None:
-            return None  # the field has the wrong type; the reader reported it
+            return []  # the field has the wrong type; the reader reported it
         if not vh.fqdn.strip():
             st.add_error(
                 VIRTUAL_HOST_ERROR, "FQDNNotSpecified", "Spec.VirtualHost.Fqdn must be specified"
             )
-            return None
+            return []
         host = vh.fqdn.lower()
         if not FQDN_PATTERN.fullmatch(host):
             st.add_error(
@@ -172,25 +209,28 @@ class _Compiler:
                 f'Spec.VirtualHost.Fqdn "{vh.fqdn}" is not a valid hostname: it must be lower-case '
                 'DNS labels, optionally after "*." for exactly one label',
             )
-            return None
+            return []
         if not root_allowed(proxy.obj.namespace, self.ctx.options):
             st.add_error(
                 ROOT_NAMESPACE_ERROR,
                 "RootProxyNotAllowedInNamespace",
                 "root HTTPProxy cannot be defined in this namespace",
             )
-            return None
-        owner = self.ctx.ownership.owner(HTTP_LISTENER, host)
-        if owner is not None and owner.ref != proxy.obj.ref:
-            # turnout's ownership rule: the oldest root keeps the hostname (design.md section 4).
-            st.add_error(
-                VIRTUAL_HOST_ERROR,
-                "DuplicateVhost",
-                f'fqdn "{host}" is already owned by {owner.kind} {owner.namespace}/{owner.name}',
-            )
-            return None
+            return []
+        for listener in claimed_listeners(proxy):
+            owner = self.ctx.ownership.owner(listener, host)
+            if owner is not None and owner.ref != proxy.obj.ref:
+                # turnout's ownership rule: the oldest root keeps the hostname (design.md
+                # section 4). A TLS host needs both listeners; half a host is not served.
+                st.add_error(
+                    VIRTUAL_HOST_ERROR,
+                    "DuplicateVhost",
+                    f'fqdn "{host}" is already owned by {owner.kind} '
+                    f"{owner.namespace}/{owner.name}",
+                )
+                return []
         if not proxy.schema_valid:
-            return None
+            return []
         spec = proxy.spec
         if not spec.routes and not spec.includes and not spec.tcpproxy:
             st.add_error(
@@ -198,7 +238,12 @@ class _Compiler:
                 "NothingDefined",
                 "HTTPProxy.Spec must have at least one Route, Include, or a TCPProxy",
             )
-            return None
+            return []
+        tls: TLSTermination | None = None
+        if vh.tls is not None:
+            tls = self._tls(proxy, vh.tls)
+            if tls is None:
+                return []
 
         self.budget = MAX_VISITS_PER_ROOT
         try:
@@ -210,21 +255,78 @@ class _Compiler:
                 f"the include graph of this root reaches more than {MAX_VISITS_PER_ROOT} "
                 "HTTPProxies along its paths; none of its routes are served",
             )
-            return None
+            return []
         if not candidates:
-            return None  # Contour prunes virtual hosts without routes
-        routes = self._dedupe(candidates)
-        return VirtualHost(
-            name=host,
+            return []  # Contour prunes virtual hosts without routes
+        kept = self._dedupe(candidates)
+        routes = contour_route_order([c.route for c in kept])
+        hostname_match = (
+            HostnameMatch.WILDCARD_ONE_LABEL if host.startswith("*.") else HostnameMatch.EXACT
+        )
+        if tls is None:
+            vhost = VirtualHost(host, host, routes, proxy.obj.ref, hostname_match)
+            return [(HTTP_LISTENER, vhost)]
+        # Deduplication made matches unique, so the match finds a route's own flag.
+        permit = {c.route.match: c.permit_insecure for c in kept}
+        return tls_virtual_hosts(
             hostname=host,
-            routes=contour_route_order(routes),
             owner=proxy.obj.ref,
-            hostname_match=(
-                HostnameMatch.WILDCARD_ONE_LABEL if host.startswith("*.") else HostnameMatch.EXACT
-            ),
+            routes=[SecureRoute(r, permit[r.match]) for r in routes],
+            tls=tls,
+            disable_permit_insecure=self.ctx.options.disable_permit_insecure,
+            hostname_match=hostname_match,
         )
 
-    def _dedupe(self, candidates: list[_Candidate]) -> list[Route]:
+    def _tls(self, proxy: ParsedProxy, tls: TLSSpec) -> TLSTermination | None:
+        """The root's TLS termination, or None with the error reported (Contour's checks, in
+        Contour's order, except that delegation is checked before the Secret is read: a proxy
+        must not learn whether a Secret it may not use exists)."""
+        st = self.status[proxy.key]
+        if tls.secret_name and tls.passthrough:
+            st.add_error(
+                TLS_ERROR,
+                "TLSConfigNotValid",
+                "Spec.VirtualHost.TLS: both Passthrough and SecretName were specified",
+            )
+            return None
+        if not tls.secret_name:
+            # Passthrough alone was refused by the reader, so this is "neither".
+            st.add_error(
+                TLS_ERROR,
+                "TLSConfigNotValid",
+                "Spec.VirtualHost.TLS: neither Passthrough nor SecretName were specified",
+            )
+            return None
+        namespace, name = secret_reference(tls.secret_name, proxy.obj.namespace)
+        secret = self.ctx.secrets.tls_secret(namespace, name, for_namespace=proxy.obj.namespace)
+        if isinstance(secret, Unresolved):
+            if secret.reason == "DelegationNotPermitted":
+                st.add_error(
+                    TLS_ERROR,
+                    "DelegationNotPermitted",
+                    f'Spec.VirtualHost.TLS Secret "{tls.secret_name}" certificate delegation '
+                    "not permitted",
+                )
+            else:
+                st.add_error(
+                    TLS_ERROR,
+                    "SecretNotValid",
+                    f'Spec.VirtualHost.TLS Secret "{tls.secret_name}" is invalid: {secret.message}',
+                )
+            return None
+        low = _tls_version(tls.minimum_protocol_version, DEFAULT_MIN_TLS_VERSION)
+        high = _tls_version(tls.maximum_protocol_version, DEFAULT_MAX_TLS_VERSION)
+        if high < low:
+            st.add_error(
+                TLS_ERROR,
+                "TLSConfigNotValid",
+                "Spec.Virtualhost.TLS the minimum protocol version is greater than the maximum "
+                "protocol version",
+            )
+            return None
+        return TLSTermination(secret=secret.name, min_version=low, max_version=high)
+
+    def _dedupe(self, candidates: list[_Candidate]) -> list[_Candidate]:
         """Contour keys a virtual host's routes by their conditions, so a later route with the
         same conditions replaces an earlier one; turnout does the same, and says so."""
         kept: dict[RouteMatch, _Candidate] = {}
@@ -240,7 +342,7 @@ class _Compiler:
                     "which replaces it",
                 )
             kept[c.route.match] = c
-        return [c.route for c in kept.values()]
+        return list(kept.values())
 
     # --- the include walk ----------------------------------------------------------------------
 
@@ -429,7 +531,9 @@ class _Compiler:
             query=sorted_queries(merge_query(merged)),
         )
         return _Candidate(
-            Route(match, action, RouteSource(proxy.obj.ref, route.field, via)), proxy.key
+            Route(match, action, RouteSource(proxy.obj.ref, route.field, via)),
+            proxy.key,
+            route.permit_insecure,
         )
 
     def _forward(self, proxy: ParsedProxy, route: RouteSpec) -> Forward | DirectResponse | None:
@@ -522,6 +626,10 @@ class _Compiler:
                 f"Spec.Routes unresolved service reference: {result.message}",
             )
         return result
+
+
+def _tls_version(value: str, default: str) -> str:
+    return value if value in _TLS_VERSIONS else default
 
 
 def _external_name(spec: object) -> bool:

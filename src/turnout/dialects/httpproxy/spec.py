@@ -7,6 +7,8 @@ becomes a `SpecError` that names the field, and never an exception. Fields that 
 turnout does not implement yet are sorted into two groups: those whose absence only loses a feature
 are ignored with a warning, and those that protect something (TLS, authorization, IP filters) are
 errors, because serving the routes without them would expose what the user meant to protect.
+TLS termination (`virtualhost.tls.secretName`) is implemented; TLS passthrough, client validation
+and the fallback certificate are still refused.
 
 Values follow Go's `omitempty` semantics as Contour sees them: an empty string, `false`, `0` and
 `null` all mean "not set".
@@ -31,6 +33,7 @@ ROOT_NAMESPACE_ERROR = "RootNamespaceError"
 INCLUDE_ERROR = "IncludeError"
 ROUTE_ERROR = "RouteError"
 SERVICE_ERROR = "ServiceError"
+TLS_ERROR = "TLSError"
 ORPHANED = "Orphaned"
 
 # turnout's reasons for what the CRD schema would have rejected (Contour never sees such objects).
@@ -137,6 +140,7 @@ class RouteSpec:
     redirect: RedirectSpec | None
     direct_response: DirectResponseSpec | None
     field: str
+    permit_insecure: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +152,26 @@ class IncludeSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class TLSSpec:
+    """`virtualhost.tls`. Versions are kept as written; the processor applies Contour's defaults."""
+
+    secret_name: str = ""
+    minimum_protocol_version: str = ""
+    maximum_protocol_version: str = ""
+    passthrough: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class VirtualHostSpec:
     # None when the field has the wrong type (already reported); "" when it is missing.
     fqdn: str | None
+    tls: TLSSpec | None = None
+
+    @property
+    def terminates_tls(self) -> bool:
+        """Whether the host wants TLS terminated with its own certificate (and so an HTTPS
+        virtual host next to its HTTP one)."""
+        return self.tls is not None and bool(self.tls.secret_name) and not self.tls.passthrough
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +210,6 @@ _IGNORED_VHOST = frozenset({"corsPolicy", "rateLimitPolicy"})
 _IGNORED_ROUTE = frozenset(
     {
         "enableWebsockets",
-        "permitInsecure",  # only has an effect with TLS, which is refused below
         "authPolicy",  # only has an effect with vhost authorization, which is refused below
         "timeoutPolicy",
         "retryPolicy",
@@ -214,16 +234,25 @@ _IGNORED_SERVICE = frozenset(
 )
 # Fields whose absence would weaken what the user asked for: the object is refused instead.
 _REFUSED_SPEC = frozenset({"tcpproxy"})
-_REFUSED_VHOST = frozenset(
-    {"tls", "authorization", "jwtProviders", "ipAllowPolicy", "ipDenyPolicy"}
-)
+_REFUSED_VHOST = frozenset({"authorization", "jwtProviders", "ipAllowPolicy", "ipDenyPolicy"})
+# Client certificates protect a host: serving it without them would let anyone in.
+_REFUSED_TLS = frozenset({"clientValidation"})
 _REFUSED_ROUTE = frozenset({"jwtVerificationPolicy", "ipAllowPolicy", "ipDenyPolicy"})
 _REFUSED_SERVICE = frozenset({"validation"})
 
 _SPEC_FIELDS = frozenset({"virtualhost", "routes", "includes"})
-_VHOST_FIELDS = frozenset({"fqdn"})
+_VHOST_FIELDS = frozenset({"fqdn", "tls"})
+_TLS_FIELDS = frozenset(
+    {
+        "secretName",
+        "minimumProtocolVersion",
+        "maximumProtocolVersion",
+        "passthrough",
+        "enableFallbackCertificate",
+    }
+)
 _ROUTE_FIELDS = frozenset(
-    {"conditions", "services", "requestRedirectPolicy", "directResponsePolicy"}
+    {"conditions", "services", "requestRedirectPolicy", "directResponsePolicy", "permitInsecure"}
 )
 _SERVICE_FIELDS = frozenset({"name", "port", "weight", "protocol", "mirror"})
 _INCLUDE_FIELDS = frozenset({"name", "namespace", "conditions"})
@@ -403,11 +432,35 @@ def _virtualhost(r: _Reader, value: Any) -> VirtualHostSpec:
     if m is None:
         return VirtualHostSpec(fqdn=None)
     r.check_fields(m, path, _VHOST_FIELDS, _IGNORED_VHOST, _REFUSED_VHOST)
+    tls = _tls(r, m["tls"], f"{path}.tls") if m.get("tls") is not None else None
     fqdn = m.get("fqdn")
     if fqdn is not None and not isinstance(fqdn, str):
         r.error(f"{path}.fqdn: must be a string, got {_describe(fqdn)}")
-        return VirtualHostSpec(fqdn=None)
-    return VirtualHostSpec(fqdn=fqdn or "")
+        return VirtualHostSpec(fqdn=None, tls=tls)
+    return VirtualHostSpec(fqdn=fqdn or "", tls=tls)
+
+
+def _tls(r: _Reader, value: Any, path: str) -> TLSSpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _TLS_FIELDS, refused=_REFUSED_TLS)
+    spec = TLSSpec(
+        secret_name=r.string(m, "secretName", path),
+        minimum_protocol_version=r.string(m, "minimumProtocolVersion", path),
+        maximum_protocol_version=r.string(m, "maximumProtocolVersion", path),
+        passthrough=r.boolean(m, "passthrough", path),
+    )
+    # `false` is "not set" (omitempty), so only a true value is refused. Passthrough together
+    # with secretName is Contour's TLSConfigNotValid, reported by the processor.
+    if spec.passthrough and not spec.secret_name:
+        r.error(f"{path}.passthrough is not supported by turnout yet", FIELD_NOT_SUPPORTED)
+    if r.boolean(m, "enableFallbackCertificate", path):
+        r.error(
+            f"{path}.enableFallbackCertificate is not supported by turnout yet",
+            FIELD_NOT_SUPPORTED,
+        )
+    return spec
 
 
 def _conditions(r: _Reader, m: Mapping[str, Any], path: str) -> tuple[MatchCondition, ...]:
@@ -506,6 +559,7 @@ def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:
         redirect=redirect,
         direct_response=direct,
         field=path,
+        permit_insecure=r.boolean(m, "permitInsecure", path),
     )
 
 

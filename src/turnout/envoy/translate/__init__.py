@@ -6,8 +6,11 @@ each resource type sorted by name.
 
 What is translated today:
 - every HTTP listener -> a Listener with one HTTP connection manager using RDS over ADS, and a
-  RouteConfiguration named like the listener (see `listeners`); HTTPS, TLS passthrough and TCP
-  listeners are skipped until their issues land;
+  RouteConfiguration named like the listener (see `listeners`);
+- every HTTPS listener -> a Listener with one TLS filter chain per SNI name, each with its own
+  RouteConfiguration `https/<hostname>` (see `listeners`); TLS passthrough and TCP listeners are
+  skipped until their issues land;
+- every TLS secret -> an SDS Secret named like it (see `secrets`);
 - every cluster -> an EDS Cluster and its ClusterLoadAssignment (see `clusters`).
 """
 
@@ -17,7 +20,12 @@ from typing import Any
 
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate.clusters import translate_cluster, translate_load_assignment
-from turnout.envoy.translate.listeners import ListenerResources, translate_listener
+from turnout.envoy.translate.listeners import (
+    ListenerResources,
+    https_route_name,
+    misdirected_virtual_host,
+    translate_listener,
+)
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.routes import (
     route_name,
@@ -26,11 +34,15 @@ from turnout.envoy.translate.routes import (
     translate_virtual_host,
     wildcard_authority_regex,
 )
+from turnout.envoy.translate.secrets import downstream_tls_context, translate_secret
 from turnout.graph.model import RoutingGraph
 
 __all__ = [
     "ListenerResources",
     "TranslateOptions",
+    "downstream_tls_context",
+    "https_route_name",
+    "misdirected_virtual_host",
     "route_name",
     "translate",
     "translate_cluster",
@@ -38,6 +50,7 @@ __all__ = [
     "translate_load_assignment",
     "translate_route",
     "translate_route_configuration",
+    "translate_secret",
     "translate_virtual_host",
     "wildcard_authority_regex",
 ]
@@ -59,6 +72,7 @@ def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> E
         endpoints=tuple(translate_load_assignment(c) for c in clusters),
         listeners=_by_name(listeners),
         routes=_by_name(routes),
+        secrets=tuple(translate_secret(s) for s in sorted(graph.secrets, key=lambda s: s.name)),
     )
 
 
