@@ -42,8 +42,9 @@ def default_dialects() -> tuple[Dialect, ...]:
     from turnout.dialects.contour_route import ContourRouteDialect
     from turnout.dialects.httpproxy import HTTPProxyDialect
     from turnout.dialects.ingress import IngressDialect
+    from turnout.dialects.ingressroute import IngressRouteDialect
 
-    return (HTTPProxyDialect(), ContourRouteDialect(), IngressDialect())
+    return (HTTPProxyDialect(), ContourRouteDialect(), IngressDialect(), IngressRouteDialect())
 
 
 # Core kinds that every dialect may consume (design.md, "Sources").

@@ -1,0 +1,629 @@
+"""The IngressRoute spec as typed records, read defensively from whatever YAML a user wrote.
+
+Contour's CRD schema would have rejected many objects before Contour saw them; turnout also reads
+plain files, so the reader does that job: a field of the wrong type, an unknown field or a missing
+required field is an error that names the field, never an exception. The reader also runs every
+check that depends on the object alone (Contour's own messages where Contour had one), so that the
+processor only has to look at what depends on other objects.
+
+Two versions are read. `contour.heptio.com/v1beta1` is what Contour shipped; `v1alpha1` is the
+shape seed 000 writes, where a route names its upstreams under `service:` (a list, or a single
+mapping). `aliases` (seed 000) is read in both.
+
+Values follow Go's `omitempty` semantics as Contour saw them: an empty string, `false`, `0` and
+`null` all mean "not set".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from turnout.objects import KubeObject
+
+GROUP = "contour.heptio.com"
+KIND = "IngressRoute"
+V1BETA1 = "contour.heptio.com/v1beta1"
+V1ALPHA1 = "contour.heptio.com/v1alpha1"
+
+# Reasons. Contour's IngressRoute status had only a description; turnout adds a reason to each
+# entry of its `errors`/`warnings` lists so that tools need not parse messages.
+FIELD_NOT_VALID = "FieldNotValid"
+FIELD_NOT_SUPPORTED = "FieldNotSupported"
+NOT_YET_SUPPORTED = "NotYetSupported"
+POLICY_NOT_VALID = "PolicyNotValid"
+NOTHING_DEFINED = "NothingDefined"
+FQDN_NOT_SPECIFIED = "FQDNNotSpecified"
+FQDN_WILDCARD = "FQDNWildcard"
+FQDN_NOT_VALID = "FQDNNotValid"
+DUPLICATE_HOSTNAME = "DuplicateHostname"
+SERVICES_AND_DELEGATE = "ServicesAndDelegate"
+NO_ACTION = "NoAction"
+SERVICE_PORT_INVALID = "ServicePortInvalid"
+WEIGHT_INVALID = "WeightInvalid"
+UNKNOWN_STRATEGY = "UnknownStrategy"
+STRATEGY_REPLACED = "StrategyReplaced"
+TLS_VERSION_REPLACED = "TLSVersionReplaced"
+
+# Upper bounds Envoy enforces (uint32 weights and thresholds, google.protobuf.Duration seconds).
+MAX_UINT32 = 4_294_967_295
+MAX_DURATION_SECONDS = 315_576_000_000
+
+# A lower-case DNS name. Contour v1.0 only refused blank names and `*`; turnout also refuses
+# what is not a hostname at all (a port, a path, spaces), which Envoy would route oddly.
+HOSTNAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+# Go's time.ParseDuration syntax (Contour parsed timeouts with it), plus Contour's "infinity".
+_GO_DURATION = re.compile(r"[-+]?(((\d+(\.\d*)?)|(\.\d+))(ns|us|µs|μs|ms|s|m|h))+|[-+]?0")
+
+# Load-balancing strategies. Contour v1.0 knew these three besides RoundRobin (any other value
+# meant RoundRobin); the v0.x releases also took RingHash and Maglev.
+STRATEGIES = ("RoundRobin", "WeightedLeastRequest", "Random", "Cookie")
+# Without a hash policy (IngressRoute has no way to set one) Envoy's ring-hash and Maglev
+# balancers hash nothing and pick a random endpoint for every request.
+HASHLESS_STRATEGIES = ("RingHash", "Maglev")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One status entry: an error (the object is rejected) or a warning."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheckSpec:
+    """`services[].healthCheck`; 0 means "Contour's default" for every number."""
+
+    path: str
+    host: str = ""
+    interval_seconds: int = 0
+    timeout_seconds: int = 0
+    unhealthy_threshold: int = 0
+    healthy_threshold: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSpec:
+    name: str
+    port: int
+    weight: int = 0  # 0 means unset, as in Contour
+    strategy: str = ""  # already mapped to one of STRATEGIES, or "" for the default
+    health_check: HealthCheckSpec | None = None
+    field: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DelegateSpec:
+    name: str
+    namespace: str  # "" means the delegating object's namespace
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    match: str
+    services: tuple[ServiceSpec, ...]
+    delegate: DelegateSpec | None
+    permit_insecure: bool
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class TLSSpec:
+    secret_name: str  # "name" or "namespace/name" (with a TLSCertificateDelegation)
+    min_version: str = "1.2"  # "1.2" | "1.3"
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualHostSpec:
+    # Lower-cased hostnames that passed every check; empty when the fqdn did not.
+    hostnames: tuple[str, ...]
+    tls: TLSSpec | None
+
+
+@dataclass(frozen=True, slots=True)
+class IngressRouteSpec:
+    virtualhost: VirtualHostSpec | None
+    routes: tuple[RouteSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedIngressRoute:
+    obj: KubeObject
+    spec: IngressRouteSpec
+    problems: tuple[Problem, ...]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.obj.namespace, self.obj.name)
+
+    @property
+    def is_root(self) -> bool:
+        return self.spec.virtualhost is not None
+
+    @property
+    def valid(self) -> bool:
+        """False when anything in the object itself is wrong: seed 000 rejects it whole."""
+        return not any(not p.warning for p in self.problems)
+
+    def delegate_key(self, delegate: DelegateSpec) -> tuple[str, str]:
+        return (delegate.namespace or self.obj.namespace, delegate.name)
+
+
+# --- field tables -------------------------------------------------------------------------------
+
+_SPEC_FIELDS = frozenset({"virtualhost", "routes", "tcpproxy"})
+_VHOST_FIELDS = frozenset({"fqdn", "aliases", "tls"})
+_TLS_FIELDS = frozenset({"secretName", "minimumProtocolVersion", "passthrough"})
+_ROUTE_FIELDS = frozenset({"match", "services", "delegate", "permitInsecure"})
+# Route policies Contour applied and turnout does not yet: read, checked, and reported as
+# warnings. None of them changes where a request goes, so the routes are served without them.
+_POLICY_FIELDS = ("enableWebsockets", "prefixRewrite", "timeoutPolicy", "retryPolicy")
+_SERVICE_FIELDS = frozenset({"name", "port", "weight", "strategy", "healthCheck"})
+# Upstream TLS validation protects something: serving without it would talk to an unverified
+# upstream the user meant to verify, so it is refused rather than ignored.
+_REFUSED_SERVICE = frozenset({"validation"})
+_HEALTH_FIELDS = frozenset(
+    {
+        "path",
+        "host",
+        "intervalSeconds",
+        "timeoutSeconds",
+        "unhealthyThresholdCount",
+        "healthyThresholdCount",
+    }
+)
+_DELEGATE_FIELDS = frozenset({"name", "namespace"})
+
+
+def describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, Sequence):
+        return "a list"
+    return type(value).__name__
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, list | tuple)
+
+
+def _unset(value: Any) -> bool:
+    """Go's omitempty view of a value: null, false, 0, "" and empty collections are not set."""
+    if value is None or value is False or value == "":
+        return True
+    if isinstance(value, int) and not isinstance(value, bool) and value == 0:
+        return True
+    return isinstance(value, Mapping | list | tuple) and not value
+
+
+def hostname_error(value: str, field: str) -> tuple[str, str] | None:
+    """(reason, message) when `value` cannot be a root's hostname, in Contour's words."""
+    if not value.strip():
+        return FQDN_NOT_SPECIFIED, f"{field} must be specified"
+    if "*" in value:
+        return FQDN_WILDCARD, f'{field} "{value}" cannot use wildcards'
+    if not HOSTNAME.fullmatch(value.lower()):
+        return FQDN_NOT_VALID, (
+            f'{field} "{value}" is not a valid hostname: it must be DNS labels of letters, '
+            "digits and hyphens, separated by dots"
+        )
+    return None
+
+
+class _Reader:
+    """Reads fields with their types checked; every problem is recorded with its field path.
+
+    `soft` turns errors into warnings: used under route policies, which turnout does not apply
+    yet and which must never make an object invalid.
+    """
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.soft = False
+
+    def error(self, message: str, reason: str = FIELD_NOT_VALID) -> None:
+        if self.soft:
+            self.problems.append(Problem(POLICY_NOT_VALID, message, warning=True))
+        else:
+            self.problems.append(Problem(reason, message))
+
+    def warn(self, message: str, reason: str) -> None:
+        self.problems.append(Problem(reason, message, warning=True))
+
+    def mapping(self, value: Any, path: str) -> Mapping[str, Any] | None:
+        if isinstance(value, Mapping):
+            return value
+        self.error(f"{path}: must be an object, got {describe(value)}")
+        return None
+
+    def check_fields(
+        self,
+        m: Mapping[str, Any],
+        path: str,
+        known: frozenset[str],
+        refused: frozenset[str] = frozenset(),
+    ) -> None:
+        for key in m:
+            if key in known:
+                continue
+            if key in refused:
+                if not _unset(m[key]):
+                    self.error(f"{path}.{key} is not yet supported by turnout", FIELD_NOT_SUPPORTED)
+            else:
+                self.error(f'{path}.{key}: unknown field "{key}"')
+
+    def string(self, m: Mapping[str, Any], key: str, path: str, required: bool = False) -> str:
+        value = m.get(key)
+        where = f"{path}.{key}"
+        if value is None:
+            if required:
+                self.error(f"{where}: required field is missing")
+            return ""
+        if not isinstance(value, str):
+            self.error(f"{where}: must be a string, got {describe(value)}")
+            return ""
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            self.error(f"{where}: must be valid UTF-8")
+            return ""
+        if any(c in value for c in "\x00\r\n"):
+            # Hostnames, paths and header values with these would make Envoy reject the config.
+            self.error(f"{where}: must not contain NUL, CR or LF")
+            return ""
+        if required and not value:
+            self.error(f"{where}: must not be empty")
+        return value
+
+    def boolean(self, m: Mapping[str, Any], key: str, path: str) -> bool:
+        value = m.get(key)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            self.error(f"{path}.{key}: must be a boolean, got {describe(value)}")
+            return False
+        return value
+
+    def integer(
+        self,
+        m: Mapping[str, Any],
+        key: str,
+        path: str,
+        required: bool = False,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> int:
+        value = m.get(key)
+        where = f"{path}.{key}"
+        if value is None:
+            if required:
+                self.error(f"{where}: required field is missing")
+            return 0
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(f"{where}: must be an integer, got {describe(value)}")
+            return 0
+        if minimum is not None and value < minimum:
+            self.error(f"{where}: must be at least {minimum}, got {value}")
+            return 0
+        if maximum is not None and value > maximum:
+            self.error(f"{where}: must be at most {maximum}, got {value}")
+            return 0
+        return value
+
+    def items(self, m: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Any]]:
+        value = m.get(key)
+        if value is None:
+            return []
+        if not _is_list(value):
+            self.error(f"{path}.{key}: must be a list, got {describe(value)}")
+            return []
+        return [(f"{path}.{key}[{i}]", item) for i, item in enumerate(value)]
+
+
+def parse_ingressroute(obj: KubeObject) -> ParsedIngressRoute:
+    """Reads `obj` into an `IngressRouteSpec`; never raises, whatever the object holds."""
+    r = _Reader()
+    raw = obj.spec
+    if raw is None:
+        r.error("spec: required field is missing")
+        return ParsedIngressRoute(obj, IngressRouteSpec(virtualhost=None), tuple(r.problems))
+    spec = r.mapping(raw, "spec")
+    if spec is None:
+        return ParsedIngressRoute(obj, IngressRouteSpec(virtualhost=None), tuple(r.problems))
+    r.check_fields(spec, "spec", _SPEC_FIELDS)
+
+    virtualhost: VirtualHostSpec | None = None
+    if spec.get("virtualhost") is not None:
+        virtualhost = _virtualhost(r, spec["virtualhost"])
+    alpha = obj.api_version == V1ALPHA1
+    routes = tuple(
+        route
+        for path, value in r.items(spec, "routes", "spec")
+        if (route := _route(r, value, path, alpha)) is not None
+    )
+    routes_value = spec.get("routes")
+    if spec.get("tcpproxy") is not None:
+        # TLS passthrough and TCP proxying are a later issue; the object is refused rather than
+        # served without the part the user asked for.
+        r.error("spec.tcpproxy is not yet supported by turnout", FIELD_NOT_SUPPORTED)
+    elif routes_value is None or (_is_list(routes_value) and not routes_value):
+        # Seed 000: "routes must _always_ be present and non empty".
+        r.error("spec.routes must be present and non empty", NOTHING_DEFINED)
+    _weights_sum(r, routes)
+    return ParsedIngressRoute(
+        obj, IngressRouteSpec(virtualhost=virtualhost, routes=routes), tuple(r.problems)
+    )
+
+
+def _virtualhost(r: _Reader, value: Any) -> VirtualHostSpec:
+    path = "spec.virtualhost"
+    m = r.mapping(value, path)
+    if m is None:
+        return VirtualHostSpec(hostnames=(), tls=None)
+    r.check_fields(m, path, _VHOST_FIELDS)
+    before = len(r.problems)
+    hostnames: list[str] = []
+    fqdn = m.get("fqdn")
+    if fqdn is not None and not isinstance(fqdn, str):
+        r.error(f"{path}.fqdn: must be a string, got {describe(fqdn)}")
+    else:
+        problem = hostname_error(fqdn or "", "Spec.VirtualHost.Fqdn")
+        if problem is not None:
+            r.error(problem[1], problem[0])
+        else:
+            hostnames.append(str(fqdn).lower())
+    for where, alias in r.items(m, "aliases", path):
+        if not isinstance(alias, str):
+            r.error(f"{where}: must be a string, got {describe(alias)}")
+            continue
+        problem = hostname_error(alias, "Spec.VirtualHost.Aliases")
+        if problem is not None:
+            r.error(problem[1], problem[0])
+        elif alias.lower() in hostnames:
+            r.warn(f'{where}: hostname "{alias}" is already listed', DUPLICATE_HOSTNAME)
+        else:
+            hostnames.append(alias.lower())
+    # A root serves (and claims) its hostnames only when every one of them is valid.
+    valid = not any(not p.warning for p in r.problems[before:])
+    tls: TLSSpec | None = None
+    if m.get("tls") is not None:
+        tls = _tls(r, m["tls"], f"{path}.tls")
+    return VirtualHostSpec(hostnames=tuple(hostnames) if valid else (), tls=tls)
+
+
+def _tls(r: _Reader, value: Any, path: str) -> TLSSpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _TLS_FIELDS)
+    if r.boolean(m, "passthrough", path):
+        r.error(f"{path}.passthrough is not yet supported by turnout", FIELD_NOT_SUPPORTED)
+    secret = r.string(m, "secretName", path, required=True)
+    version = r.string(m, "minimumProtocolVersion", path)
+    min_version = "1.2"
+    if version == "1.3":
+        min_version = "1.3"
+    elif version not in ("", "1.2"):
+        # Contour v1.0 fell back to TLS 1.1 for any other value; TLS 1.0 and 1.1 are deprecated
+        # (RFC 8996) and turnout never offers them.
+        r.warn(
+            f'{path}.minimumProtocolVersion: "{version}" is not supported; using "1.2"',
+            TLS_VERSION_REPLACED,
+        )
+    return TLSSpec(secret_name=secret, min_version=min_version) if secret else None
+
+
+def _route(r: _Reader, value: Any, path: str, alpha: bool) -> RouteSpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    known = _ROUTE_FIELDS | {"service"} if alpha else _ROUTE_FIELDS
+    r.check_fields(m, path, known | frozenset(_POLICY_FIELDS))
+    match = r.string(m, "match", path, required=True)
+    label = f'route "{match}"'  # Contour's prefix for route messages, with what the user wrote
+    if match and not match.startswith("/"):
+        r.error(f'{path}.match: must start with "/", got "{match}"')
+        match = ""
+
+    service_items = r.items(m, "services", path)
+    if alpha and m.get("service") is not None:
+        if m.get("services") is not None:
+            r.error(f"{path}: service and services cannot both be set")
+        single = m["service"]
+        if isinstance(single, Mapping):
+            service_items = [(f"{path}.service", single)]
+        else:
+            service_items = r.items(m, "service", path)
+    services = tuple(
+        svc for where, item in service_items if (svc := _service(r, item, where, label))
+    )
+    delegate: DelegateSpec | None = None
+    if m.get("delegate") is not None:
+        delegate = _delegate(r, m["delegate"], f"{path}.delegate")
+    has_services = m.get("services") is not None or (alpha and m.get("service") is not None)
+    if service_items and m.get("delegate") is not None:
+        r.error(
+            f"{label}: cannot specify services and delegate in the same route",
+            SERVICES_AND_DELEGATE,
+        )
+    elif not has_services and m.get("delegate") is None:
+        r.warn(f"{label}: has neither services nor delegate and serves nothing", NO_ACTION)
+    _policies(r, m, path)
+    return RouteSpec(
+        match=match,
+        services=services,
+        delegate=delegate,
+        permit_insecure=r.boolean(m, "permitInsecure", path),
+        field=path,
+    )
+
+
+def _service(r: _Reader, value: Any, path: str, label: str) -> ServiceSpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _SERVICE_FIELDS, _REFUSED_SERVICE)
+    name = r.string(m, "name", path, required=True)
+    port = r.integer(m, "port", path, required=True)
+    port_set = isinstance(m.get("port"), int) and not isinstance(m["port"], bool)
+    if port_set and not 1 <= port <= 65535:
+        r.error(
+            f'{label}: service "{name}": port must be in the range 1-65535',
+            SERVICE_PORT_INVALID,
+        )
+    weight = r.integer(m, "weight", path)
+    if weight < 0:
+        r.error(
+            f'{label}: service "{name}": weight must be greater than or equal to zero',
+            WEIGHT_INVALID,
+        )
+        weight = 0
+    elif weight > MAX_UINT32:
+        r.error(f'{label}: service "{name}": weight must be at most {MAX_UINT32}', WEIGHT_INVALID)
+        weight = 0
+    strategy = r.string(m, "strategy", path)
+    if strategy in HASHLESS_STRATEGIES:
+        r.warn(
+            f'{path}.strategy: "{strategy}" has no hash policy in an IngressRoute, so Envoy picks '
+            'a random endpoint for each request; turnout uses "Random"',
+            STRATEGY_REPLACED,
+        )
+        strategy = "Random"
+    elif strategy == "Cookie":
+        # Contour v1.0 paired the Cookie strategy with a cookie hash policy on the route; route
+        # hash policies come with the policies issue, and until then the cluster's ring hash has
+        # nothing to hash.
+        r.warn(
+            f'{path}.strategy: "Cookie" session affinity is not yet supported by turnout; '
+            "requests are spread over the endpoints at random until it is",
+            NOT_YET_SUPPORTED,
+        )
+    elif strategy and strategy not in STRATEGIES:
+        r.warn(
+            f'{path}.strategy: unknown strategy "{strategy}"; using "RoundRobin", as Contour does',
+            UNKNOWN_STRATEGY,
+        )
+        strategy = ""
+    health: HealthCheckSpec | None = None
+    if m.get("healthCheck") is not None:
+        health = _health_check(r, m["healthCheck"], f"{path}.healthCheck")
+    return ServiceSpec(
+        name=name,
+        port=port,
+        weight=weight,
+        strategy="" if strategy == "RoundRobin" else strategy,
+        health_check=health,
+        field=path,
+    )
+
+
+def _health_check(r: _Reader, value: Any, path: str) -> HealthCheckSpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _HEALTH_FIELDS)
+    return HealthCheckSpec(
+        # Envoy refuses a health check without a path.
+        path=r.string(m, "path", path, required=True),
+        host=r.string(m, "host", path),
+        interval_seconds=r.integer(
+            m, "intervalSeconds", path, minimum=0, maximum=MAX_DURATION_SECONDS
+        ),
+        timeout_seconds=r.integer(
+            m, "timeoutSeconds", path, minimum=0, maximum=MAX_DURATION_SECONDS
+        ),
+        unhealthy_threshold=r.integer(
+            m, "unhealthyThresholdCount", path, minimum=0, maximum=MAX_UINT32
+        ),
+        healthy_threshold=r.integer(
+            m, "healthyThresholdCount", path, minimum=0, maximum=MAX_UINT32
+        ),
+    )
+
+
+def _delegate(r: _Reader, value: Any, path: str) -> DelegateSpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _DELEGATE_FIELDS)
+    return DelegateSpec(
+        name=r.string(m, "name", path, required=True),
+        namespace=r.string(m, "namespace", path),
+        field=path,
+    )
+
+
+def _policies(r: _Reader, m: Mapping[str, Any], path: str) -> None:
+    """Route policies: checked like any field, but every finding is a warning."""
+    r.soft = True
+    try:
+        for key in _POLICY_FIELDS:
+            value = m.get(key)
+            where = f"{path}.{key}"
+            if value is None:
+                continue
+            if key == "enableWebsockets":
+                set_ = r.boolean(m, key, path)
+            elif key == "prefixRewrite":
+                set_ = bool(r.string(m, key, path))
+            elif key == "timeoutPolicy":
+                set_ = _timeout_policy(r, value, where)
+            else:
+                set_ = _retry_policy(r, value, where)
+            if set_:
+                r.warn(f'ignoring field "{where}"; not yet supported by turnout', NOT_YET_SUPPORTED)
+    finally:
+        r.soft = False
+
+
+def _duration(r: _Reader, m: Mapping[str, Any], key: str, path: str) -> str:
+    value = r.string(m, key, path)
+    if value and value != "infinity" and not _GO_DURATION.fullmatch(value):
+        r.error(
+            f'{path}.{key}: "{value}" is not a duration (such as "30s" or "1m30s") '
+            'or "infinity"; Contour treated it as "infinity"'
+        )
+    return value
+
+
+def _timeout_policy(r: _Reader, value: Any, path: str) -> bool:
+    m = r.mapping(value, path)
+    if m is None:
+        return True
+    r.check_fields(m, path, frozenset({"request"}))
+    return bool(_duration(r, m, "request", path)) or bool(m)
+
+
+def _retry_policy(r: _Reader, value: Any, path: str) -> bool:
+    m = r.mapping(value, path)
+    if m is None:
+        return True
+    r.check_fields(m, path, frozenset({"count", "perTryTimeout"}))
+    r.integer(m, "count", path, minimum=0, maximum=MAX_UINT32)
+    _duration(r, m, "perTryTimeout", path)
+    return bool(m)
+
+
+def _weights_sum(r: _Reader, routes: Sequence[RouteSpec]) -> None:
+    for route in routes:
+        if sum(s.weight for s in route.services) > MAX_UINT32:
+            r.error(
+                f'route "{route.match}": the sum of service weights must not exceed {MAX_UINT32}',
+                WEIGHT_INVALID,
+            )
