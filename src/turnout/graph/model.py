@@ -102,6 +102,34 @@ class HTTPHealthCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class OutlierDetection:
+    """Passive health checking: eject an endpoint after consecutive failures (seed 001
+    `failurePolicy`, Skipper `consecutiveBreaker`)."""
+
+    consecutive_5xx: int = 5
+    consecutive_gateway_errors: int | None = None
+    interval_s: float = 10.0
+    base_ejection_time_s: float = 30.0
+    max_ejection_percent: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamValidation:
+    """Verify the upstream's certificate (Contour `validation`, Gateway API BackendTLSPolicy)."""
+
+    ca_secret: str  # name of a CA bundle in RoutingGraph.ca_bundles
+    subject_names: tuple[str, ...]
+    sni: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SlowStart:
+    window_s: float
+    aggression: float = 1.0
+    min_weight_percent: int = 10
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamSettings:
     """How a cluster talks to its endpoints. Part of the cluster's identity: two references to
     one Service port with different settings are two clusters."""
@@ -109,6 +137,10 @@ class UpstreamSettings:
     protocol: UpstreamProtocol = UpstreamProtocol.HTTP
     lb_strategy: LoadBalancerStrategy = LoadBalancerStrategy.ROUND_ROBIN
     health_check: HTTPHealthCheck | None = None
+    outlier_detection: OutlierDetection | None = None
+    validation: UpstreamValidation | None = None
+    slow_start: SlowStart | None = None
+    connect_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -133,6 +165,13 @@ class Cluster:
     endpoints: tuple[Endpoint, ...] = ()
     lb_strategy: LoadBalancerStrategy = LoadBalancerStrategy.ROUND_ROBIN
     health_check: HTTPHealthCheck | None = None
+    outlier_detection: OutlierDetection | None = None
+    validation: UpstreamValidation | None = None
+    slow_start: SlowStart | None = None
+    connect_timeout_s: float | None = None
+    # Set for ExternalName Services and RouteGroup `network` backends: resolved by DNS in Envoy
+    # (STRICT_DNS) instead of EDS endpoints.
+    dns_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +209,152 @@ RouteAction = Forward | DirectResponse | Redirect
 
 
 @dataclass(frozen=True, slots=True)
+class HeaderValue:
+    name: str
+    value: str  # may use Envoy's %VAR% substitutions; a literal % is written %%
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderPolicy:
+    """Changes to request or response headers, applied in the order: remove, set, add."""
+
+    set: tuple[HeaderValue, ...] = ()  # replace any existing value
+    add: tuple[HeaderValue, ...] = ()  # append to existing values
+    remove: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    count: int = 1
+    per_try_timeout_s: float | None = None
+    retry_on: tuple[str, ...] = ("5xx",)  # Envoy retry_on conditions
+    retriable_status_codes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """None: Envoy's default. 0: no timeout (Contour's `infinity`)."""
+
+    response_s: float | None = None  # the whole request, upstream included (RouteAction.timeout)
+    idle_s: float | None = None  # idle stream (RouteAction.idle_timeout)
+    backend_request_s: float | None = None  # one upstream attempt (Gateway API backendRequest)
+
+
+@dataclass(frozen=True, slots=True)
+class Mirror:
+    cluster: str  # Cluster.name
+    percent: float = 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class PathRewrite:
+    """Replace the matched prefix (Contour replacePrefix, Gateway API ReplacePrefixMatch), or the
+    whole path (ReplaceFullPath), or a regex substitution (Skipper modPath)."""
+
+    prefix: str | None = None  # with `prefix`, replaces the route's matched prefix
+    full_path: str | None = None
+    regex: str | None = None
+    substitution: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostRewrite:
+    literal: str | None = None
+    from_header: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CookieRewrite:
+    name: str
+    path: str | None = None
+    domain: str | None = None
+    secure: bool | None = None
+    same_site: str | None = None  # Strict | Lax | None
+
+
+class IPFilterSource(enum.Enum):
+    PEER = "Peer"  # the direct peer address
+    REMOTE = "Remote"  # the client address from X-Forwarded-For (--num-trusted-hops)
+
+
+@dataclass(frozen=True, slots=True)
+class IPRule:
+    cidr: str
+    source: IPFilterSource = IPFilterSource.PEER
+
+
+@dataclass(frozen=True, slots=True)
+class IPFilter:
+    """Only one of allow/deny semantics at a time: `allow` rules admit, everything else is 403;
+    `deny` rules reject with 403, everything else passes."""
+
+    allow: bool
+    rules: tuple[IPRule, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRateLimit:
+    requests: int
+    unit_s: int  # 1, 60, 3600
+    burst: int = 0
+    status: int = 429
+    response_headers: tuple[HeaderValue, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CorsPolicy:
+    allow_origins: tuple[str, ...]  # "*", exact origins, or regexes prefixed "regex:"
+    allow_methods: tuple[str, ...] = ()
+    allow_headers: tuple[str, ...] = ()
+    expose_headers: tuple[str, ...] = ()
+    max_age_s: int | None = None
+    allow_credentials: bool = False
+    allow_private_network: bool = False
+
+
+class HashSource(enum.Enum):
+    HEADER = "header"
+    QUERY = "query"
+    SOURCE_IP = "source_ip"
+    COOKIE = "cookie"
+
+
+@dataclass(frozen=True, slots=True)
+class HashPolicy:
+    """How RequestHash/Cookie load balancing picks an endpoint (RouteAction.hash_policy)."""
+
+    source: HashSource
+    name: str = ""  # header, query parameter or cookie name
+    terminal: bool = False
+    cookie_ttl_s: float | None = None  # Cookie: Envoy generates the cookie when absent
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePolicies:
+    """Everything a route does besides matching and choosing its action."""
+
+    timeouts: Timeouts | None = None
+    retry: RetryPolicy | None = None
+    request_headers: HeaderPolicy | None = None
+    response_headers: HeaderPolicy | None = None
+    host_rewrite: HostRewrite | None = None
+    path_rewrite: PathRewrite | None = None
+    mirrors: tuple[Mirror, ...] = ()
+    websockets: bool = False
+    cookie_rewrites: tuple[CookieRewrite, ...] = ()
+    ip_filter: IPFilter | None = None  # overrides the virtual host's
+    rate_limit: LocalRateLimit | None = None
+    hash_policies: tuple[HashPolicy, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualHostPolicies:
+    cors: CorsPolicy | None = None
+    ip_filter: IPFilter | None = None
+    rate_limit: LocalRateLimit | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RouteSource:
     """The object and field a route came from, so `explain` can point at what a user wrote."""
 
@@ -188,6 +373,7 @@ class Route:
     match: RouteMatch
     action: RouteAction
     source: RouteSource
+    policies: RoutePolicies = field(default_factory=RoutePolicies)
 
 
 class HostnameMatch(enum.Enum):
@@ -214,12 +400,36 @@ class TLSSecret:
 
 
 @dataclass(frozen=True, slots=True)
+class CABundle:
+    """PEM CA certificates (and optionally a CRL) from a Secret or ConfigMap, for validating
+    client certificates or upstream servers."""
+
+    name: str  # deterministic: namespace/name plus a short content hash
+    namespace: str
+    secret: str
+    ca_certificates: str = field(repr=False)
+    crl: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientValidation:
+    """Downstream mTLS (Contour `clientValidation`)."""
+
+    ca_bundle: str | None = None  # CABundle.name; None with skip_verification
+    skip_verification: bool = False
+    optional: bool = False
+    crl_bundle: str | None = None  # CABundle.name holding a CRL
+    crl_only_verify_leaf: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class TLSTermination:
     """TLS termination for a virtual host on an HTTPS listener (SNI = the hostname)."""
 
     secret: str  # TLSSecret.name
     min_version: str = "1.2"  # "1.2" | "1.3"
     max_version: str = "1.3"
+    client_validation: ClientValidation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +446,7 @@ class VirtualHost:
     owner: ObjectRef
     hostname_match: HostnameMatch = HostnameMatch.EXACT
     tls: TLSTermination | None = None  # set on HTTPS listeners only
+    policies: VirtualHostPolicies = field(default_factory=VirtualHostPolicies)
 
 
 class ListenerProtocol(enum.Enum):
@@ -246,12 +457,25 @@ class ListenerProtocol(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class TCPProxy:
+    """A TCP stream routed by SNI on a TLS listener (passthrough, or terminated then proxied), or
+    the whole of a TCP listener (`hostname` "")."""
+
+    name: str
+    hostname: str  # the SNI to match; "" for a plain TCP listener
+    clusters: tuple[WeightedCluster, ...]
+    owner: ObjectRef
+    tls: TLSTermination | None = None  # None: TLS passthrough (or plain TCP)
+
+
+@dataclass(frozen=True, slots=True)
 class Listener:
     name: str
     address: str
     port: int
     protocol: ListenerProtocol
     virtual_hosts: tuple[VirtualHost, ...] = ()
+    tcp_proxies: tuple[TCPProxy, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +485,7 @@ class RoutingGraph:
     listeners: tuple[Listener, ...] = ()
     clusters: tuple[Cluster, ...] = ()
     secrets: tuple[TLSSecret, ...] = ()
+    ca_bundles: tuple[CABundle, ...] = ()
 
     def cluster(self, name: str) -> Cluster | None:
         for c in self.clusters:
