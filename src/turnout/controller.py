@@ -19,6 +19,7 @@ from pathlib import Path
 from turnout.config import ServeConfig
 from turnout.envoy.bootstrap import bootstrap_config, write_bootstrap
 from turnout.envoy.process import EnvoyProcess
+from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate import translate
 from turnout.envoy.xds import XdsServer
 from turnout.graph.build import CompileResult, compile_snapshot
@@ -26,7 +27,7 @@ from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
 from turnout.sources.files import FileSource
 from turnout.status.model import ObjectStatus, State
-from turnout.store import SourceProblem, Store
+from turnout.store import Snapshot, SourceProblem, Store
 
 log = logging.getLogger("turnout")
 
@@ -57,40 +58,50 @@ class Controller:
         self._last_states: dict[ObjectRef, tuple[State, str]] = {}
         self.applied_problems: tuple[SourceProblem, ...] = ()
         self.compile_error: str | None = None
+        self.watch_error: str | None = None
+        self._compile_lock = asyncio.Lock()
 
     # -- compile -------------------------------------------------------------------------------
 
-    def recompile(self) -> Applied | None:
+    def _compile(self, snapshot: Snapshot) -> tuple[CompileResult, EnvoyResources]:
+        """Pure and thread-safe: it reads only the immutable snapshot."""
+        result = compile_snapshot(snapshot, self.config.compile_options)
+        return result, translate(result.graph)
+
+    async def recompile(self) -> Applied | None:
         """Compiles the current store and hands the result to the xDS server.
+
+        The compile runs in a worker thread so a large one does not stall ADS streams or the
+        admin server; compiles are serialized so the newest snapshot is always applied last.
 
         A failure here is a bug in turnout, not bad input (dialects turn bad input into status).
         It must not take turnout down or change anyone's routing: the last good configuration
         stays in force, and /readyz reports the failure until a compile succeeds.
         """
-        started = time.perf_counter()
-        snapshot = self.store.snapshot()
-        try:
-            result = compile_snapshot(snapshot, self.config.compile_options)
-            resources = translate(result.graph)
-            version = self.xds.set_resources(resources)
-        except Exception as err:
-            self.compile_error = f"compile failed, last good configuration kept: {err!r}"
-            self.metrics.compile_errors.inc()
-            log.exception("compile failed; the last good configuration stays in force")
+        async with self._compile_lock:
+            started = time.perf_counter()
+            snapshot = self.store.snapshot()
+            try:
+                result, resources = await asyncio.to_thread(self._compile, snapshot)
+                version = self.xds.set_resources(resources)
+            except Exception as err:
+                self.compile_error = f"compile failed, last good configuration kept: {err!r}"
+                self.metrics.compile_errors.inc()
+                log.exception("compile failed; the last good configuration stays in force")
+                return self.applied
+            self.compile_error = None
+            elapsed = time.perf_counter() - started
+            self.metrics.compile_seconds.observe(elapsed)
+            self.metrics.compiles.inc()
+            self.applied = Applied(result, version, time.time())
+            self._publish(result)
+            log.debug(
+                "compiled %d objects in %.1f ms (version %s)",
+                len(snapshot.objects),
+                elapsed * 1000,
+                version,
+            )
             return self.applied
-        self.compile_error = None
-        elapsed = time.perf_counter() - started
-        self.metrics.compile_seconds.observe(elapsed)
-        self.metrics.compiles.inc()
-        self.applied = Applied(result, version, time.time())
-        self._publish(result)
-        log.debug(
-            "compiled %d objects in %.1f ms (version %s)",
-            len(snapshot.objects),
-            elapsed * 1000,
-            version,
-        )
-        return self.applied
 
     def _publish(self, result: CompileResult) -> None:
         """Status sinks: metrics, and a log line for every object whose state changed."""
@@ -127,6 +138,8 @@ class Controller:
     def readiness(self) -> tuple[bool, str]:
         if self.compile_error is not None:
             return False, self.compile_error
+        if self.watch_error is not None:
+            return False, self.watch_error
         if self.applied is None:
             return False, "no configuration compiled yet"
         return self.xds.readiness()
@@ -136,7 +149,7 @@ class Controller:
     async def start(self) -> None:
         self.files.load_all()
         self.xds_port = await self.xds.start(self.config.address, self.config.xds_port)
-        self.recompile()
+        await self.recompile()
         if self.config.demo_backends:
             await self._start_demo_backends()
         if self.config.watch:
@@ -164,20 +177,33 @@ class Controller:
     async def reload(self) -> Applied | None:
         """Re-reads every file and recompiles (tests and SIGHUP use it)."""
         self.files.load_all()
-        return self.recompile()
+        return await self.recompile()
 
     async def _watch(self) -> None:
-        async def changed() -> None:
-            self.recompile()
+        """Runs the file watcher, restarting it (with backoff) if it ever fails: a dead watcher
+        would silently freeze the configuration, so /readyz reports it until it runs again."""
 
-        try:
-            await self.files.watch(
-                changed, debounce_ms=self.config.debounce_ms, stop_event=self._stop
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the watcher must not take turnout down; the config stays in force
-            log.exception("file watcher failed; configuration is no longer reloaded")
+        async def changed() -> None:
+            await self.recompile()
+
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                await self.files.watch(
+                    changed, debounce_ms=self.config.debounce_ms, stop_event=self._stop
+                )
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                self.watch_error = f"file watcher failed, restarting: {err!r}"
+                log.exception("file watcher failed; restarting in %.1f s", backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+                # Changes made while the watcher was down are picked up by a full reload.
+                self.files.load_all()
+                await self.recompile()
+                self.watch_error = None
 
     async def _start_demo_backends(self) -> None:
         from turnout.echo import demo_backends, start_echo
@@ -194,7 +220,7 @@ class Controller:
                 log.info(
                     "demo echo backend %s/%s listening on %s:%d", namespace, service, address, port
                 )
-            except OSError as err:
+            except (OSError, ValueError, OverflowError) as err:
                 log.warning(
                     "cannot start demo echo backend %s/%s on %s:%d: %s",
                     namespace,

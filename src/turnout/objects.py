@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 DEFAULT_NAMESPACE = "default"
@@ -167,6 +168,34 @@ class KubeObject:
         return gen if isinstance(gen, int) and not isinstance(gen, bool) else 1
 
     @property
-    def age_key(self) -> tuple[str, str, str]:
-        """Orders objects oldest first: creationTimestamp, then namespace/name."""
-        return (self.creation_timestamp, self.namespace, self.name)
+    def created_at(self) -> datetime | None:
+        """creationTimestamp as an aware UTC instant; None when absent or not RFC 3339."""
+        return parse_timestamp(self.creation_timestamp)
+
+    @property
+    def age_key(self) -> tuple[int, datetime, str, str]:
+        """Orders objects oldest first: creationTimestamp as an instant (absent sorts first, as
+        objects written by hand have none; unparsable sorts last, so garbage never wins), then
+        namespace/name."""
+        ts = self.creation_timestamp
+        created = self.created_at
+        if not ts:
+            return (0, _EPOCH, self.namespace, self.name)
+        if created is None:
+            return (2, _EPOCH, self.namespace, self.name)
+        return (1, created, self.namespace, self.name)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def parse_timestamp(value: str) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        return None
+    return parsed.astimezone(UTC)

@@ -70,6 +70,17 @@ def check_kinds(
     problems: list[SourceProblem] = []
     dropped: set[int] = set()
     for obj in snapshot.objects:
+        if obj.creation_timestamp and obj.created_at is None:
+            problems.append(
+                SourceProblem(
+                    obj.origin.source,
+                    obj.origin.line,
+                    f"metadata.creationTimestamp {obj.creation_timestamp!r} is not an RFC 3339 "
+                    "time; the object counts as the newest when hostnames are shared",
+                    f"{obj.kind} {obj.namespace}/{obj.name}",
+                    severity="warning",
+                )
+            )
         if (obj.api_version, obj.kind) in known:
             continue
         served = by_group_kind.get((obj.group, obj.kind))

@@ -80,10 +80,16 @@ def delegation_permitted(
             if delegation.namespace != secret_namespace:
                 continue
             spec = delegation.spec if isinstance(delegation.spec, Mapping) else {}
-            for entry in spec.get("delegations") or ():
+            entries = spec.get("delegations")
+            for entry in entries if isinstance(entries, tuple | list) else ():
                 if not isinstance(entry, Mapping) or entry.get("secretName") != secret_name:
                     continue
-                targets = [t for t in entry.get("targetNamespaces") or () if isinstance(t, str)]
+                listed = entry.get("targetNamespaces")
+                targets = (
+                    [t for t in listed if isinstance(t, str)]
+                    if isinstance(listed, tuple | list)
+                    else []
+                )
                 if targets == ["*"] or target_namespace in targets:
                     return True
     return False

@@ -7,6 +7,7 @@ cluster (creating the record once) or with the reason the reference cannot be re
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,18 +42,40 @@ def _int(value: Any) -> int | None:
     return None
 
 
+def _port(value: Any) -> int | None:
+    """A TCP port, or None: core objects are read leniently, and a value Envoy would reject
+    must never reach the graph (one bad EndpointSlice must not break every listener)."""
+    port = _int(value)
+    return port if port is not None and 1 <= port <= 65535 else None
+
+
+def _seq(value: Any) -> tuple[Any, ...]:
+    """A list field of a core object, or () when it is absent or not a list."""
+    return tuple(value) if isinstance(value, tuple | list) else ()
+
+
+def _ip(value: Any) -> str | None:
+    """An IP address in canonical form, or None (EDS endpoints must be IP addresses)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return None
+
+
 def service_ports(service: KubeObject) -> list[ServicePort]:
     spec = service.spec if isinstance(service.spec, Mapping) else {}
     ports: list[ServicePort] = []
-    for p in spec.get("ports") or ():
+    for p in _seq(spec.get("ports")):
         if not isinstance(p, Mapping):
             continue
-        port = _int(p.get("port"))
+        port = _port(p.get("port"))
         if port is None:
             continue
         target = p.get("targetPort")
         target_port: int | str | None = (
-            target if isinstance(target, str) and target else _int(target)
+            target if isinstance(target, str) and target else _port(target)
         )
         ports.append(
             ServicePort(
@@ -112,32 +135,34 @@ def service_endpoints(
             target = _slice_port(eps, sp)
             if target is None:
                 continue
-            for ep in eps.raw.get("endpoints") or ():
+            for ep in _seq(eps.raw.get("endpoints")):
                 if not isinstance(ep, Mapping) or not _ready(ep):
                     continue
-                for addr in ep.get("addresses") or ():
-                    if isinstance(addr, str) and addr:
-                        found.add(Endpoint(addr, target))
+                for addr in _seq(ep.get("addresses")):
+                    ip = _ip(addr)
+                    if ip is not None:
+                        found.add(Endpoint(ip, target))
         return tuple(sorted(found))
     endpoints = snapshot.get("", "Endpoints", service.namespace, service.name)
     if endpoints is not None:
-        for subset in endpoints.raw.get("subsets") or ():
+        for subset in _seq(endpoints.raw.get("subsets")):
             if not isinstance(subset, Mapping):
                 continue
             target = _subset_port(subset, sp)
             if target is None:
                 continue
-            for addr in subset.get("addresses") or ():
-                if isinstance(addr, Mapping) and isinstance(addr.get("ip"), str):
-                    found.add(Endpoint(addr["ip"], target))
+            for addr in _seq(subset.get("addresses")):
+                ip = _ip(addr.get("ip")) if isinstance(addr, Mapping) else None
+                if ip is not None:
+                    found.add(Endpoint(ip, target))
     return tuple(sorted(found))
 
 
 def _slice_port(eps: KubeObject, sp: ServicePort) -> int | None:
-    ports = [p for p in eps.raw.get("ports") or () if isinstance(p, Mapping)]
+    ports = [p for p in _seq(eps.raw.get("ports")) if isinstance(p, Mapping)]
     for p in ports:
         if str(p.get("name") or "") == sp.name:
-            return _int(p.get("port"))
+            return _port(p.get("port"))
     # A slice written by hand (standalone mode) may name no ports: then the target port is the
     # Service's numeric targetPort, or its port.
     if not ports:
@@ -146,12 +171,12 @@ def _slice_port(eps: KubeObject, sp: ServicePort) -> int | None:
 
 
 def _subset_port(subset: Mapping[str, Any], sp: ServicePort) -> int | None:
-    ports = [p for p in subset.get("ports") or () if isinstance(p, Mapping)]
+    ports = [p for p in _seq(subset.get("ports")) if isinstance(p, Mapping)]
     for p in ports:
         if str(p.get("name") or "") == sp.name:
-            return _int(p.get("port"))
+            return _port(p.get("port"))
     if len(ports) == 1 and not sp.name:
-        return _int(ports[0].get("port"))
+        return _port(ports[0].get("port"))
     return None
 
 

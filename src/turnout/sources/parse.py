@@ -41,6 +41,32 @@ def _no_timestamps(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", _no_timestamps)
 
 
+# YAML aliases let a few bytes expand into billions of nodes ("billion laughs") or into a cycle;
+# Kubernetes objects are far below these limits.
+MAX_NODES_PER_DOCUMENT = 200_000
+MAX_DEPTH = 100
+
+
+def _check_size(node: yaml.Node) -> str | None:
+    """Why a composed document is too large to construct once its aliases are expanded."""
+    count = 0
+    stack: list[tuple[yaml.Node, int]] = [(node, 1)]
+    while stack:
+        current, depth = stack.pop()
+        count += 1
+        if count > MAX_NODES_PER_DOCUMENT:
+            return f"document expands to more than {MAX_NODES_PER_DOCUMENT} nodes (YAML aliases?)"
+        if depth > MAX_DEPTH:
+            return f"document is nested more than {MAX_DEPTH} levels deep"
+        if isinstance(current, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in current.value)
+        elif isinstance(current, yaml.MappingNode):
+            for key, value in current.value:
+                stack.append((key, depth + 1))
+                stack.append((value, depth + 1))
+    return None
+
+
 def parse_text(text: str, source: str) -> ParseResult:
     docs: list[tuple[Any, int]] = []
     try:
@@ -50,7 +76,12 @@ def parse_text(text: str, source: str) -> ParseResult:
                 node = loader.get_node()
                 if node is None:
                     continue
-                docs.append((loader.construct_document(node), node.start_mark.line + 1))
+                line = node.start_mark.line + 1
+                too_large = _check_size(node)
+                if too_large is not None:
+                    problem = SourceProblem(source, line, too_large, severity="unreadable")
+                    return ParseResult((), (problem,), failed=True)
+                docs.append((loader.construct_document(node), line))
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as err:
