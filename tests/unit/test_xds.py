@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -860,3 +861,35 @@ async def test_delta_is_unimplemented(server: XdsServer) -> None:
             async for _ in call:
                 pass
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_readiness_waits_for_the_secrets_listeners_name(
+    server: XdsServer, envoys: Callable[..., FakeEnvoy]
+) -> None:
+    # A listener that terminates TLS with an SDS secret: Envoy is not serving it until it has
+    # subscribed to and acknowledged that secret, so /readyz must not say ready before.
+    from envoy.config.core.v3 import base_pb2 as core_base_pb2
+    from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
+
+    resources = snapshot(["a"], secrets=[secret("cert", "KEY")])
+    tls_listener = listener("http", "main")
+    chain = tls_listener.filter_chains[0]
+    context = tls_pb2.DownstreamTlsContext()
+    context.common_tls_context.tls_certificate_sds_secret_configs.add(
+        name="cert"
+    ).sds_config.ads.SetInParent()
+    chain.transport_socket.CopyFrom(
+        core_base_pb2.TransportSocket(
+            name="envoy.transport_sockets.tls", typed_config=pack(context)
+        )
+    )
+    resources = dataclasses.replace(resources, listeners=(tls_listener,))
+    version = server.set_resources(resources)
+    fake = envoys("node-tls")
+    await until(lambda: "route" in {t for _, t, _ in fake.events})
+    await asyncio.sleep(0.1)
+    ready, reason = server.readiness()
+    assert not ready and "secret" in reason, reason
+    fake._subscribe(SECRET_TYPE, ["cert"])
+    assert await server.wait_acked(version, 2)
+    assert server.readiness()[0]

@@ -55,6 +55,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2,
 )
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import any_pb2
 
@@ -81,13 +82,16 @@ SHORT_TYPE_NAMES: Mapping[str, str] = {
 # Types whose every response carries all resources; a name missing from one means "deleted".
 FULL_STATE_TYPES = frozenset({CLUSTER_TYPE, LISTENER_TYPE})
 # The type whose resources make Envoy subscribe to names of the key type.
-_PARENT_TYPE = {ENDPOINT_TYPE: CLUSTER_TYPE, ROUTE_TYPE: LISTENER_TYPE}
+# A subset type's resources are named by resources of its parent type; readiness counts the
+# names the parents reference (Envoy subscribes to them only after accepting the parents).
+_PARENT_TYPE = {ENDPOINT_TYPE: CLUSTER_TYPE, ROUTE_TYPE: LISTENER_TYPE, SECRET_TYPE: LISTENER_TYPE}
 # Make-before-break: a type is sent only once these types have nothing in flight or left to send.
 _GATES = {
     LISTENER_TYPE: (CLUSTER_TYPE, ENDPOINT_TYPE),
     ROUTE_TYPE: (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE),
 }
 
+_DOWNSTREAM_TLS_TYPE = "type.googleapis.com/" + tls_pb2.DownstreamTlsContext.DESCRIPTOR.full_name
 _HCM_TYPE = (
     "type.googleapis.com/" + http_connection_manager_pb2.HttpConnectionManager.DESCRIPTOR.full_name
 )
@@ -108,6 +112,11 @@ class _Resource:
     # Names this resource makes Envoy subscribe to: the CLA of an EDS cluster, the route
     # configurations of a listener's HTTP connection managers.
     refs: tuple[str, ...] = ()
+    # SDS secrets a listener's TLS contexts name (its `refs` are route configurations).
+    secret_refs: tuple[str, ...] = ()
+
+    def refs_of(self, child_type: str) -> tuple[str, ...]:
+        return self.secret_refs if child_type == SECRET_TYPE else self.refs
 
 
 def _resource_name(type_url: str, message: Any) -> str:
@@ -141,6 +150,26 @@ def _listener_refs(listener: Any) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def _listener_secret_refs(listener: Any) -> tuple[str, ...]:
+    chains = list(listener.filter_chains)
+    if listener.HasField("default_filter_chain"):
+        chains.append(listener.default_filter_chain)
+    names: set[str] = set()
+    for chain in chains:
+        if not chain.HasField("transport_socket"):
+            continue
+        typed = chain.transport_socket.typed_config
+        if typed.type_url != _DOWNSTREAM_TLS_TYPE:
+            continue
+        context = tls_pb2.DownstreamTlsContext()
+        typed.Unpack(context)
+        common = context.common_tls_context
+        names.update(c.name for c in common.tls_certificate_sds_secret_configs)
+        if common.HasField("validation_context_sds_secret_config"):
+            names.add(common.validation_context_sds_secret_config.name)
+    return tuple(sorted(names))
+
+
 def _pack(type_url: str, message: Any, previous: Mapping[str, _Resource]) -> _Resource:
     name = _resource_name(type_url, message)
     # Deterministic serialization makes the bytes a function of content only (map order).
@@ -150,15 +179,18 @@ def _pack(type_url: str, message: Any, previous: Mapping[str, _Resource]) -> _Re
         # Most of a large snapshot is unchanged: skip hashing and packing it again.
         return old
     refs: tuple[str, ...] = ()
+    secret_refs: tuple[str, ...] = ()
     if type_url == CLUSTER_TYPE:
         refs = _cluster_refs(message)
     elif type_url == LISTENER_TYPE:
         refs = _listener_refs(message)
+        secret_refs = _listener_secret_refs(message)
     return _Resource(
         name=name,
         digest=hashlib.sha256(data).hexdigest(),
         packed=any_pb2.Any(type_url=type_url, value=data),
         refs=refs,
+        secret_refs=secret_refs,
     )
 
 
@@ -202,14 +234,18 @@ class _Snapshot:
             "\n".join(f"{t} {type_versions[t]}" for t in TYPE_ORDER).encode()
         ).hexdigest()[:_VERSION_LENGTH]
         referenced = {
-            child: _referenced(resources[parent].values(), resources[child])
+            child: _referenced(resources[parent].values(), resources[child], child)
             for child, parent in _PARENT_TYPE.items()
         }
         return _Snapshot(seq, overall, resources, type_versions, referenced)
 
 
-def _referenced(parents: Iterable[_Resource], children: Mapping[str, _Resource]) -> frozenset[str]:
-    return frozenset(name for res in parents for name in res.refs if name in children)
+def _referenced(
+    parents: Iterable[_Resource], children: Mapping[str, _Resource], child_type: str
+) -> frozenset[str]:
+    return frozenset(
+        name for res in parents for name in res.refs_of(child_type) if name in children
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,7 +468,7 @@ class _Stream:
         if parent is None:
             return counted
         if self.retained.get(parent) or self.retained.get(type_url):
-            return counted | _referenced(self._target(parent).values(), target)
+            return counted | _referenced(self._target(parent).values(), target, type_url)
         return counted | self.snapshot.referenced[type_url]
 
     def _synced(self, type_url: str) -> bool:
