@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import yaml
 
 from turnout.config import ServeConfig
-from turnout.dialects.base import CompileOptions
+from turnout.dialects.base import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.graph.build import CompileResult, compile_snapshot
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
@@ -116,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "-H", "--header", action="append", default=[], metavar="'Name: value'", dest="headers"
     )
+    explain.add_argument(
+        "--https",
+        action="store_true",
+        help="ask the HTTPS listener (the SNI is taken to equal --host)",
+    )
     explain.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
 
     boot = sub.add_parser("bootstrap", help="write the bootstrap for an external Envoy")
@@ -145,6 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _load(paths: Sequence[Path], options: CompileOptions) -> tuple[CompileResult | None, str]:
+    # One-shot commands print every problem themselves; the sources' log lines would repeat them
+    # through logging's last-resort handler.
+    logging.getLogger("turnout").addHandler(logging.NullHandler())
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         return None, f"no such file or directory: {', '.join(missing)}"
@@ -252,12 +261,15 @@ def _explain(args: argparse.Namespace) -> int:
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
-    request = make_request(args.host, args.path, args.method, headers)
+    listener = HTTPS_LISTENER if args.https else HTTP_LISTENER
+    request = make_request(args.host, args.path, args.method, headers, listener=listener)
     decision = evaluate(result.graph, request)
     if args.output != "text":
-        print(_dump(decision_json(decision), args.output), end="")
+        text = _dump(decision_json(decision), args.output)
+        print(text, end="" if text.endswith("\n") else "\n")
         return EXIT_OK if decision.route else EXIT_INVALID
-    print(f"request: {request.method} http://{request.host}{request.path}")
+    scheme = "https" if args.https else "http"
+    print(f"request: {request.method} {scheme}://{request.host}{request.path}")
     if decision.virtual_host is None:
         print("virtual host: none matches this host: 404")
         return EXIT_INVALID
@@ -322,9 +334,37 @@ def _serve(args: argparse.Namespace) -> int:
         ingress_class_name=args.ingress_class_name,
         node_id=args.node_id,
     )
+    busy = _busy_ports(config)
+    if busy:
+        for line in busy:
+            print(f"turnout: cannot listen on {line}", file=sys.stderr)
+        return EXIT_UNREADABLE
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_run(config))
     return EXIT_OK
+
+
+def _busy_ports(config: ServeConfig) -> list[str]:
+    """The ports turnout or its Envoy would fail to bind, checked up front so that a taken port
+    is one clear line instead of a traceback or an Envoy that silently rejects its listener."""
+    wanted = [("--admin-port", config.admin_port), ("--xds-port", config.xds_port)]
+    if config.run_envoy:
+        wanted += [
+            ("--http-port", config.http_port),
+            ("--https-port", config.https_port),
+            ("--envoy-admin-port", config.envoy_admin_port),
+        ]
+    busy: list[str] = []
+    for flag, port in wanted:
+        if port == 0:
+            continue
+        with socket.socket(socket.AF_INET6 if ":" in config.address else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((config.address, port))
+            except OSError as err:
+                busy.append(f"{config.address}:{port} ({flag}): {err.strerror or err}")
+    return busy
 
 
 async def _run(config: ServeConfig) -> None:

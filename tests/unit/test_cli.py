@@ -156,3 +156,34 @@ def test_check_reports_unknown_kinds_and_versions(
     problem = next(p for p in doc["problems"] if p["object"] == "HTTPProxy default/future")
     assert problem["severity"] == "error"
     assert "turnout reads projectcontour.io/v1" in problem["reason"]
+
+
+def test_serve_with_a_taken_port_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    (tmp_path / "a.yaml").write_text(VALID)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(
+            ["serve", str(tmp_path), "--admin-port", str(port), "--no-envoy", "--xds-port", "0"]
+        )
+    assert code == 2
+    assert f"cannot listen on 127.0.0.1:{port} (--admin-port)" in capsys.readouterr().err
+
+
+def test_check_prints_each_problem_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "broken.yaml").write_text("kind: [\n")
+    main(["check", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert err.count("cannot parse YAML") == 1, err
+
+
+def test_explain_https_listener(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.yaml").write_text(VALID)
+    # A plain host has no HTTPS virtual host: asking the HTTPS listener finds nothing.
+    assert main(["explain", str(tmp_path), "--host", "cli.example.com", "--https"]) == 1
+    assert "request: GET https://cli.example.com/" in capsys.readouterr().out
