@@ -4,7 +4,8 @@ Each case directory holds
 - `input.yaml`: every object of the case (multi-document YAML);
 - `status.yaml` (optional): a list of `{kind, namespace, name, status}`; each `status` is compared
   as a subset of the compiled status body (mappings: listed keys only; lists: same length,
-  element by element);
+  element by element); `{kind, namespace, name, absent: true}` asserts that the object gets no
+  status at all (e.g. it belongs to another ingress class);
 - `requests.yaml` (optional): a list of `{host, path, method, headers, listener, expect}` checked
   through the evaluator; `expect` may hold `status` (int), `cluster` (the one cluster with weight,
   as a `ns/service/port` prefix), `clusters` (a list of `{cluster, weight}`, in order), `route`
@@ -105,6 +106,13 @@ def check_statuses(result: CompileResult, expected: list[dict[str, Any]]) -> lis
         key = (item["kind"], item.get("namespace", DEFAULT_NAMESPACE), item["name"])
         label = f"{key[0]} {key[1]}/{key[2]}"
         actual = by_key.get(key)
+        if item.get("absent"):
+            if actual is not None:
+                failures.append(
+                    f"status of {label}: expected none, got:\n"
+                    + _indent(yaml.safe_dump(actual, sort_keys=False), 4)
+                )
+            continue
         if actual is None:
             failures.append(f"status of {label}: no status was compiled")
             continue

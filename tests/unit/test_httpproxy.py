@@ -22,6 +22,7 @@ from turnout.dialects.base import (
 )
 from turnout.dialects.contour_order import contour_route_order, sorted_headers
 from turnout.dialects.httpproxy import HTTPProxyDialect
+from turnout.dialects.httpproxy.classes import serves
 from turnout.dialects.httpproxy.conditions import (
     header_conditions_error,
     include_conditions_identical,
@@ -153,10 +154,13 @@ def test_merge_path_keeps_a_regex_inside_the_delegated_prefix() -> None:
 
 def test_duplicate_include_conditions_ignore_order_and_lone_slash() -> None:
     seen: set[Any] = set()
-    a = [prefix("/foo"), header(name="X-A", exact="1")]
+    a = [prefix("/foo"), header(name="x-a", exact="1")]
     b = [header(name="x-a", exact="1"), prefix("/foo")]
     assert not include_conditions_identical(a, seen)
     assert include_conditions_identical(b, seen)
+    # Contour compares the conditions as structs: a header name spelled differently is another
+    # include (Envoy still matches both spellings alike).
+    assert not include_conditions_identical([prefix("/foo"), header(name="X-A", exact="1")], seen)
     # A different header value is a different include.
     assert not include_conditions_identical([prefix("/foo"), header(name="x-a", exact="2")], seen)
     # "/" alone (or nothing) never counts, however often it appears.
@@ -420,6 +424,54 @@ def test_exponential_include_graphs_are_cut_off() -> None:
     assert 2**levels >= MAX_VISITS_PER_ROOT
 
 
+# --- ingress class -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("annotations", "spec_class", "configured", "served"),
+    [
+        ({}, None, "turnout", True),
+        ({}, "turnout", "turnout", True),
+        ({}, "contour", "turnout", False),
+        # An empty configured class is "none configured" too, like Contour's default.
+        ({}, None, "", True),
+        ({}, "turnout", "", True),
+        ({}, None, "internal", False),
+        ({}, "internal", "internal", True),
+        ({"kubernetes.io/ingress.class": "internal"}, "turnout", "internal", True),
+        (
+            {"projectcontour.io/ingress.class": "a", "kubernetes.io/ingress.class": "b"},
+            None,
+            "a",
+            True,
+        ),
+        (
+            {"projectcontour.io/ingress.class": "a", "kubernetes.io/ingress.class": "b"},
+            None,
+            "b",
+            False,
+        ),
+        # Contour's annotation.IngressClass: the first annotation present decides, even empty.
+        (
+            {"projectcontour.io/ingress.class": "", "kubernetes.io/ingress.class": "b"},
+            None,
+            "b",
+            False,
+        ),
+    ],
+)
+def test_ingress_class_selection(
+    annotations: dict[str, str], spec_class: str | None, configured: str, served: bool
+) -> None:
+    spec: dict[str, Any] = {"virtualhost": {"fqdn": "c.example.com"}}
+    if spec_class is not None:
+        spec["ingressClassName"] = spec_class
+    p = obj("HTTPProxy", "p", spec=spec, annotations=annotations)
+    assert serves(p, CompileOptions(ingress_class_name=configured)) is served
+    result = compile_objects([p], ingress_class_name=configured)
+    assert any(s.ref.name == "p" for s in result.statuses) is served
+
+
 # --- fuzz ---------------------------------------------------------------------------------------
 
 FIELD_NAMES = [
@@ -458,6 +510,10 @@ FIELD_NAMES = [
     "hostname",
     "scheme",
     "body",
+    "cookie",
+    "userAgent",
+    "user-agent",
+    "ingressClassName",
 ]
 STRINGS = st.one_of(
     st.sampled_from(
@@ -634,11 +690,13 @@ def test_any_spec_compiles_and_leaves_unrelated_routes_alone(
     )
     result = compile_objects([*ANCHOR, fuzz], root_namespaces=root_namespaces)
 
+    # Every proxy of turnout's class gets a status; one of another class is not turnout's.
+    fuzz_status = {(namespace, "fuzz")} if serves(fuzz, CompileOptions()) else set()
     assert {(s.ref.namespace, s.ref.name) for s in result.statuses} == {
         ("default", "anchor"),
         ("default", "child"),
         ("default", "other"),
-        (namespace, "fuzz"),
+        *fuzz_status,
     }
     for s in result.statuses:
         body = dict(s.body)

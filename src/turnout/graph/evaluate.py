@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from urllib.parse import parse_qsl
 
 import re2
 
@@ -151,9 +150,18 @@ def header_matches(m: HeaderMatch, request: Request) -> bool:
     return matched != m.invert
 
 
+def query_params(query: str) -> list[tuple[str, str]]:
+    """Envoy's `QueryParamsMulti::parseQueryString`: split at "&", then at the first "=", and
+    nothing decoded (route matching sees `a%2Fb` and `a+b` as written)."""
+    out: list[tuple[str, str]] = []
+    for param in query.split("&") if query else ():
+        name, _, value = param.partition("=")
+        out.append((name, value))
+    return out
+
+
 def query_matches(m: QueryMatch, request: Request) -> bool:
-    params = parse_qsl(request.query, keep_blank_values=True)
-    values = [v for k, v in params if k == m.name]
+    values = [v for k, v in query_params(request.query) if k == m.name]
     if not values:
         return False
     if m.kind is StringMatchKind.PRESENT:

@@ -25,9 +25,9 @@ __all__ = ["HTTPProxyDialect"]
 
 
 class HTTPProxyDialect:
-    """Each valid-looking root claims its fqdn on the HTTP listener, and on the HTTPS listener too
-    when it terminates TLS; `compile` builds the virtual hosts of the roots that own theirs and a
-    status for every HTTPProxy."""
+    """Each valid-looking root of turnout's class claims its fqdn on the HTTP listener, and on the
+    HTTPS listener too when it terminates TLS; `compile` builds the virtual hosts of the roots that
+    own theirs and a status for every HTTPProxy of turnout's class (`classes.py`)."""
 
     name = "httpproxy"
     # TLSCertificateDelegation grants HTTPProxies in other namespaces the use of a Secret; the
@@ -43,25 +43,30 @@ class HTTPProxyDialect:
         # The objects read by `claims()`, kept for `compile()` of the same snapshot so that a
         # compile reads each object once. A cache of a pure function, keyed by the identity of an
         # immutable snapshot (held weakly): it never changes a result.
-        self._last: tuple[weakref.ref[Snapshot], dict[tuple[str, str], ParsedProxy]] | None = None
+        # The class name is part of the key: it decides which proxies are read at all.
+        self._last: tuple[weakref.ref[Snapshot], str, dict[tuple[str, str], ParsedProxy]] | None = (
+            None
+        )
 
-    def _parsed(self, snapshot: Snapshot) -> dict[tuple[str, str], ParsedProxy]:
+    def _parsed(
+        self, snapshot: Snapshot, options: CompileOptions
+    ) -> dict[tuple[str, str], ParsedProxy]:
         last = self._last
-        if last is not None and last[0]() is snapshot:
-            return last[1]
-        parsed = parse_all(snapshot)
-        self._last = (weakref.ref(snapshot), parsed)
+        if last is not None and last[0]() is snapshot and last[1] == options.ingress_class_name:
+            return last[2]
+        parsed = parse_all(snapshot, options)
+        self._last = (weakref.ref(snapshot), options.ingress_class_name, parsed)
         return parsed
 
     def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
         claims: list[HostClaim] = []
-        for proxy in self._parsed(snapshot).values():
+        for proxy in self._parsed(snapshot, options).values():
             host = claimed_hostname(proxy, options)
             if host is not None:
                 claims.extend(HostClaim(lst, host, proxy.obj) for lst in claimed_listeners(proxy))
         return claims
 
     def compile(self, snapshot: Snapshot, ctx: CompileContext) -> DialectOutput:
-        parsed = self._parsed(snapshot)
+        parsed = self._parsed(snapshot, ctx.options)
         self._last = None
         return compile_httpproxies(snapshot, ctx, parsed)

@@ -63,21 +63,19 @@ def path_conditions_error(conds: Sequence[MatchCondition]) -> str | None:
 def header_conditions_error(conds: Sequence[MatchCondition]) -> str | None:
     """Contour's `headerMatchConditionsValid`, plus the CRD's "exactly one operator" rule.
 
-    `seen` holds each condition with its name lower-cased; a contradiction is looked up as the
-    opposite condition with default flags, so (as in Contour) `notexact: a, ignoreCase: true`
-    does not contradict `exact: a`.
+    `seen` holds each condition with its flags and its name lower-cased; a contradiction is looked
+    up as the opposite condition with default flags, so (as in Contour) the result depends on the
+    order: `exact: a` then `notexact: a, ignoreCase: true` contradict, the other way round they
+    do not. The cookie and user-agent shorthands take part as the header conditions they are.
     """
     seen: set[HeaderCondition] = set()
     with_exact: set[str] = set()
-    for c in conds:
-        h = c.header
-        if h is None:
-            continue
+    for field, h in ((c.field, h) for c in conds for h in c.headers()):
         ops = h.operators()
         if len(ops) != 1:
             found = ", ".join(ops) if ops else "none"
             return (
-                f"{c.field}.header: must set exactly one of present, notpresent, contains, "
+                f"{field}.header: must set exactly one of present, notpresent, contains, "
                 f"notcontains, exact, notexact or regex; found {found}"
             )
         name = h.name.lower()
@@ -105,25 +103,13 @@ def header_conditions_error(conds: Sequence[MatchCondition]) -> str | None:
         elif h.regex:
             err = regex_error(h.regex)
             if err is not None:
-                return f"{HEADER_REGEX_INVALID}: {c.field}.header.regex: {err}"
+                return f"{HEADER_REGEX_INVALID}: {field}.header.regex: {err}"
         seen.add(replace(h, name=name))
     return None
 
 
 def _contradiction(a: str, b: str) -> str:
     return f"cannot specify contradictory '{a}' and '{b}' conditions for the same route and header"
-
-
-def _query_operators(q: QueryCondition) -> list[str]:
-    ops = [
-        ("exact", q.exact),
-        ("prefix", q.prefix),
-        ("suffix", q.suffix),
-        ("regex", q.regex),
-        ("contains", q.contains),
-        ("present", q.present),
-    ]
-    return [name for name, value in ops if value]
 
 
 def query_conditions_error(conds: Sequence[MatchCondition]) -> str | None:
@@ -133,7 +119,7 @@ def query_conditions_error(conds: Sequence[MatchCondition]) -> str | None:
         q = c.query
         if q is None:
             continue
-        ops = _query_operators(q)
+        ops = q.operators()
         if not ops:
             return "must specify at least one query parameter condition"
         if len(ops) > 1:
@@ -245,8 +231,9 @@ def query_match(q: QueryCondition) -> QueryMatch | None:
 
 
 def merge_headers(conds: Iterable[MatchCondition]) -> tuple[HeaderMatch, ...]:
-    """Header conditions along the chain are ANDed: every one is kept."""
-    out = (header_match(c.header) for c in conds if c.header is not None)
+    """Header conditions along the chain are ANDed: every one is kept (the cookie and
+    user-agent shorthands are header conditions like any other)."""
+    out = (header_match(h) for c in conds for h in c.headers())
     return tuple(m for m in out if m is not None)
 
 
@@ -255,24 +242,35 @@ def merge_query(conds: Iterable[MatchCondition]) -> tuple[QueryMatch, ...]:
     return tuple(m for m in out if m is not None)
 
 
-IncludeKey = tuple[str, tuple[HeaderMatch, ...], tuple[QueryMatch, ...]]
+_HeaderKey = tuple[str, str, str, bool, bool, bool]
+_QueryKey = tuple[str, str, str, bool]
+IncludeKey = tuple[str, tuple[_HeaderKey, ...], tuple[_QueryKey, ...]]
 
 
-def _header_key(h: HeaderMatch) -> tuple[str, str, str, bool, bool, bool]:
-    return (h.name, h.kind.value, h.value, h.invert, h.ignore_case, h.treat_missing_as_empty)
+def _include_header_keys(conds: Sequence[MatchCondition]) -> list[_HeaderKey]:
+    # Contour compares its merged header conditions as structs, so the name counts as written:
+    # `X-Tenant` and `x-tenant` are different conditions to this check (not to Envoy).
+    out: list[_HeaderKey] = []
+    for h in (h for c in conds for h in c.headers()):
+        m = header_match(h)
+        if m is not None:
+            out.append(
+                (h.name, m.kind.value, m.value, m.invert, m.ignore_case, m.treat_missing_as_empty)
+            )
+    return out
 
 
-def _query_key(q: QueryMatch) -> tuple[str, str, str, bool]:
+def _query_key(q: QueryMatch) -> _QueryKey:
     return (q.name, q.kind.value, q.value, q.ignore_case)
 
 
 def include_conditions_identical(conds: Sequence[MatchCondition], seen: set[IncludeKey]) -> bool:
     """Contour's `includeMatchConditionsIdentical`: True when an earlier include of the same
-    parent had the same conditions. No conditions, or a lone `prefix: /`, never counts, because
-    existing include trees rely on several includes sharing the whole space."""
+    parent had the same conditions, in any order. No conditions, or a lone `prefix: /`, never
+    counts, because existing include trees rely on several includes sharing the whole space."""
     path = merge_path(conds)
-    headers = tuple(sorted(merge_headers(conds), key=_header_key))
-    query = tuple(sorted(merge_query(conds), key=_query_key))
+    headers = tuple(sorted(_include_header_keys(conds)))
+    query = tuple(sorted(_query_key(q) for q in merge_query(conds)))
     if path.value == "/" and not headers and not query:
         return False
     key = (path.value, headers, query)

@@ -30,6 +30,7 @@ from turnout.dialects.base import (
     DialectOutput,
 )
 from turnout.dialects.contour_order import contour_route_order, sorted_headers, sorted_queries
+from turnout.dialects.httpproxy.classes import serves
 from turnout.dialects.httpproxy.conditions import (
     IncludeKey,
     header_conditions_error,
@@ -100,8 +101,13 @@ DEFAULT_MIN_TLS_VERSION = "1.2"
 DEFAULT_MAX_TLS_VERSION = "1.3"
 
 
-def parse_all(snapshot: Snapshot) -> dict[tuple[str, str], ParsedProxy]:
-    return {(o.namespace, o.name): parse_proxy(o) for o in snapshot.kind(GROUP, KIND)}
+def parse_all(snapshot: Snapshot, options: CompileOptions) -> dict[tuple[str, str], ParsedProxy]:
+    """The HTTPProxies of turnout's class, read; the others are not turnout's to look at."""
+    return {
+        (o.namespace, o.name): parse_proxy(o)
+        for o in snapshot.kind(GROUP, KIND)
+        if serves(o, options)
+    }
 
 
 def root_allowed(namespace: str, options: CompileOptions) -> bool:
@@ -160,7 +166,7 @@ class _Compiler:
     ) -> None:
         self.snapshot = snapshot
         self.ctx = ctx
-        self.proxies = parse_all(snapshot) if parsed is None else parsed
+        self.proxies = parse_all(snapshot, ctx.options) if parsed is None else parsed
         self.status: dict[tuple[str, str], ProxyStatusAccessor] = {}
         for key, proxy in self.proxies.items():
             accessor = ProxyStatusAccessor(proxy.obj)
@@ -661,5 +667,6 @@ def compile_httpproxies(
     ctx: CompileContext,
     parsed: dict[tuple[str, str], ParsedProxy] | None = None,
 ) -> DialectOutput:
-    """`parsed` may carry `parse_all(snapshot)` from the claims phase, to read objects once."""
+    """`parsed` may carry `parse_all(snapshot, ctx.options)` from the claims phase, to read
+    objects once."""
     return _Compiler(snapshot, ctx, parsed).run()

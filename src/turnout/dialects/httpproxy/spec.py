@@ -11,7 +11,9 @@ TLS termination (`virtualhost.tls.secretName`) is implemented; TLS passthrough, 
 and the fallback certificate are still refused.
 
 Values follow Go's `omitempty` semantics as Contour sees them: an empty string, `false`, `0` and
-`null` all mean "not set".
+`null` all mean "not set" (except in turnout's own `cookie`/`userAgent` shorthands, where an empty
+value is an error). A flag that Contour drops silently because the operator beside it cannot use it
+(`ignoreCase` on a regex, `treatMissingAsEmpty` on a positive match) is read and warned about.
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ ORPHANED = "Orphaned"
 FIELD_NOT_VALID = "FieldNotValid"
 FIELD_NOT_SUPPORTED = "FieldNotSupported"
 IGNORED_FIELD = "IgnoredField"  # Contour's own reason for ignored fields (a warning)
+
+# The seed 001 shorthands are turnout's: `cookie`, and `userAgent` or seed 001's `user-agent`.
+COOKIE_FIELD = "cookie"
+USER_AGENT_FIELD = "userAgent"
+USER_AGENT_SEED_FIELD = "user-agent"
+COOKIE_HEADER = "cookie"
+USER_AGENT_HEADER = "user-agent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +103,26 @@ class QueryCondition:
     ignore_case: bool = False
     present: bool = False
 
+    def operators(self) -> list[str]:
+        """The match operators that are set; Contour allows exactly one."""
+        ops = [
+            ("exact", self.exact),
+            ("prefix", self.prefix),
+            ("suffix", self.suffix),
+            ("regex", self.regex),
+            ("contains", self.contains),
+            ("present", self.present),
+        ]
+        return [name for name, value in ops if value]
+
 
 @dataclass(frozen=True, slots=True)
 class MatchCondition:
-    """One entry of `conditions`. `field` is where it was written, for messages."""
+    """One entry of `conditions`. `field` is where it was written, for messages.
+
+    `cookie` and `user_agent` are turnout's extensions from seed 001 (`cookie: user=test`,
+    `userAgent: Chrome`): a header condition on `cookie` or `user-agent` that contains the value.
+    """
 
     prefix: str = ""
     exact: str = ""
@@ -105,6 +130,17 @@ class MatchCondition:
     header: HeaderCondition | None = None
     query: QueryCondition | None = None
     field: str = ""
+    cookie: str = ""
+    user_agent: str = ""
+
+    def headers(self) -> list[HeaderCondition]:
+        """Every header condition this entry sets: `header`, then the shorthands."""
+        out = [self.header] if self.header is not None else []
+        if self.cookie:
+            out.append(HeaderCondition(name=COOKIE_HEADER, contains=self.cookie))
+        if self.user_agent:
+            out.append(HeaderCondition(name=USER_AGENT_HEADER, contains=self.user_agent))
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +241,7 @@ class ParsedProxy:
 # --- field tables -------------------------------------------------------------------------------
 # Fields Contour supports that turnout ignores with a warning: without them the routes still go
 # where the user sent them, only a feature is missing.
-_IGNORED_SPEC = frozenset({"ingressClassName"})
+_IGNORED_SPEC: frozenset[str] = frozenset()
 _IGNORED_VHOST = frozenset({"corsPolicy", "rateLimitPolicy"})
 _IGNORED_ROUTE = frozenset(
     {
@@ -240,7 +276,7 @@ _REFUSED_TLS = frozenset({"clientValidation"})
 _REFUSED_ROUTE = frozenset({"jwtVerificationPolicy", "ipAllowPolicy", "ipDenyPolicy"})
 _REFUSED_SERVICE = frozenset({"validation"})
 
-_SPEC_FIELDS = frozenset({"virtualhost", "routes", "includes"})
+_SPEC_FIELDS = frozenset({"virtualhost", "routes", "includes", "ingressClassName"})
 _VHOST_FIELDS = frozenset({"fqdn", "tls"})
 _TLS_FIELDS = frozenset(
     {
@@ -256,7 +292,18 @@ _ROUTE_FIELDS = frozenset(
 )
 _SERVICE_FIELDS = frozenset({"name", "port", "weight", "protocol", "mirror"})
 _INCLUDE_FIELDS = frozenset({"name", "namespace", "conditions"})
-_CONDITION_FIELDS = frozenset({"prefix", "exact", "regex", "header", "queryParameter"})
+_CONDITION_FIELDS = frozenset(
+    {
+        "prefix",
+        "exact",
+        "regex",
+        "header",
+        "queryParameter",
+        COOKIE_FIELD,
+        USER_AGENT_FIELD,
+        USER_AGENT_SEED_FIELD,
+    }
+)
 _HEADER_FIELDS = frozenset(
     {
         "name",
@@ -414,6 +461,8 @@ def parse_proxy(obj: KubeObject) -> ParsedProxy:
         virtualhost = _virtualhost(r, spec["virtualhost"])
     routes = tuple(_route(r, v, p) for p, v in r.items(spec, "routes", "spec"))
     includes = tuple(_include(r, v, p) for p, v in r.items(spec, "includes", "spec"))
+    # Only its type is checked here: `classes.serves` already selected the proxy by its class.
+    r.string(spec, "ingressClassName", "spec")
     return ParsedProxy(
         obj,
         ProxySpec(
@@ -484,9 +533,31 @@ def _conditions(r: _Reader, m: Mapping[str, Any], path: str) -> tuple[MatchCondi
                 header=header,
                 query=query,
                 field=p,
+                cookie=_shorthand(r, cm, COOKIE_FIELD, p),
+                user_agent=_user_agent(r, cm, p),
             )
         )
     return tuple(out)
+
+
+def _shorthand(r: _Reader, m: Mapping[str, Any], key: str, path: str) -> str:
+    """A seed 001 shorthand's value. An empty one is refused rather than read as "not set": the
+    condition would then silently match every request."""
+    if key not in m:
+        return ""
+    before = len(r.problems)
+    value = r.string(m, key, path)
+    if len(r.problems) == before and not value:
+        r.error(f"{path}.{key}: must not be empty")
+    return value
+
+
+def _user_agent(r: _Reader, m: Mapping[str, Any], path: str) -> str:
+    if USER_AGENT_FIELD in m and USER_AGENT_SEED_FIELD in m:
+        r.error(f"{path}: set {USER_AGENT_FIELD} or {USER_AGENT_SEED_FIELD}, not both")
+        return ""
+    key = USER_AGENT_SEED_FIELD if USER_AGENT_SEED_FIELD in m else USER_AGENT_FIELD
+    return _shorthand(r, m, key, path)
 
 
 def _header_name(r: _Reader, m: Mapping[str, Any], path: str) -> str:
@@ -503,7 +574,7 @@ def _header(r: _Reader, value: Any, path: str) -> HeaderCondition | None:
     if m is None:
         return None
     r.check_fields(m, path, _HEADER_FIELDS)
-    return HeaderCondition(
+    header = HeaderCondition(
         name=_header_name(r, m, path),
         present=r.boolean(m, "present", path),
         notpresent=r.boolean(m, "notpresent", path),
@@ -515,6 +586,34 @@ def _header(r: _Reader, value: Any, path: str) -> HeaderCondition | None:
         ignore_case=r.boolean(m, "ignoreCase", path),
         treat_missing_as_empty=r.boolean(m, "treatMissingAsEmpty", path),
     )
+    ops = header.operators()
+    if len(ops) == 1:
+        # Contour drops these flags without a word where Envoy's matcher cannot use them; a user
+        # who set one expects it to work, so say that it does not.
+        if header.ignore_case and ops[0] in _HEADER_OPS_WITHOUT_IGNORE_CASE:
+            _no_effect(r, f"{path}.ignoreCase", ops[0])
+        if header.treat_missing_as_empty and ops[0] not in _HEADER_OPS_WITH_MISSING_AS_EMPTY:
+            _no_effect(r, f"{path}.treatMissingAsEmpty", ops[0])
+    return header
+
+
+# Contour's `headerMatchConditions` keeps ignoreCase for (not)contains and (not)exact only, and
+# treatMissingAsEmpty for the negative string matches only (the CRD says so for the latter).
+_HEADER_OPS_WITHOUT_IGNORE_CASE = frozenset({"present", "notpresent", "regex"})
+_HEADER_OPS_WITH_MISSING_AS_EMPTY = frozenset({"notcontains", "notexact"})
+# Contour's `queryParameterMatchConditions` keeps ignoreCase for all but regex and present.
+_QUERY_OPS_WITHOUT_IGNORE_CASE = frozenset({"regex", "present"})
+
+
+def _no_effect(r: _Reader, where: str, operator: str) -> None:
+    r.problems.append(
+        Problem(
+            SPEC_ERROR,
+            IGNORED_FIELD,
+            f"ignoring field \"{where}\"; it has no effect on '{operator}' conditions",
+            warning=True,
+        )
+    )
 
 
 def _query(r: _Reader, value: Any, path: str) -> QueryCondition | None:
@@ -522,7 +621,7 @@ def _query(r: _Reader, value: Any, path: str) -> QueryCondition | None:
     if m is None:
         return None
     r.check_fields(m, path, _QUERY_FIELDS)
-    return QueryCondition(
+    query = QueryCondition(
         # Envoy's QueryParameterMatcher requires a non-empty name.
         name=_header_name(r, m, path),
         exact=r.string(m, "exact", path),
@@ -533,6 +632,10 @@ def _query(r: _Reader, value: Any, path: str) -> QueryCondition | None:
         ignore_case=r.boolean(m, "ignoreCase", path),
         present=r.boolean(m, "present", path),
     )
+    ops = query.operators()
+    if len(ops) == 1 and query.ignore_case and ops[0] in _QUERY_OPS_WITHOUT_IGNORE_CASE:
+        _no_effect(r, f"{path}.ignoreCase", ops[0])
+    return query
 
 
 def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:
