@@ -41,6 +41,25 @@ def _namespaces(value: str) -> tuple[str, ...]:
     return tuple(sorted({n.strip() for n in value.split(",") if n.strip()}))
 
 
+def _secret_reference(value: str) -> str:
+    if not value:
+        return ""  # argparse passes a string default through `type` too
+    namespace, sep, name = value.partition("/")
+    if not (sep and namespace and name) or "/" in name:
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {value!r}")
+    return value
+
+
+def _trusted_hops(value: str) -> int:
+    try:
+        hops = int(value)
+    except ValueError:
+        hops = -1
+    if not 0 <= hops <= 2**32 - 1:  # Envoy's xff_num_trusted_hops is a uint32
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0, got {value!r}")
+    return hops
+
+
 def _add_compile_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", type=Path, help="YAML/JSON files or directories")
     p.add_argument(
@@ -60,6 +79,29 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         default="turnout",
         help="the Ingress class this turnout serves (default: turnout)",
     )
+    p.add_argument(
+        "--fallback-certificate",
+        type=_secret_reference,
+        default="",
+        metavar="NS/NAME",
+        help="TLS Secret served to clients without SNI, for hosts that enable the fallback "
+        "certificate (tls.enableFallbackCertificate)",
+    )
+    p.add_argument(
+        "--num-trusted-hops",
+        type=_trusted_hops,
+        default=0,
+        metavar="N",
+        help="proxies in front of Envoy trusted to append to X-Forwarded-For: `Remote` IP "
+        "filters see the client address they report (default: 0, the peer address). Only "
+        "`serve` uses it; `check` and `explain` accept it so that one set of flags fits all",
+    )
+    p.add_argument(
+        "--enable-external-name-service",
+        action="store_true",
+        help="route to ExternalName Services (off by default: such a Service can point Envoy at "
+        "any address, its own admin port included)",
+    )
 
 
 def _compile_options(args: argparse.Namespace) -> CompileOptions:
@@ -67,6 +109,8 @@ def _compile_options(args: argparse.Namespace) -> CompileOptions:
         root_namespaces=args.root_namespaces,
         disable_permit_insecure=args.disable_permit_insecure,
         ingress_class_name=args.ingress_class_name,
+        fallback_certificate=args.fallback_certificate,
+        enable_external_name_service=args.enable_external_name_service,
     )
 
 
@@ -332,6 +376,9 @@ def _serve(args: argparse.Namespace) -> int:
         root_namespaces=args.root_namespaces,
         disable_permit_insecure=args.disable_permit_insecure,
         ingress_class_name=args.ingress_class_name,
+        fallback_certificate=args.fallback_certificate,
+        enable_external_name_service=args.enable_external_name_service,
+        num_trusted_hops=args.num_trusted_hops,
         node_id=args.node_id,
     )
     busy = _busy_ports(config)

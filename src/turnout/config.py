@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from turnout.dialects.base import CompileOptions
+
+if TYPE_CHECKING:
+    from turnout.envoy.translate.options import TranslateOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +30,10 @@ class ServeConfig:
     root_namespaces: tuple[str, ...] = ()
     disable_permit_insecure: bool = False
     ingress_class_name: str = "turnout"
+    fallback_certificate: str = ""  # "namespace/name" of a TLS Secret, or ""
+    enable_external_name_service: bool = False
+    # Proxies in front of Envoy trusted to append to X-Forwarded-For (Contour's numTrustedHops).
+    num_trusted_hops: int = 0
     node_id: str = "turnout-envoy"
     # Where the child Envoy's bootstrap is written; a temporary directory when None.
     work_dir: Path | None = None
@@ -41,4 +49,13 @@ class ServeConfig:
             root_namespaces=self.root_namespaces,
             disable_permit_insecure=self.disable_permit_insecure,
             ingress_class_name=self.ingress_class_name,
+            fallback_certificate=self.fallback_certificate,
+            enable_external_name_service=self.enable_external_name_service,
         )
+
+    @property
+    def translate_options(self) -> TranslateOptions:
+        # Imported here: `check` and `explain` read this module but never load the Envoy protos.
+        from turnout.envoy.translate.options import TranslateOptions
+
+        return TranslateOptions(num_trusted_hops=self.num_trusted_hops)

@@ -66,7 +66,7 @@ class Controller:
     def _compile(self, snapshot: Snapshot) -> tuple[CompileResult, EnvoyResources]:
         """Pure and thread-safe: it reads only the immutable snapshot."""
         result = compile_snapshot(snapshot, self.config.compile_options)
-        return result, translate(result.graph)
+        return result, translate(result.graph, self.config.translate_options)
 
     async def recompile(self) -> Applied | None:
         """Compiles the current store and hands the result to the xDS server.

@@ -6,7 +6,11 @@ stands for, the full path with query as received, the Host header and the reques
 assert which backend answered and what the proxy changed on the way.
 
 A test can make a server answer another status on one path (`EchoServer.answer`), e.g. a 503 on
-the path Envoy's active health check asks for.
+the path Envoy's active health check asks for, or only for the next few requests (a backend that
+fails once, for retries); `EchoServer.requests` counts what arrived per path. Two query parameters
+change the answer of one request: `delay=<seconds>` waits before answering (at most 30 s, for
+timeouts) and `set-cookie=<value>` (repeatable) adds a `Set-Cookie` header (for cookie rewriting).
+A WebSocket upgrade is accepted, and every text message is sent back as it came.
 
 Run one by hand with `python -m turnout.echo --port 9001 --name foo`.
 """
@@ -18,7 +22,8 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -40,14 +45,29 @@ class EchoServer:
     _runner: web.BaseRunner = field(repr=False)
     # path -> status, shared with the request handler (the server object itself is frozen).
     _statuses: dict[str, int] = field(default_factory=dict, repr=False)
+    # path -> how many more requests get the status in _statuses before it goes back to 200.
+    _remaining: dict[str, int] = field(default_factory=dict, repr=False)
+    # path -> requests received, counted when they arrive.
+    _counts: Counter[str] = field(default_factory=Counter, repr=False)
 
-    def answer(self, path: str, status: int | None) -> None:
+    def answer(self, path: str, status: int | None, times: int | None = None) -> None:
         """From now on, answer requests for `path` (the path without the query) with `status`,
-        still with the echo body; `None` goes back to 200."""
+        still with the echo body; `None` goes back to 200. With `times`, only the next `times`
+        requests get `status`."""
+        self._remaining.pop(path, None)
         if status is None:
             self._statuses.pop(path, None)
-        else:
-            self._statuses[path] = status
+            return
+        self._statuses[path] = status
+        if times is not None:
+            self._remaining[path] = times
+
+    def requests(self, path: str | None = None) -> int:
+        """How many requests arrived for `path` (without the query), or for any path."""
+        return self._counts[path] if path is not None else sum(self._counts.values())
+
+    def reset_counts(self) -> None:
+        self._counts.clear()
 
     @property
     def url(self) -> str:
@@ -61,8 +81,47 @@ class EchoServer:
 _Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 
-def _handler(name: str, namespace: str, statuses: Mapping[str, int]) -> _Handler:
+# A test that asks for a longer delay has a bug; the server must not hold a connection forever.
+_MAX_DELAY_S = 30.0
+
+
+def _status(
+    path: str, statuses: MutableMapping[str, int], remaining: MutableMapping[str, int]
+) -> int:
+    status = statuses.get(path, 200)
+    left = remaining.get(path)
+    if left is not None:
+        if left <= 1:
+            remaining.pop(path, None)
+            statuses.pop(path, None)
+        else:
+            remaining[path] = left - 1
+    return status
+
+
+async def _websocket(request: web.BaseRequest) -> web.StreamResponse:
+    ws = web.WebSocketResponse()
+    await ws.prepare(request)
+    async for message in ws:
+        if message.type == web.WSMsgType.TEXT:
+            await ws.send_str(message.data)
+    return ws
+
+
+def _handler(
+    name: str,
+    namespace: str,
+    statuses: MutableMapping[str, int],
+    remaining: MutableMapping[str, int] | None = None,
+    counts: Counter[str] | None = None,
+) -> _Handler:
+    remaining = remaining if remaining is not None else {}
+    counts = counts if counts is not None else Counter()
+
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        counts[request.path] += 1
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return await _websocket(request)
         # Drains the body so that the connection can be kept alive for the next request.
         await request.read()
         headers: dict[str, str] = {}
@@ -79,15 +138,32 @@ def _handler(name: str, namespace: str, statuses: Mapping[str, int]) -> _Handler
             "proto": f"HTTP/{request.version.major}.{request.version.minor}",
             "headers": headers,
         }
-        return web.json_response(body, status=statuses.get(request.path, 200))
+        status = _status(request.path, statuses, remaining)
+        delay = _delay(request.query.get("delay"))
+        if delay:
+            await asyncio.sleep(delay)
+        response = web.json_response(body, status=status)
+        for cookie in request.query.getall("set-cookie", []):
+            response.headers.add("Set-Cookie", cookie)
+        return response
 
     return handle
+
+
+def _delay(value: str | None) -> float:
+    try:
+        seconds = float(value) if value else 0.0
+    except ValueError:
+        return 0.0
+    return min(max(seconds, 0.0), _MAX_DELAY_S)
 
 
 async def start_echo(host: str, port: int, *, name: str, namespace: str = "default") -> EchoServer:
     """Starts an echo server; `port` 0 picks a free port, which `EchoServer.port` then tells."""
     statuses: dict[str, int] = {}
-    server = web.Server(_handler(name, namespace, statuses), access_log=None)
+    remaining: dict[str, int] = {}
+    counts: Counter[str] = Counter()
+    server = web.Server(_handler(name, namespace, statuses, remaining, counts), access_log=None)
     runner = web.ServerRunner(server, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
@@ -98,7 +174,7 @@ async def start_echo(host: str, port: int, *, name: str, namespace: str = "defau
         raise
     bound = runner.addresses[0][1]
     log.info("echo %s/%s listening on %s:%d", namespace, name, host, bound)
-    return EchoServer(host, int(bound), name, namespace, runner, statuses)
+    return EchoServer(host, int(bound), name, namespace, runner, statuses, remaining, counts)
 
 
 def _is_loopback(address: str) -> bool:

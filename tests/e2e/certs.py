@@ -87,8 +87,9 @@ class CA:
         self._cert = _validity(builder).sign(self._key, hashes.SHA256())
         self.cert_pem = self._cert.public_bytes(Encoding.PEM).decode()
 
-    def issue(self, *hostnames: str) -> Issued:
-        """A server certificate for `hostnames` (DNS SANs; `*.example.com` works)."""
+    def issue(self, *hostnames: str, usage: x509.ObjectIdentifier | None = None) -> Issued:
+        """A server certificate for `hostnames` (DNS SANs; `*.example.com` works); `usage` is
+        its extended key usage (default: server authentication)."""
         assert hostnames, "a server certificate needs at least one hostname"
         key = _key()
         builder = (
@@ -101,7 +102,9 @@ class CA:
             .add_extension(
                 x509.SubjectAlternativeName([x509.DNSName(h) for h in hostnames]), critical=False
             )
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(
+                x509.ExtendedKeyUsage([usage or ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+            )
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()),
                 critical=False,
@@ -109,6 +112,28 @@ class CA:
         )
         cert = _validity(builder).sign(self._key, hashes.SHA256())
         return Issued(cert.public_bytes(Encoding.PEM).decode(), _key_pem(key))
+
+    def issue_client(self, name: str) -> Issued:
+        """A client certificate (client authentication) for `name`."""
+        return self.issue(name, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+
+    def crl(self, *revoked: Issued) -> str:
+        """A PEM CRL signed by this CA that revokes `revoked`."""
+        now = datetime.datetime.now(datetime.UTC)
+        builder = (
+            x509.CertificateRevocationListBuilder()
+            .issuer_name(self._cert.subject)
+            .last_update(now - datetime.timedelta(days=1))
+            .next_update(now + datetime.timedelta(days=30))
+        )
+        for issued in revoked:
+            builder = builder.add_revoked_certificate(
+                x509.RevokedCertificateBuilder()
+                .serial_number(issued.serial)
+                .revocation_date(now - datetime.timedelta(hours=1))
+                .build()
+            )
+        return builder.sign(self._key, hashes.SHA256()).public_bytes(Encoding.PEM).decode()
 
     def client_context(self) -> ssl.SSLContext:
         """A client context that trusts only this CA and checks the hostname."""

@@ -13,8 +13,19 @@ Each case directory holds
   that wrote the chosen route) and `tls` (null: the chosen virtual host has no TLS; or a subset
   of `{secret: ns/name, min_version, max_version}` of its TLS termination; `listener:
   ingress_https` asks the HTTPS listener, assuming the SNI equals the host) and `upstream` (a
-  subset of `{protocol, lb_strategy, health_check}` of every chosen cluster with weight, with the
-  graph's field names and enum values);
+  subset of `{protocol, lb_strategy, health_check, outlier_detection, validation, slow_start,
+  connect_timeout_s, idle_connection_timeout_s, dns_name, endpoints}` of every chosen cluster
+  with weight, with the graph's field names and enum values; `validation.ca_secret` is the
+  bundle's `ns/name`) and `filters` (a subset of `{cors, ip_filter, rate_limit}`, the policies
+  Envoy's HTTP filters apply to the request: the chosen route's IP filter and rate limit, or
+  else its virtual host's, and the virtual host's CORS; graph field names, null for none) and
+  `policies` (a subset of the chosen route's `RoutePolicies`: timeouts, retry, headers,
+  rewrites, mirrors, websockets, cookie rewrites, hash policies; graph field names and enum
+  values, a mirror's cluster as a `ns/service/port` prefix) and `backend_policies` (for each
+  backend of the chosen route, in order, a subset of its `BackendPolicies`, or null for none);
+- `sni.yaml` (optional): TLS connections by SNI and the filter chain each gets (TCP proxies,
+  passthrough, the fallback certificate); see `fixture_sni.py`, whose `tls_facts` also gives
+  `expect.tls` its `client_validation` and `fallback` keys;
 - `options.yaml` (optional): `CompileOptions` fields, e.g. `root_namespaces: [roots]`.
 
 Adding a case is adding a directory; every dialect's cases run here.
@@ -22,17 +33,19 @@ Adding a case is adding a directory; every dialect's cases run here.
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+import enum
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.unit.fixture_sni import check_sni, tls_facts
 from turnout.dialects.base import CompileOptions
 from turnout.graph.build import CompileResult, compile_snapshot
 from turnout.graph.evaluate import Decision, evaluate, make_request
-from turnout.graph.model import DirectResponse, Forward, Redirect
+from turnout.graph.model import Cluster, DirectResponse, Forward, Redirect
 from turnout.objects import DEFAULT_NAMESPACE
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
@@ -196,6 +209,12 @@ def check_request(result: CompileResult, req: dict[str, Any]) -> list[str]:
         problems.extend(_tls_mismatches(result, decision, expect["tls"]))
     if "upstream" in expect:
         problems.extend(_upstream_mismatches(result, weighted, expect["upstream"]))
+    if "filters" in expect:
+        problems.extend(_filter_mismatches(decision, expect["filters"]))
+    if "policies" in expect:
+        problems.extend(_policies_mismatches(decision, expect["policies"]))
+    if "backend_policies" in expect:
+        problems.extend(_backend_policies_mismatches(decision, expect["backend_policies"]))
     if not problems:
         return []
     headers = req.get("headers") or {}
@@ -215,13 +234,7 @@ def _tls_mismatches(result: CompileResult, decision: Decision, expected: Any) ->
         return [] if tls is None else [f"tls: expected none, got {tls}"]
     if tls is None:
         return [f"tls: expected {expected}, got none"]
-    secret = next((s for s in result.graph.secrets if s.name == tls.secret), None)
-    actual = {
-        "secret": f"{secret.namespace}/{secret.secret}" if secret else f"(missing) {tls.secret}",
-        "min_version": tls.min_version,
-        "max_version": tls.max_version,
-    }
-    return subset_mismatches(expected, actual, "tls")
+    return subset_mismatches(expected, tls_facts(result.graph, tls), "tls")
 
 
 def _upstream_mismatches(
@@ -239,9 +252,80 @@ def _upstream_mismatches(
             "protocol": cluster.protocol.value,
             "lb_strategy": cluster.lb_strategy.value,
             "health_check": asdict(cluster.health_check) if cluster.health_check else None,
+            **_upstream_policies(result, cluster),
         }
         problems.extend(subset_mismatches(expected, _jsonable(actual), f"upstream of {name}"))
     return problems
+
+
+def _filter_mismatches(decision: Decision, expected: dict[str, Any]) -> list[str]:
+    vh, route = decision.virtual_host, decision.route
+    if vh is None or route is None:
+        return ["filters: no route was chosen"]
+    actual = {
+        "cors": vh.policies.cors,
+        "ip_filter": route.policies.ip_filter or vh.policies.ip_filter,
+        "rate_limit": route.policies.rate_limit or vh.policies.rate_limit,
+    }
+    as_json = {k: _jsonable(asdict(v)) if v is not None else None for k, v in actual.items()}
+    for rule in (as_json["ip_filter"] or {}).get("rules", ()):
+        rule["source"] = rule["source"].value
+    return subset_mismatches(expected, as_json, "filters")
+
+
+def _plain(value: Any) -> Any:
+    """A dataclass tree as plain YAML-comparable values (enums by value)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _policies_mismatches(decision: Decision, expected: dict[str, Any]) -> list[str]:
+    route = decision.route
+    if route is None:
+        return ["policies: no route was chosen"]
+    actual = _plain(route.policies)
+    for mirror, want in zip(actual["mirrors"], expected.get("mirrors") or [], strict=False):
+        # Cluster names end in a hash of settings; fixtures name them by prefix.
+        if isinstance(want, dict) and _prefix_matches(str(want.get("cluster")), mirror["cluster"]):
+            mirror["cluster"] = want["cluster"]
+    return subset_mismatches(expected, actual, "policies")
+
+
+def _backend_policies_mismatches(decision: Decision, expected: list[Any]) -> list[str]:
+    route = decision.route
+    if route is None or not isinstance(route.action, Forward):
+        return ["backend_policies: the chosen route does not forward"]
+    actual = [_plain(wc.policies) for wc in route.action.clusters]
+    return subset_mismatches(expected, actual, "backend_policies")
+
+
+def _upstream_policies(result: CompileResult, cluster: Cluster) -> dict[str, Any]:
+    """The upstream policies of a cluster; a validation's CA bundle as `ns/secret`."""
+    validation: dict[str, Any] | None = None
+    if cluster.validation is not None:
+        wanted = cluster.validation.ca_secret
+        bundle = next((b for b in result.graph.ca_bundles if b.name == wanted), None)
+        validation = {
+            "ca_secret": f"{bundle.namespace}/{bundle.secret}" if bundle else None,
+            "subject_names": list(cluster.validation.subject_names),
+            "sni": cluster.validation.sni,
+        }
+    return {
+        "outlier_detection": asdict(cluster.outlier_detection)
+        if cluster.outlier_detection
+        else None,
+        "validation": validation,
+        "slow_start": asdict(cluster.slow_start) if cluster.slow_start else None,
+        "connect_timeout_s": cluster.connect_timeout_s,
+        "idle_connection_timeout_s": cluster.idle_connection_timeout_s,
+        "dns_name": cluster.dns_name,
+        "endpoints": [f"{e.address}:{e.port}" for e in cluster.endpoints],
+    }
 
 
 def _indent(text: str, n: int) -> str:
@@ -252,11 +336,14 @@ def _indent(text: str, n: int) -> str:
 def test_fixture(case: Path) -> None:
     statuses = _load(case / "status.yaml")
     requests = _load(case / "requests.yaml")
-    assert statuses or requests, f"{case}: needs status.yaml or requests.yaml"
+    sni = _load(case / "sni.yaml")
+    assert statuses or requests or sni, f"{case}: needs status.yaml, requests.yaml or sni.yaml"
     result = _compile(case)
     failures = check_statuses(result, statuses or [])
     for req in requests or []:
         failures.extend(check_request(result, req))
+    for entry in sni or []:
+        failures.extend(check_sni(result, entry, subset_mismatches))
     if failures:
         pytest.fail(f"{case.relative_to(FIXTURES)}:\n\n" + "\n\n".join(failures), pytrace=False)
 

@@ -114,7 +114,7 @@ def test_http_listener_has_an_hcm_with_rds_over_ads() -> None:
     assert hcm.rds.config_source.resource_api_version == 2  # V3
     assert hcm.normalize_path.value is True
     assert hcm.use_remote_address.value is True
-    (router,) = hcm.http_filters
+    router = hcm.http_filters[-1]
     assert router.name == "envoy.filters.http.router"
     assert router.typed_config.type_url.endswith("envoy.extensions.filters.http.router.v3.Router")
     assert not hcm.access_log
@@ -637,7 +637,7 @@ def test_https_listener_has_a_tls_inspector_and_one_sni_chain_per_host() -> None
         assert hcm.stat_prefix == "ingress_https"
         assert hcm.rds.route_config_name == f"https/{host}"
         assert hcm.rds.config_source.HasField("ads")
-        assert [f.name for f in hcm.http_filters] == ["envoy.filters.http.router"]
+        assert hcm.http_filters[-1].name == "envoy.filters.http.router"
 
 
 def test_tls_context_takes_the_certificate_from_sds_over_ads() -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from turnout.graph.model import VirtualHost
+from turnout.graph.model import TCPProxy, VirtualHost
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
 from turnout.objects import KubeObject, ObjectRef
@@ -37,6 +37,12 @@ class CompileOptions:
     disable_permit_insecure: bool = False
     # The Ingress class this turnout serves (Ingress, HTTPProxy and IngressRoute class fields).
     ingress_class_name: str = "turnout"
+    # Contour's fallback certificate, "namespace/name" of a TLS Secret ("" for none): served to
+    # TLS clients without SNI (or with a name no host serves) for the hosts that enable it.
+    fallback_certificate: str = ""
+    # Contour's enableExternalNameService: route to ExternalName Services (DNS clusters). Off by
+    # default, as in Contour: such a Service can point Envoy anywhere (GHSA-5ph6-qq5x-7jwc).
+    enable_external_name_service: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +78,7 @@ class CompileContext:
 class DialectOutput:
     virtual_hosts: tuple[tuple[str, VirtualHost], ...] = ()  # (listener name, vhost)
     statuses: tuple[ObjectStatus, ...] = ()
+    tcp_proxies: tuple[tuple[str, TCPProxy], ...] = ()  # (listener name, SNI-routed TCP proxy)
 
 
 class Dialect(Protocol):

@@ -151,7 +151,11 @@ def _static_secrets(listener: Any, secrets: set[str]) -> Any:
             continue
         ctx = tls_pb2.DownstreamTlsContext()
         socket.typed_config.Unpack(ctx)
-        for sds in ctx.common_tls_context.tls_certificate_sds_secret_configs:
+        common = ctx.common_tls_context
+        sds_configs = list(common.tls_certificate_sds_secret_configs)
+        if common.HasField("validation_context_sds_secret_config"):
+            sds_configs.append(common.validation_context_sds_secret_config)
+        for sds in sds_configs:
             if sds.name not in secrets:
                 raise ConversionError(
                     f"listener {listener.name!r}, filter chain {chain.name!r}: refers to the "

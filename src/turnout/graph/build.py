@@ -18,14 +18,19 @@ from turnout.dialects.base import (
     ownership_from_claims,
 )
 from turnout.graph.model import (
+    CABundle,
+    Cluster,
     Forward,
     Listener,
     ListenerProtocol,
     RoutingGraph,
+    TCPProxy,
     VirtualHost,
 )
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
+from turnout.graph.tls_refs import ca_bundle_names, tcp_cluster_names, tls_secret_names
+from turnout.graph.validate import enforce_envoy_limits, source_problems
 from turnout.objects import group_of
 from turnout.status.model import ObjectStatus
 from turnout.store import Snapshot, SourceProblem
@@ -124,11 +129,14 @@ def compile_snapshot(
     for dialect in dialects:
         claims.extend(dialect.claims(snapshot, options))
     ownership = ownership_from_claims(claims)
-    backends = BackendResolver(snapshot)
+    backends = BackendResolver(
+        snapshot, enable_external_name_service=options.enable_external_name_service
+    )
     secrets = SecretResolver(snapshot)
     ctx = CompileContext(options=options, ownership=ownership, backends=backends, secrets=secrets)
 
     vhosts: dict[str, dict[str, VirtualHost]] = {HTTP_LISTENER: {}, HTTPS_LISTENER: {}}
+    tcp_proxies: dict[str, dict[str, TCPProxy]] = {}
     statuses: list[ObjectStatus] = []
     for dialect in dialects:
         out = dialect.compile(snapshot, ctx)
@@ -137,6 +145,8 @@ def compile_snapshot(
             # Ownership guarantees one vhost per (listener, hostname); a dialect that emits a
             # second one has a bug, and the first one stays in force.
             vhosts.setdefault(listener, {}).setdefault(vhost.name, vhost)
+        for listener, proxy in out.tcp_proxies:
+            tcp_proxies.setdefault(listener, {}).setdefault(proxy.name, proxy)
 
     listeners = [
         Listener(
@@ -147,7 +157,8 @@ def compile_snapshot(
             virtual_hosts=tuple(vhosts[HTTP_LISTENER][k] for k in sorted(vhosts[HTTP_LISTENER])),
         )
     ]
-    if vhosts[HTTPS_LISTENER]:
+    https_tcp = tcp_proxies.get(HTTPS_LISTENER, {})
+    if vhosts[HTTPS_LISTENER] or https_tcp:
         listeners.append(
             Listener(
                 name=HTTPS_LISTENER,
@@ -157,6 +168,7 @@ def compile_snapshot(
                 virtual_hosts=tuple(
                     vhosts[HTTPS_LISTENER][k] for k in sorted(vhosts[HTTPS_LISTENER])
                 ),
+                tcp_proxies=tuple(https_tcp[k] for k in sorted(https_tcp)),
             )
         )
 
@@ -167,15 +179,45 @@ def compile_snapshot(
         for route in vh.routes
         if isinstance(route.action, Forward)
         for wc in route.action.clusters
+    } | tcp_cluster_names(listeners)
+    # A mirror's cluster receives copies of requests without being part of any split.
+    used |= {
+        m.cluster
+        for listener in listeners
+        for vh in listener.virtual_hosts
+        for route in vh.routes
+        for m in route.policies.mirrors
     }
     clusters = tuple(c for c in backends.clusters() if c.name in used)
-    used_secrets = {
-        vh.tls.secret for listener in listeners for vh in listener.virtual_hosts if vh.tls
-    }
+    used_secrets = tls_secret_names(listeners)
     tls_secrets = tuple(s for s in secrets.secrets() if s.name in used_secrets)
     statuses.sort(key=lambda s: (s.ref.group, s.ref.kind, s.ref.namespace, s.ref.name))
-    return CompileResult(
-        graph=RoutingGraph(listeners=tuple(listeners), clusters=clusters, secrets=tls_secrets),
-        statuses=tuple(statuses),
-        problems=(*snapshot.problems, *kind_problems),
+    # The net under every dialect: what Envoy would refuse is confined to the object that wrote it.
+    graph, limit_problems = enforce_envoy_limits(
+        RoutingGraph(
+            listeners=tuple(listeners),
+            clusters=clusters,
+            secrets=tls_secrets,
+            ca_bundles=_used_ca_bundles(listeners, clusters, secrets),
+        )
     )
+    return CompileResult(
+        graph=graph,
+        statuses=tuple(statuses),
+        problems=(*snapshot.problems, *kind_problems, *source_problems(limit_problems, snapshot)),
+    )
+
+
+def _used_ca_bundles(
+    listeners: Sequence[Listener], clusters: Sequence[Cluster], secrets: SecretResolver
+) -> tuple[CABundle, ...]:
+    """The CA bundles and CRLs that served clusters (upstream validation) and served TLS
+    virtual hosts (client validation) name; a bundle only a dropped object named stays out."""
+    names = {c.validation.ca_secret for c in clusters if c.validation is not None}
+    for listener in listeners:
+        for vh in listener.virtual_hosts:
+            cv = vh.tls.client_validation if vh.tls is not None else None
+            if cv is not None:
+                names.update(n for n in (cv.ca_bundle, cv.crl_bundle) if n)
+    names |= ca_bundle_names(listeners, clusters)  # TLS-terminating TCP proxies validate too
+    return tuple(b for b in secrets.ca_bundles.bundles() if b.name in names)

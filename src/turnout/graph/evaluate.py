@@ -1,17 +1,66 @@
 """The evaluator: graph + request -> decision, with the reason each earlier route was passed over.
 
-It follows Envoy's semantics for what the translator emits (virtual host selection, first-match
-route order, header/query matcher rules), so differential tests can hold Envoy to it.
+It is the executable meaning of the graph, and it follows what Envoy 1.40 does with the
+translator's configuration, so differential tests can hold Envoy to it
+(`tests/e2e/test_differential.py`). A request is taken through these steps:
+
+1. **The request target as the client sent it** (`Request.path`, path and query).
+   - A character outside printable ASCII (control characters, space, DEL, anything non-ASCII)
+     is answered 400: Envoy's HTTP/1 codec refuses it in the request line. Clients
+     percent-encode such characters; `explain` users should too.
+   - A target that does not start with `/` is answered 400, as Envoy answers `\\a` or `*`
+     (absolute-form URLs, which Envoy does take, are not modelled: the evaluator answers 400).
+   - A `#` anywhere is answered 400: Envoy refuses a fragment in `:path`.
+2. **Path normalisation.** The HTTP connection manager has `normalize_path: true`, no
+   `merge_slashes`, and `path_with_escaped_slashes_action` unset (KEEP_UNCHANGED). Envoy then
+   canonicalises the part before the first `?` with its snapshot of Chromium's URL path
+   canonicaliser (`PathUtil::canonicalPath`); `normalize_path` below is a port of it:
+   - `\\` becomes `/`;
+   - dot segments are removed as RFC 3986 5.2.4 says, `%2e`/`%2E` counting as a dot, and `..`
+     never climbs above the root (`/../a` is `/a`; `/a/.` is `/a/`);
+   - percent-encoded unreserved characters (letters, digits, `-`, `_`, `~`) are decoded; every
+     other escape stays exactly as written, hex case included: `%2F` and `%2f` are not path
+     separators and are not changed (escaped slashes are kept);
+   - `"`, `<`, `>`, `^`, `` ` ``, `{`, `|`, `}` are percent-encoded (upper-case hex);
+   - a `%` that starts no valid escape stays, except that an escape it would form with
+     characters decoded after it is written `%25...` (`/%%300` is `/%2500`);
+   - `%00` is answered 400;
+   - repeated slashes stay (`//a` is not `/a`), and letter case is never changed.
+   The query string is passed on exactly as sent.
+3. **Virtual host.** The Host is lower-cased and everything after its last `:` removed (outside
+   `[...]`; `ignore_port_in_host_matching`), then: the exact domain, else the longest `*`-suffix
+   wildcard with at least one character in place of `*`, else `*`. Among repeated domains the
+   first one counts, as in the translator.
+4. **Route**, the first in the graph's order that matches:
+   - path matches see the normalised path without the query: exact, string prefix, segment
+     prefix (`/a` matches `/a` and `/a/...`), RE2 regex over the whole path;
+   - a one-label wildcard host (`*.example.com`, HostnameMatch.WILDCARD_ONE_LABEL) also needs
+     the raw `:authority` to match the regex the translator adds (`wildcard_authority_regex`);
+   - headers as Envoy's `HeaderUtility::matchHeaders`: several values of one header are joined
+     with `,`; a missing header fails unless `treat_missing_as_empty`, and satisfies only an
+     inverted `present`; `:method`, `:authority` (raw Host) and `:path` (normalised, with the
+     query) are available;
+   - query parameters: the raw query is split at `&`, each piece at its first `=` (no `=`: the
+     value is ""); **nothing is decoded**, so `x=a+b`, `x=a%20b` and a condition on `a b` are
+     three different values, and names are compared raw too; the first occurrence of a name
+     counts.
+5. **Action.** A Forward whose effective clusters (`effective_forward`: weight > 0, a repeated
+   cluster's weights summed) are none answers 503, as the translator emits it.
+
+Not modelled: headers Envoy adds or rewrites before routing (`x-forwarded-*`, `x-request-id`,
+`x-envoy-*`), `:scheme`, and the HTTPS listener's SNI (the SNI is assumed to equal the host).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import re2
 
+from turnout.dialects.regex import ENVOY_MAX_PROGRAM_SIZE
 from turnout.graph.model import (
     DirectResponse,
     Forward,
@@ -28,11 +77,17 @@ from turnout.graph.model import (
     VirtualHost,
 )
 
+# What a route answers when it has nowhere to send traffic (every weight is zero, or none).
+NO_BACKEND_STATUS = 503
+
+# What Envoy answers to a request it refuses before routing (codec error, fragment, %00).
+BAD_REQUEST_STATUS = 400
+
 
 @dataclass(frozen=True, slots=True)
 class Request:
     host: str
-    path: str = "/"
+    path: str = "/"  # the request target as sent: path and query string
     method: str = "GET"
     headers: tuple[tuple[str, str], ...] = ()
     listener: str = "ingress_http"
@@ -68,10 +123,15 @@ class Decision:
     virtual_host: VirtualHost | None
     route: Route | None
     passed_over: tuple[Miss, ...] = field(default=())
+    # Set when Envoy answers before routing (400 for a malformed path); `route` is then None.
+    rejected_status: int | None = None
+    rejected_reason: str = ""
 
     @property
     def status(self) -> int:
-        """The status Envoy answers with when the decision is not a forward."""
+        """The status Envoy answers with, or 200 for a forward to at least one cluster."""
+        if self.rejected_status is not None:
+            return self.rejected_status
         if self.route is None:
             return 404
         action = self.route.action
@@ -79,25 +139,216 @@ class Decision:
             return action.status
         if isinstance(action, Redirect):
             return action.status
+        if isinstance(action, Forward) and not effective_forward(action):
+            return NO_BACKEND_STATUS
         return 200
 
     @property
     def clusters(self) -> tuple[tuple[str, int], ...]:
+        """The chosen Forward's clusters as the graph lists them (zero weights included)."""
         if self.route is not None and isinstance(self.route.action, Forward):
             return tuple((c.cluster, c.weight) for c in self.route.action.clusters)
         return ()
 
 
+def effective_forward(action: Forward) -> tuple[tuple[str, int], ...]:
+    """The clusters a Forward really sends to, in the graph's order: weight-0 entries dropped and
+    a cluster listed twice given the sum of its weights. Empty: the route answers 503.
+
+    The translator emits exactly this (a plain cluster for one entry, weighted clusters for more),
+    so the evaluator and Envoy cannot disagree on what a split means.
+    """
+    weights: dict[str, int] = {}
+    for wc in action.clusters:
+        if wc.weight > 0:
+            weights[wc.cluster] = weights.get(wc.cluster, 0) + wc.weight
+    return tuple(weights.items())
+
+
+# --- the request target ------------------------------------------------------------------------
+
+# Chromium's kPathCharLookup, as Envoy's snapshot has it (source/common/chromium_url).
+_SPECIAL, _ESCAPE_BIT, _UNESCAPE, _INVALID_BIT = 1, 2, 4, 8
+_ESCAPE, _INVALID = _ESCAPE_BIT | _SPECIAL, _INVALID_BIT | _SPECIAL
+
+
+def _path_char_table() -> bytes:
+    table = bytearray(256)  # 0: copied as is
+    for c in range(0x01, 0x21):
+        table[c] = _ESCAPE
+    for c in range(0x7F, 0x100):
+        table[c] = _ESCAPE
+    for c in b'"#%<>?\\^`{|}':
+        table[c] = _ESCAPE
+    for c in b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_~":
+        table[c] = _UNESCAPE
+    table[ord(".")] = _SPECIAL
+    table[0] = _INVALID
+    return bytes(table)
+
+
+_PATH_CHARS = _path_char_table()
+_SLASH, _BACKSLASH, _DOT, _PERCENT = 0x2F, 0x5C, 0x2E, 0x25
+_HEX = b"0123456789abcdefABCDEF"
+
+
+def _is_dot(spec: bytes, i: int, end: int) -> int:
+    if spec[i] == _DOT:
+        return 1
+    if spec[i] == _PERCENT and i + 3 <= end and spec[i + 1] == ord("2") and spec[i + 2] in b"eE":
+        return 3
+    return 0
+
+
+def _decode_escaped(spec: bytes | bytearray, i: int, end: int) -> int | None:
+    """The byte `%XY` at `i` stands for, or None when it is no valid escape."""
+    if i + 3 > end or spec[i + 1] not in _HEX or spec[i + 2] not in _HEX:
+        return None
+    return int(bytes(spec[i + 1 : i + 3]), 16)
+
+
+_CUR, _UP, _NOT_A_DIRECTORY = 0, 1, 2
+
+
+def _classify_after_dot(spec: bytes, after: int, end: int) -> tuple[int, int]:
+    if after == end:
+        return _CUR, 0
+    if spec[after] in (_SLASH, _BACKSLASH):
+        return _CUR, 1
+    second = _is_dot(spec, after, end)
+    if second:
+        after_second = after + second
+        if after_second == end:
+            return _UP, second
+        if spec[after_second] in (_SLASH, _BACKSLASH):
+            return _UP, second + 1
+    return _NOT_A_DIRECTORY, 0
+
+
+def _back_up_to_previous_slash(begin: int, out: bytearray) -> None:
+    i = len(out) - 1
+    if i == begin:
+        return
+    i -= 1
+    while out[i] != _SLASH and i > begin:
+        i -= 1
+    del out[i + 1 :]
+
+
+def _check_for_nested_escapes(spec: bytes, nxt: int, end: int, pct: int, out: bytearray) -> None:
+    # An invalid `%` followed by characters just decoded may now read as a valid escape
+    # (`%%30` + `0`); Chromium then writes that `%` as `%25` so a second pass cannot decode it.
+    length = len(out)
+    last = out[-1]
+    append_next = pct == length - 2
+    if append_next:
+        if nxt == end or spec[nxt] >= 0x80:
+            return
+        out.append(spec[nxt])
+    if _decode_escaped(out, pct, len(out)) is not None:
+        if not append_next:
+            out.append(out[pct + 1])
+        out[pct + 1] = ord("2")
+        out[pct + 2] = ord("5")
+        out.append(last)
+    elif append_next:
+        del out[length:]
+
+
+def normalize_path(path: str) -> str | None:
+    """The path (without query) as Envoy's `normalize_path` leaves it, or None for a 400.
+
+    A port of Chromium's `CanonicalizePath` in the snapshot Envoy carries; see the module
+    docstring for what it does.
+    """
+    spec = path.encode("utf-8", "replace")
+    end = len(spec)
+    out = bytearray()
+    if not spec or spec[0] not in (_SLASH, _BACKSLASH):
+        out.append(_SLASH)
+    begin = 0
+    last_invalid_percent = -(1 << 30)
+    ok = True
+    i = 0
+    while i < end:
+        ch = spec[i]
+        flags = _PATH_CHARS[ch]
+        if not flags & _SPECIAL:
+            out.append(ch)
+        elif dot := _is_dot(spec, i, end):
+            if len(out) > begin and out[-1] == _SLASH:
+                kind, consumed = _classify_after_dot(spec, i + dot, end)
+                if kind == _NOT_A_DIRECTORY:
+                    out.append(_DOT)
+                    i += dot - 1
+                else:
+                    if kind == _UP:
+                        _back_up_to_previous_slash(begin, out)
+                    i += dot + consumed - 1
+            else:
+                out.append(_DOT)
+                i += dot - 1
+        elif ch == _BACKSLASH:
+            out.append(_SLASH)
+        elif ch == _PERCENT:
+            value = _decode_escaped(spec, i, end)
+            if value is None:
+                last_invalid_percent = len(out)
+                out.append(_PERCENT)
+            else:
+                i += 2
+                value_flags = _PATH_CHARS[value]
+                if value_flags & _UNESCAPE:
+                    out.append(value)
+                    if last_invalid_percent >= len(out) - 3:
+                        _check_for_nested_escapes(spec, i + 1, end, last_invalid_percent, out)
+                else:
+                    out += spec[i - 2 : i + 1]
+                    if value_flags & _INVALID_BIT:
+                        ok = False
+        else:
+            out += b"%%%02X" % ch
+            if flags & _INVALID_BIT:
+                ok = False
+        i += 1
+    return out.decode("latin-1") if ok else None
+
+
+def _target_problem(target: str) -> str | None:
+    if not target.isascii() or not target.isprintable() or " " in target:
+        return "the request target holds a character Envoy's HTTP/1 codec refuses"
+    if not target.startswith("/"):
+        return "the request target does not start with '/', which Envoy refuses"
+    if "#" in target:
+        return "the path holds a fragment (#), which Envoy refuses"
+    return None
+
+
+def query_params(query: str) -> list[tuple[str, str]]:
+    """Envoy's `QueryParamsMulti::parseQueryString` without decoding: raw names and values."""
+    out: list[tuple[str, str]] = []
+    for piece in query.split("&"):
+        if piece:
+            name, _, value = piece.partition("=")
+            out.append((name, value))
+    return out
+
+
+# --- virtual hosts -------------------------------------------------------------------------------
+
+
 def _strip_port(host: str) -> str:
+    """Envoy's `ignore_port_in_host_matching`: drop everything after the last `:` unless it lies
+    inside an IPv6 literal's brackets (`HeaderUtility::getPortStart`)."""
     host = host.lower()
-    if host.startswith("["):
-        end = host.find("]")
-        return host[: end + 1] if end >= 0 else host
-    return host.rsplit(":", 1)[0] if ":" in host else host
+    colon = host.rfind(":")
+    if colon < 0 or host.rfind("]") > colon:
+        return host
+    return host[:colon]
 
 
 def select_virtual_host(listener: Listener, host: str) -> VirtualHost | None:
-    """Envoy's order: exact domain, then the longest `*.suffix` wildcard, then `*`."""
+    """Envoy's order: exact domain, then the longest `*suffix` wildcard, then `*`."""
     host = _strip_port(host)
     best: VirtualHost | None = None
     best_len = -1
@@ -105,7 +356,8 @@ def select_virtual_host(listener: Listener, host: str) -> VirtualHost | None:
     for vh in listener.virtual_hosts:
         name = vh.hostname.lower()
         if name == "*":
-            catch_all = vh
+            if catch_all is None:
+                catch_all = vh
         elif name.startswith("*"):
             suffix = name[1:]
             if host.endswith(suffix) and len(host) > len(suffix) and len(suffix) > best_len:
@@ -113,6 +365,76 @@ def select_virtual_host(listener: Listener, host: str) -> VirtualHost | None:
         elif name == host:
             return vh
     return best or catch_all
+
+
+_PORT_SUFFIX = "(:[0-9]+)?"
+
+
+def wildcard_authority_regex(hostname: str) -> str:
+    """A regex for an authority with exactly one label in place of `*` in `hostname`, and any port.
+
+    Envoy's `*.example.com` domain matches any number of labels, so for a one-label wildcard the
+    translator adds this as an `:authority` match to each route (Contour's
+    `wildcardDomainHeaderMatch`), and the evaluator applies the same regex. Host matching is
+    case-insensitive, so the regex is too.
+
+    The readable form spells the suffix out. Its RE2 program grows with the suffix length, and
+    Envoy rejects programs above 100, so for long suffixes it falls back to counting labels: the
+    route only ever sees hosts that selected this virtual host, so they already end in the suffix,
+    and the label count alone tells one label from several. Both are first measured as the
+    Python RE2 binding counts (larger than Envoy's count for character classes); past that, by
+    Envoy's own count. When neither fits Envoy's limit, `graph.validate` drops the virtual host.
+    """
+    suffix = hostname[1:]
+    spelled = "(?i)[^.:]+" + str(re2.escape(suffix)) + _PORT_SUFFIX
+    if regex_program_size(spelled) <= ENVOY_MAX_PROGRAM_SIZE:
+        return spelled
+    counted = f"[^.:]+(\\.[^.:]+){{{suffix.count('.')}}}" + _PORT_SUFFIX
+    if regex_program_size(counted) <= ENVOY_MAX_PROGRAM_SIZE:
+        return counted
+    for candidate in (counted, spelled):
+        if envoy_regex_program_size(candidate) <= ENVOY_MAX_PROGRAM_SIZE:
+            return candidate
+    return counted if regex_program_size(counted) < regex_program_size(spelled) else spelled
+
+
+@lru_cache(maxsize=4096)
+def regex_program_size(pattern: str) -> int:
+    """The program size as the Python RE2 binding reports it (UTF-8)."""
+    return int(re2.compile(pattern).programsize)
+
+
+_LATIN1 = re2.Options()
+_LATIN1.encoding = re2.Options.Encoding.LATIN1
+_LATIN1.log_errors = False
+
+
+@lru_cache(maxsize=8192)
+def envoy_regex_program_size(pattern: str) -> int:
+    """The program size Envoy 1.40 compares with `re2.max_program_size.error_level`.
+
+    Envoy's count equals RE2's for the pattern's UTF-8 bytes read as Latin-1 (measured against
+    Envoy's "RE2 program size of N" errors: 104, 124, 125, 147, 154, 185, 224 all agree); the
+    binding's default UTF-8 count is larger for character classes and `.`. Raises re2.error for
+    a pattern RE2 does not parse.
+    """
+    try:
+        return int(re2.compile(pattern.encode("utf-8"), _LATIN1).programsize)
+    except re2.error:
+        # Read as Latin-1 the bytes may not parse where the UTF-8 pattern does; the larger
+        # UTF-8 count is then the safe side.
+        return regex_program_size(pattern)
+
+
+def _authority_fits(vh: VirtualHost, host: str) -> bool:
+    if vh.hostname_match is not HostnameMatch.WILDCARD_ONE_LABEL or not vh.hostname.startswith(
+        "*."
+    ):
+        return True
+    return _regex(wildcard_authority_regex(vh.hostname)).fullmatch(host) is not None
+
+
+# --- routes --------------------------------------------------------------------------------------
 
 
 def _string_match(kind: StringMatchKind, expected: str, actual: str, ignore_case: bool) -> bool:
@@ -150,16 +472,6 @@ def header_matches(m: HeaderMatch, request: Request) -> bool:
     return matched != m.invert
 
 
-def query_params(query: str) -> list[tuple[str, str]]:
-    """Envoy's `QueryParamsMulti::parseQueryString`: split at "&", then at the first "=", and
-    nothing decoded (route matching sees `a%2Fb` and `a+b` as written)."""
-    out: list[tuple[str, str]] = []
-    for param in query.split("&") if query else ():
-        name, _, value = param.partition("=")
-        out.append((name, value))
-    return out
-
-
 def query_matches(m: QueryMatch, request: Request) -> bool:
     values = [v for k, v in query_params(request.query) if k == m.name]
     if not values:
@@ -181,22 +493,13 @@ def path_matches(match: RouteMatch, path: str) -> bool:
     return _regex(p.value).fullmatch(path) is not None
 
 
-def _host_fits(vh: VirtualHost, host: str) -> bool:
-    if vh.hostname_match is not HostnameMatch.WILDCARD_ONE_LABEL:
-        return True
-    host = _strip_port(host)
-    suffix = vh.hostname[1:].lower()
-    label = host[: len(host) - len(suffix)] if host.endswith(suffix) else ""
-    return bool(label) and "." not in label
-
-
 def route_miss_reason(route: Route, request: Request, vh: VirtualHost) -> str | None:
-    """Why `route` does not match `request`, or None when it matches."""
+    """Why `route` does not match `request` (already normalised), or None when it matches."""
     path = request.path_only
     if not path_matches(route.match, path):
         p = route.match.path
         return f"path {path!r} does not match {p.kind.value} {p.value!r}"
-    if not _host_fits(vh, request.host):
+    if not _authority_fits(vh, request.host):
         return f"host {request.host!r} has more than one label in place of '*'"
     for h in route.match.headers:
         if not header_matches(h, request):
@@ -210,16 +513,33 @@ def route_miss_reason(route: Route, request: Request, vh: VirtualHost) -> str | 
     return None
 
 
+def normalize_request(request: Request) -> Request | str:
+    """`request` with its path as Envoy routes on it, or why Envoy answers 400."""
+    problem = _target_problem(request.path)
+    if problem is not None:
+        return problem
+    path, sep, query = request.path.partition("?")
+    normalized = normalize_path(path)
+    if normalized is None:
+        return "the path holds an encoded NUL (%00), which path normalisation refuses"
+    if normalized == path:
+        return request
+    return dataclasses.replace(request, path=normalized + sep + query)
+
+
 def evaluate(graph: RoutingGraph, request: Request) -> Decision:
     listener = next((lst for lst in graph.listeners if lst.name == request.listener), None)
     if listener is None:
         return Decision(None, None, None)
-    vh = select_virtual_host(listener, request.host)
+    normalized = normalize_request(request)
+    if isinstance(normalized, str):
+        return Decision(listener, None, None, (), BAD_REQUEST_STATUS, normalized)
+    vh = select_virtual_host(listener, normalized.host)
     if vh is None:
         return Decision(listener, None, None)
     misses: list[Miss] = []
     for route in vh.routes:
-        reason = route_miss_reason(route, request, vh)
+        reason = route_miss_reason(route, normalized, vh)
         if reason is None:
             return Decision(listener, vh, route, tuple(misses))
         misses.append(Miss(route, reason))

@@ -102,6 +102,17 @@ class HTTPHealthCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class TCPHealthCheck:
+    """Active TCP health checking: an endpoint is healthy when it accepts a connection (Contour's
+    `tcpproxy.healthCheckPolicy`). Times are in seconds."""
+
+    interval_s: float = 10.0
+    timeout_s: float = 2.0
+    unhealthy_threshold: int = 3
+    healthy_threshold: int = 2
+
+
+@dataclass(frozen=True, slots=True)
 class OutlierDetection:
     """Passive health checking: eject an endpoint after consecutive failures (seed 001
     `failurePolicy`, Skipper `consecutiveBreaker`)."""
@@ -141,6 +152,10 @@ class UpstreamSettings:
     validation: UpstreamValidation | None = None
     slow_start: SlowStart | None = None
     connect_timeout_s: float | None = None
+    # How long an upstream connection may stay open without requests (Contour's
+    # `timeoutPolicy.idleConnection`); None: Envoy's default (1 h), 0: never closed for idleness.
+    idle_connection_timeout_s: float | None = None
+    tcp_health_check: TCPHealthCheck | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -169,6 +184,8 @@ class Cluster:
     validation: UpstreamValidation | None = None
     slow_start: SlowStart | None = None
     connect_timeout_s: float | None = None
+    idle_connection_timeout_s: float | None = None  # see UpstreamSettings
+    tcp_health_check: TCPHealthCheck | None = None
     # Set for ExternalName Services and RouteGroup `network` backends: resolved by DNS in Envoy
     # (STRICT_DNS) instead of EDS endpoints.
     dns_name: str | None = None
@@ -178,6 +195,9 @@ class Cluster:
 class WeightedCluster:
     cluster: str  # Cluster.name
     weight: int
+    # What happens to requests sent to this backend only (HTTPProxy per-service header and cookie
+    # policies, Gateway API backendRef filters), on top of the route's own policies.
+    policies: BackendPolicies | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +347,18 @@ class HashPolicy:
     name: str = ""  # header, query parameter or cookie name
     terminal: bool = False
     cookie_ttl_s: float | None = None  # Cookie: Envoy generates the cookie when absent
+    cookie_path: str | None = None  # Cookie: the Path of the generated cookie
+
+
+@dataclass(frozen=True, slots=True)
+class BackendPolicies:
+    """Header, Host and cookie changes for the requests one backend of a route receives (and its
+    responses). Applied besides the route's own (`RoutePolicies`); None fields change nothing."""
+
+    request_headers: HeaderPolicy | None = None
+    response_headers: HeaderPolicy | None = None
+    host_rewrite: HostRewrite | None = None  # literal only: Envoy has no per-backend header form
+    cookie_rewrites: tuple[CookieRewrite, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,6 +462,9 @@ class TLSTermination:
     min_version: str = "1.2"  # "1.2" | "1.3"
     max_version: str = "1.3"
     client_validation: ClientValidation | None = None
+    # TLSSecret.name of the installation's fallback certificate when the host enables it: clients
+    # without SNI (or with a name no host serves) get that certificate and reach this host too.
+    fallback_secret: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

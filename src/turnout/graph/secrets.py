@@ -99,9 +99,14 @@ class SecretResolver:
     """Resolves TLS Secret references for one compile; collects the secrets used."""
 
     def __init__(self, snapshot: Snapshot) -> None:
+        # Imported here: ca_bundles builds on this module's delegation check.
+        from turnout.graph.ca_bundles import CABundleResolver
+
         self._snapshot = snapshot
         self._secrets: dict[str, TLSSecret] = {}
         self._checked: dict[tuple[str, str], TLSSecret | Unresolved] = {}
+        # CA bundles and CRLs (`ca.crt`, `crl.pem`), resolved with the same delegation rule.
+        self.ca_bundles = CABundleResolver(snapshot)
 
     def tls_secret(
         self, namespace: str, name: str, *, for_namespace: str

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -186,13 +187,97 @@ def cluster_name(namespace: str, service: str, port: int, settings: UpstreamSett
     return f"{namespace}/{service}/{port}/{digest}"
 
 
-class BackendResolver:
-    """Resolves Service references into clusters for one compile; collects the clusters used."""
+# Why an ExternalName Service is refused (`Unresolved.reason`); each dialect words it its own way.
+EXTERNAL_NAME_NOT_ENABLED = "ExternalNameNotEnabled"
+EXTERNAL_NAME_LOCALHOST = "ExternalNameLocalhost"
+EXTERNAL_NAME_INVALID = "ExternalNameInvalid"
 
-    def __init__(self, snapshot: Snapshot) -> None:
+# Contour's blocklist (`internal/dag/dag.go`), compared without case or a trailing dot as DNS
+# does. It is no guarantee: an IP literal or any other name can still lead to loopback, which is
+# why ExternalName Services stay off unless the installation turns them on.
+_LOCALHOST_NAMES = frozenset({"localhost", "localhost.localdomain", "local.projectcontour.io"})
+
+
+_DNS_NAME = re.compile(r"[a-z0-9_]([-a-z0-9_]*[a-z0-9])?(\.[a-z0-9_]([-a-z0-9_]*[a-z0-9])?)*")
+
+
+def _dns_name(name: str) -> bool:
+    """A DNS name (RFC 1123 labels, as Kubernetes validates `externalName`) or an IP address."""
+    if _ip(name) is not None:
+        return True
+    return len(name) <= 253 and _DNS_NAME.fullmatch(name) is not None
+
+
+def is_external_name(service: KubeObject) -> bool:
+    spec = service.spec if isinstance(service.spec, Mapping) else {}
+    return spec.get("type") == "ExternalName"
+
+
+def external_name(service: KubeObject) -> str | None:
+    """The DNS name of an ExternalName Service (lower case, no trailing dot); None otherwise."""
+    if not is_external_name(service):
+        return None
+    name = service.spec.get("externalName") if isinstance(service.spec, Mapping) else None
+    if not isinstance(name, str) or not name.strip(". "):
+        return None
+    return name.strip().rstrip(".").lower()
+
+
+def external_name_phrase(refused: Unresolved) -> str:
+    """How dialects other than HTTPProxy word a refused ExternalName Service, after its name."""
+    if refused.reason == EXTERNAL_NAME_LOCALHOST:
+        return "is an ExternalName service that points to localhost, which is not allowed"
+    if refused.reason == EXTERNAL_NAME_INVALID:
+        return "is an ExternalName service without a valid externalName"
+    return (
+        "is an ExternalName service, which turnout routes to only with "
+        "--enable-external-name-service"
+    )
+
+
+class BackendResolver:
+    """Resolves Service references into clusters for one compile; collects the clusters used.
+
+    It owns the ExternalName decision for every dialect: refused unless
+    `enable_external_name_service`, and never to a name Contour knows as localhost; an accepted
+    one becomes a DNS cluster (`Cluster.dns_name`) on the Service port.
+    """
+
+    def __init__(self, snapshot: Snapshot, *, enable_external_name_service: bool = False) -> None:
         self._snapshot = snapshot
         self._clusters: dict[str, Cluster] = {}
         self._slices = index_endpoint_slices(snapshot)
+        self._external_names = enable_external_name_service
+
+    def refusal(self, service: KubeObject) -> Unresolved | None:
+        """Why `service` cannot be routed to as such (today: an ExternalName Service that is not
+        allowed), or None. Messages are Contour's; dialects may word their own from `reason`."""
+        if not is_external_name(service):
+            return None
+        ref = f"{service.namespace}/{service.name}"
+        name = external_name(service)
+        if not self._external_names:
+            return Unresolved(
+                EXTERNAL_NAME_NOT_ENABLED,
+                f"{ref} is an ExternalName service, these are not currently enabled. "
+                "See the config.enableExternalNameService config file setting",
+            )
+        if name is None:
+            return Unresolved(
+                EXTERNAL_NAME_INVALID, f"{ref} is an ExternalName service without an externalName"
+            )
+        if not _dns_name(name):
+            # The API server would have refused it; Envoy would refuse the whole cluster update.
+            return Unresolved(
+                EXTERNAL_NAME_INVALID,
+                f'{ref} is an ExternalName service whose externalName "{name}" is not a DNS name',
+            )
+        if name in _LOCALHOST_NAMES:
+            return Unresolved(
+                EXTERNAL_NAME_LOCALHOST,
+                f"{ref} is an ExternalName service that points to localhost, this is not allowed",
+            )
+        return None
 
     def service(
         self,
@@ -202,7 +287,7 @@ class BackendResolver:
         protocol: UpstreamProtocol = UpstreamProtocol.HTTP,
         settings: UpstreamSettings | None = None,
     ) -> Cluster | Unresolved:
-        """The cluster for a Service port. `settings` (LB strategy, health check) defaults to
+        """The cluster for a Service port. `settings` (every `UpstreamSettings` field) defaults to
         plain settings with `protocol`; when given, its protocol wins."""
         settings = settings or UpstreamSettings(protocol=protocol)
         svc = self._snapshot.get("", "Service", namespace, name)
@@ -213,18 +298,33 @@ class BackendResolver:
             return Unresolved(
                 "ServicePortNotFound", f'service "{namespace}/{name}": port "{port}" not found'
             )
+        refused = self.refusal(svc)
+        if refused is not None:
+            return refused
         cname = cluster_name(namespace, name, sp.port, settings)
         cluster = self._clusters.get(cname)
         if cluster is None:
+            dns_name = external_name(svc)
             cluster = Cluster(
                 name=cname,
                 namespace=namespace,
                 service=name,
                 port=sp.port,
                 protocol=settings.protocol,
+                # An ExternalName Service has no endpoints: Envoy resolves the name and connects
+                # to the Service port, as Contour does.
+                endpoints=()
+                if dns_name is not None
+                else service_endpoints(self._snapshot, svc, sp, self._slices),
                 lb_strategy=settings.lb_strategy,
                 health_check=settings.health_check,
-                endpoints=service_endpoints(self._snapshot, svc, sp, self._slices),
+                outlier_detection=settings.outlier_detection,
+                validation=settings.validation,
+                slow_start=settings.slow_start,
+                connect_timeout_s=settings.connect_timeout_s,
+                idle_connection_timeout_s=settings.idle_connection_timeout_s,
+                tcp_health_check=settings.tcp_health_check,
+                dns_name=dns_name,
             )
             self._clusters[cname] = cluster
         return cluster

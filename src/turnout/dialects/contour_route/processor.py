@@ -36,7 +36,7 @@ from turnout.graph.model import (
     VirtualHost,
     WeightedCluster,
 )
-from turnout.graph.services import Unresolved
+from turnout.graph.services import Unresolved, external_name_phrase
 from turnout.status.model import ObjectStatus
 from turnout.store import Snapshot
 
@@ -154,12 +154,13 @@ def _cluster(
     namespace = parsed.obj.namespace
     name = upstream.service_name
     service = snapshot.get("", "Service", namespace, name)
-    if service is not None and _external_name(service.spec):
-        # ExternalName Services can point Envoy anywhere, its admin port included
-        # (GHSA-5ph6-qq5x-7jwc); Contour refuses them by default, and so does turnout.
+    # ExternalName Services can point Envoy anywhere, its admin port included
+    # (GHSA-5ph6-qq5x-7jwc): the resolver refuses them unless the installation allows them.
+    refused = ctx.backends.refusal(service) if service is not None else None
+    if refused is not None:
         st.add(
-            f'{upstream.field}.serviceName: service "{namespace}/{name}" is an ExternalName '
-            "service, which turnout does not route to"
+            f'{upstream.field}.serviceName: service "{namespace}/{name}" '
+            + external_name_phrase(refused)
         )
         return None
     settings = UpstreamSettings(
@@ -177,7 +178,3 @@ def _cluster(
             st.add(f'{upstream.field}.serviceName: service "{namespace}/{name}" not found')
         return None
     return result
-
-
-def _external_name(spec: object) -> bool:
-    return isinstance(spec, Mapping) and spec.get("type") == "ExternalName"

@@ -13,13 +13,16 @@ affected.
 
 A root with `virtualhost.tls.secretName` becomes two virtual hosts (`tls_virtual_hosts`): its
 routes on the HTTPS listener, and on the HTTP listener the same routes answering 301 to HTTPS,
-except those with `permitInsecure` (unless the installation disables permitInsecure).
+except those with `permitInsecure` (unless the installation disables permitInsecure). A root with
+`tcpproxy` (or `tls.passthrough`) keeps only the HTTP half: its HTTPS side is a TCP proxy
+(`tcpproxy.py`); client validation and the fallback certificate are in `tls_options.py`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from turnout.dialects.base import (
@@ -30,6 +33,7 @@ from turnout.dialects.base import (
     DialectOutput,
 )
 from turnout.dialects.contour_order import contour_route_order, sorted_headers, sorted_queries
+from turnout.dialects.httpproxy import route_policies, tls_options, upstream, vhost_policies
 from turnout.dialects.httpproxy.classes import serves
 from turnout.dialects.httpproxy.conditions import (
     IncludeKey,
@@ -62,21 +66,26 @@ from turnout.dialects.httpproxy.spec import (
     parse_proxy,
 )
 from turnout.dialects.httpproxy.status import ORPHANED_MESSAGE, ProxyStatusAccessor
+from turnout.dialects.httpproxy.tcpproxy import PASSTHROUGH, Passthrough, compile_tcpproxy
 from turnout.dialects.regex import regex_error
 from turnout.dialects.tls_vhosts import SecureRoute, tls_virtual_hosts
 from turnout.graph.model import (
+    BackendPolicies,
     Cluster,
     DirectResponse,
     Forward,
     HostnameMatch,
+    LoadBalancerStrategy,
+    Mirror,
     PathMatchKind,
     Redirect,
     Route,
     RouteAction,
     RouteMatch,
+    RoutePolicies,
     RouteSource,
+    TCPProxy,
     TLSTermination,
-    UpstreamProtocol,
     VirtualHost,
     WeightedCluster,
 )
@@ -92,8 +101,6 @@ FQDN_PATTERN = re.compile(r"(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 # proxies (a budget far above any real tree; Contour has no such limit).
 MAX_VISITS_PER_ROOT = 10_000
 
-_PROTOCOLS = {"h2": UpstreamProtocol.H2, "h2c": UpstreamProtocol.H2C, "tls": UpstreamProtocol.TLS}
-_PROTOCOL_ANNOTATION = "projectcontour.io/upstream-protocol."
 
 # Contour's `annotation.TLSVersion`: any other value means the default.
 _TLS_VERSIONS = ("1.2", "1.3")
@@ -131,9 +138,11 @@ def claimed_hostname(proxy: ParsedProxy, options: CompileOptions) -> str | None:
 
 
 def claimed_listeners(proxy: ParsedProxy) -> tuple[str, ...]:
-    """The listeners a root's hostname is claimed on: HTTPS too when it terminates TLS."""
+    """The listeners a root's hostname is claimed on: HTTPS too when it terminates TLS or passes
+    it through."""
     vh = proxy.spec.virtualhost
-    if vh is not None and vh.terminates_tls:
+    passthrough = vh is not None and vh.tls is not None and vh.tls.passthrough
+    if vh is not None and (vh.terminates_tls or passthrough):
         return (HTTP_LISTENER, HTTPS_LISTENER)
     return (HTTP_LISTENER,)
 
@@ -180,6 +189,7 @@ class _Compiler:
 
     def run(self) -> DialectOutput:
         vhosts: list[tuple[str, VirtualHost]] = []
+        self.tcp_proxies: list[tuple[str, TCPProxy]] = []  # filled by `_root`
         for key in sorted(self.proxies):
             proxy = self.proxies[key]
             if proxy.is_root:
@@ -191,7 +201,9 @@ class _Compiler:
             if not proxy.is_root and key not in self.reached and proxy.schema_valid:
                 self.status[key].add_error(ORPHANED, "Orphaned", ORPHANED_MESSAGE)
         statuses = tuple(self.status[k].build() for k in sorted(self.status))
-        return DialectOutput(virtual_hosts=tuple(vhosts), statuses=statuses)
+        return DialectOutput(
+            virtual_hosts=tuple(vhosts), statuses=statuses, tcp_proxies=tuple(self.tcp_proxies)
+        )
 
     # --- roots ---------------------------------------------------------------------------------
 
@@ -245,11 +257,25 @@ class _Compiler:
                 "HTTPProxy.Spec must have at least one Route, Include, or a TCPProxy",
             )
             return []
+        # Contour checks this one before TLS and before following the includes.
+        conflict = vhost_policies.vhost_ip_conflict(vh.filter_policies)
+        if conflict is not None and vhost_policies.report(st, [conflict]):
+            return []
         tls: TLSTermination | None = None
+        passthrough = False
         if vh.tls is not None:
-            tls = self._tls(proxy, vh.tls)
-            if tls is None:
+            outcome = self._tls(proxy, vh.tls)
+            if outcome is None:
                 return []
+            passthrough = isinstance(outcome, Passthrough)
+            tls = outcome if isinstance(outcome, TLSTermination) else None
+        if spec.tcpproxy is not None:
+            # The hostname's HTTPS side is the TCP proxy (`tcpproxy.py`); an error there leaves
+            # the root unserved, as in Contour.
+            tcp = compile_tcpproxy(self, proxy, host, tls, passthrough)
+            if tcp is None:
+                return []
+            self.tcp_proxies.append((HTTPS_LISTENER, tcp))
 
         self.budget = MAX_VISITS_PER_ROOT
         try:
@@ -262,6 +288,10 @@ class _Compiler:
                 "HTTPProxies along its paths; none of its routes are served",
             )
             return []
+        # After the routes, as in Contour, whose errors come first; an error drops the host.
+        policies, problems = vhost_policies.compile_vhost_policies(vh.filter_policies)
+        if vhost_policies.report(st, problems) or policies is None:
+            return []
         if not candidates:
             return []  # Contour prunes virtual hosts without routes
         kept = self._dedupe(candidates)
@@ -269,25 +299,33 @@ class _Compiler:
         hostname_match = (
             HostnameMatch.WILDCARD_ONE_LABEL if host.startswith("*.") else HostnameMatch.EXACT
         )
-        if tls is None:
+        if tls is None and not passthrough:
             vhost = VirtualHost(host, host, routes, proxy.obj.ref, hostname_match)
-            return [(HTTP_LISTENER, vhost)]
+            return vhost_policies.with_vhost_policies([(HTTP_LISTENER, vhost)], policies)
         # Deduplication made matches unique, so the match finds a route's own flag.
         permit = {c.route.match: c.permit_insecure for c in kept}
-        return tls_virtual_hosts(
+        secure = tls_virtual_hosts(
             hostname=host,
             owner=proxy.obj.ref,
             routes=[SecureRoute(r, permit[r.match]) for r in routes],
-            tls=tls,
+            tls=tls or TLSTermination(secret=""),
             disable_permit_insecure=self.ctx.options.disable_permit_insecure,
             hostname_match=hostname_match,
         )
+        if passthrough or spec.tcpproxy is not None:
+            # Over TLS the hostname is TCP-proxied (or passed through); its routes only answer
+            # plain HTTP, redirecting to HTTPS unless they permit insecure traffic (Contour).
+            secure = [(lst, v) for lst, v in secure if lst == HTTP_LISTENER]
+        return vhost_policies.with_vhost_policies(secure, policies)
 
-    def _tls(self, proxy: ParsedProxy, tls: TLSSpec) -> TLSTermination | None:
-        """The root's TLS termination, or None with the error reported (Contour's checks, in
+    def _tls(self, proxy: ParsedProxy, tls: TLSSpec) -> TLSTermination | Passthrough | None:
+        """The root's TLS termination (with its fallback certificate and client validation,
+        `tls_options.py`), `PASSTHROUGH`, or None with the error reported (Contour's checks, in
         Contour's order, except that delegation is checked before the Secret is read: a proxy
         must not learn whether a Secret it may not use exists)."""
         st = self.status[proxy.key]
+        if tls.passthrough and tls.enable_fallback_certificate:
+            tls_options.fallback_and_passthrough(st)  # reported, and the fallback ignored
         if tls.secret_name and tls.passthrough:
             st.add_error(
                 TLS_ERROR,
@@ -295,8 +333,12 @@ class _Compiler:
                 "Spec.VirtualHost.TLS: both Passthrough and SecretName were specified",
             )
             return None
+        if tls.passthrough:
+            if tls.client_validation is not None:
+                tls_options.passthrough_with_client_validation(st)
+                return None
+            return PASSTHROUGH
         if not tls.secret_name:
-            # Passthrough alone was refused by the reader, so this is "neither".
             st.add_error(
                 TLS_ERROR,
                 "TLSConfigNotValid",
@@ -330,7 +372,14 @@ class _Compiler:
                 "protocol version",
             )
             return None
-        return TLSTermination(secret=secret.name, min_version=low, max_version=high)
+        return tls_options.extend_termination(
+            self.ctx,
+            st,
+            proxy.obj.namespace,
+            TLSTermination(secret=secret.name, min_version=low, max_version=high),
+            tls.client_validation,
+            tls.enable_fallback_certificate,
+        )
 
     def _dedupe(self, candidates: list[_Candidate]) -> list[_Candidate]:
         """Contour keys a virtual host's routes by their conditions, so a later route with the
@@ -383,7 +432,11 @@ class _Compiler:
             if candidate is None:
                 return None
             out.append(candidate)
-        return out
+        # Contour splits rewritten prefixes into `/foo` and `/foo/` here, per proxy.
+        if not any(c.route.policies.path_rewrite is not None for c in out):
+            return out
+        expanded = route_policies.expand_prefix_rewrites([c.route for c in out])
+        return [dataclasses.replace(out[i], route=r) for i, r in expanded]
 
     def _include(
         self,
@@ -502,6 +555,12 @@ class _Compiler:
                     f"route: supplied regex: {path.value} invalid. error: {route.field}: {err}",
                 )
                 return None
+        settings = route_policies.route_settings(route.route_policies, proxy.obj.namespace, st)
+        if settings is None:
+            return None
+        rate_limit, problems = vhost_policies.compile_route_rate_limit(route.filter_policies)
+        if vhost_policies.report(st, problems):
+            return None
         redirect = route.redirect
         if redirect is not None and redirect.path is not None and redirect.prefix is not None:
             st.add_error(
@@ -512,12 +571,22 @@ class _Compiler:
             )
             return None
 
+        ok, path_rewrite = route_policies.path_rewrite(
+            route.route_policies.replace_prefix, path, st
+        )
+        if not ok:
+            return None
+
         action: RouteAction
+        policies = RoutePolicies()
         if route.services:
-            forward = self._forward(proxy, route)
+            forward = self._forward(proxy, route, settings)
             if forward is None:
                 return None
-            action = forward
+            action, mirrors = forward
+            policies = dataclasses.replace(
+                settings.policies, path_rewrite=path_rewrite, mirrors=mirrors
+            )
         elif redirect is not None:
             action = Redirect(
                 scheme=redirect.scheme or None,
@@ -536,18 +605,35 @@ class _Compiler:
             headers=sorted_headers(merge_headers(merged)),
             query=sorted_queries(merge_query(merged)),
         )
-        return _Candidate(
-            Route(match, action, RouteSource(proxy.obj.ref, route.field, via)),
-            proxy.key,
-            route.permit_insecure,
-        )
+        built = Route(match, action, RouteSource(proxy.obj.ref, route.field, via), policies)
+        ip_filter, problems = vhost_policies.compile_route_ip_filter(route.filter_policies)
+        if vhost_policies.report(st, problems):
+            return None
+        built = vhost_policies.with_route_filters(built, ip_filter, rate_limit)
+        built = self._failure_policy(proxy, route, built)
+        return _Candidate(built, proxy.key, route.permit_insecure)
 
-    def _forward(self, proxy: ParsedProxy, route: RouteSpec) -> Forward | DirectResponse | None:
+    def _failure_policy(self, proxy: ParsedProxy, route: RouteSpec, built: Route) -> Route:
+        """failurePolicy's retries (`upstream.py`); its passive health check is on the clusters."""
+        warning = upstream.failure_policy_warning(route.upstream)
+        if warning is not None:
+            self.status[proxy.key].add_warning(*warning)
+        if not isinstance(built.action, Forward):
+            return built
+        policies = upstream.with_failure_retry(built.policies, route.upstream)
+        if policies is built.policies:
+            return built
+        return dataclasses.replace(built, policies=policies)
+
+    def _forward(
+        self, proxy: ParsedProxy, route: RouteSpec, settings: route_policies.RouteSettings
+    ) -> tuple[Forward | DirectResponse, tuple[Mirror, ...]] | None:
         """Weighted clusters for the route's services: an even split when no weight is set, and
-        0 for the unweighted ones when some are. No resolvable service gives a 503."""
+        0 for the unweighted ones when some are. No resolvable service gives a 503. Also the
+        route's mirror, which never takes part in the split."""
         st = self.status[proxy.key]
-        clusters: list[tuple[Cluster, int]] = []
-        mirrored = False
+        clusters: list[tuple[Cluster, int, BackendPolicies | None]] = []
+        mirrors: list[Mirror] = []
         for svc in route.services:
             if not 1 <= svc.port <= 65535:
                 st.add_error(
@@ -556,34 +642,45 @@ class _Compiler:
                     f'service "{svc.name}": port must be in the range 1-65535',
                 )
                 return None
-            resolved = self._resolve(proxy, svc)
+            resolved = self._resolve(
+                proxy, svc, route, settings.lb_strategy, settings.idle_connection_timeout_s
+            )
             if resolved is None:
                 return None
             if isinstance(resolved, Unresolved):
                 continue
+            ok, backend = route_policies.backend_policies(
+                svc.backend_policies, proxy.obj.namespace, svc.name, svc.port, st
+            )
+            if not ok:
+                return None
             if svc.mirror:
-                if mirrored:
+                if mirrors:
                     st.add_error(
                         SERVICE_ERROR,
                         "OnlyOneMirror",
                         "only one service per route may be nominated as mirror",
                     )
                     return None
-                mirrored = True
-                # A mirror never takes part in the weighted split; turnout does not mirror yet.
-                st.add_warning(
-                    SPEC_ERROR,
-                    "IgnoredField",
-                    f'ignoring field "{svc.field}.mirror"; not supported by turnout yet',
-                )
+                mirrors.append(Mirror(resolved.name, route_policies.mirror_percent(svc.weight)))
                 continue
-            clusters.append((resolved, svc.weight))
+            clusters.append((resolved, svc.weight, backend))
         if not clusters:
-            return DirectResponse(503)
-        total = sum(w for _, w in clusters)
-        return Forward(tuple(WeightedCluster(c.name, w if total else 1) for c, w in clusters))
+            return DirectResponse(503), tuple(mirrors)
+        total = sum(w for _, w, _ in clusters)
+        forward = Forward(
+            tuple(WeightedCluster(c.name, w if total else 1, b) for c, w, b in clusters)
+        )
+        return forward, tuple(mirrors)
 
-    def _resolve(self, proxy: ParsedProxy, svc: ServiceSpec) -> Cluster | Unresolved | None:
+    def _resolve(
+        self,
+        proxy: ParsedProxy,
+        svc: ServiceSpec,
+        route: RouteSpec,
+        lb_strategy: LoadBalancerStrategy = LoadBalancerStrategy.ROUND_ROBIN,
+        idle_connection_timeout_s: float | None = None,
+    ) -> Cluster | Unresolved | None:
         """The cluster for a service reference; Unresolved (reported) when it does not exist, None
         when an error drops the proxy's routes. Services are only looked up in the proxy's own
         namespace, as in Contour."""
@@ -599,14 +696,10 @@ class _Compiler:
             detail = f'service "{namespace}/{svc.name}" not found'
         elif port is None:
             detail = f'port "{svc.port}" on service "{namespace}/{svc.name}" not matched'
-        elif _external_name(service.spec):
-            # Contour refuses ExternalName Services unless enableExternalNameService is set
-            # (GHSA-5ph6-qq5x-7jwc: they can point Envoy at anything, its admin port included);
-            # turnout has no such switch yet.
-            detail = (
-                f"{namespace}/{svc.name} is an ExternalName service, these are not currently "
-                "enabled. See the config.enableExternalNameService config file setting"
-            )
+        else:
+            # ExternalName Services: the resolver decides, with Contour's messages.
+            refused = self.ctx.backends.refusal(service)
+            detail = refused.message if refused is not None else ""
         if detail:
             st.add_error(
                 SERVICE_ERROR,
@@ -615,16 +708,34 @@ class _Compiler:
             )
             return Unresolved("ServiceUnresolvedReference", detail)
         assert service is not None and port is not None
-        if svc.protocol:
-            protocol = _PROTOCOLS.get(svc.protocol)
-            if protocol is None:
-                st.add_error(
-                    SERVICE_ERROR, "UnsupportedProtocol", f"unsupported protocol: {svc.protocol}"
-                )
-                return None
-        else:
-            protocol = _annotated_protocol(service.annotations, port.name, port.port)
-        result = self.ctx.backends.service(namespace, svc.name, svc.port, protocol)
+        settings = upstream.service_settings(
+            service=service,
+            port=port,
+            name=svc.name,
+            requested_port=svc.port,
+            protocol=svc.protocol,
+            upstream=svc.upstream,
+            route=route.upstream,
+            lb_strategy=lb_strategy,
+            ca_bundles=self.ctx.secrets.ca_bundles,
+            namespace=namespace,
+        )
+        if isinstance(settings, tuple):
+            st.add_error(*settings)
+            return None
+        if idle_connection_timeout_s is not None:
+            # The route's timeoutPolicy.idleConnection is a setting of its clusters.
+            settings = dataclasses.replace(
+                settings, idle_connection_timeout_s=idle_connection_timeout_s
+            )
+        if upstream.validation_ignored(svc.upstream, settings):
+            st.add_warning(
+                SPEC_ERROR,
+                "IgnoredField",
+                f'ignoring field "{svc.field}.validation"; it only applies to the tls and h2 '
+                "protocols",
+            )
+        result = self.ctx.backends.service(namespace, svc.name, svc.port, settings=settings)
         if isinstance(result, Unresolved):
             st.add_error(
                 SERVICE_ERROR,
@@ -636,30 +747,6 @@ class _Compiler:
 
 def _tls_version(value: str, default: str) -> str:
     return value if value in _TLS_VERSIONS else default
-
-
-def _external_name(spec: object) -> bool:
-    return (
-        isinstance(spec, Mapping)
-        and spec.get("type") == "ExternalName"
-        and bool(spec.get("externalName"))
-    )
-
-
-def _annotated_protocol(
-    annotations: Mapping[str, object], port_name: str, port: int
-) -> UpstreamProtocol:
-    """Contour's `projectcontour.io/upstream-protocol.{h2,h2c,tls}` Service annotations: each
-    lists port names or numbers; a later protocol in that order wins for a port in several."""
-    by_port: dict[str, UpstreamProtocol] = {}
-    for name, protocol in _PROTOCOLS.items():
-        value = annotations.get(_PROTOCOL_ANNOTATION + name)
-        if not isinstance(value, str):
-            continue
-        for item in value.split(","):
-            if item.strip():
-                by_port[item.strip()] = protocol
-    return by_port.get(port_name) or by_port.get(str(port)) or UpstreamProtocol.HTTP
 
 
 def compile_httpproxies(

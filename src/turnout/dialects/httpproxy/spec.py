@@ -5,10 +5,10 @@ it; turnout also reads plain files, so the reader does that job: a field of the 
 unknown field (kubectl's default `--validate=strict` rejects those too) or a missing required field
 becomes a `SpecError` that names the field, and never an exception. Fields that Contour supports but
 turnout does not implement yet are sorted into two groups: those whose absence only loses a feature
-are ignored with a warning, and those that protect something (TLS, authorization, IP filters) are
+are ignored with a warning, and those that protect something (TLS, authorization) are
 errors, because serving the routes without them would expose what the user meant to protect.
-TLS termination (`virtualhost.tls.secretName`) is implemented; TLS passthrough, client validation
-and the fallback certificate are still refused.
+TLS (`virtualhost.tls`: termination, passthrough, client validation and the fallback certificate)
+and `tcpproxy` are read here with the readers of `tls_options.py` and `tcpproxy.py`.
 
 Values follow Go's `omitempty` semantics as Contour sees them: an empty string, `false`, `0` and
 `null` all mean "not set" (except in turnout's own `cookie`/`userAgent` shorthands, where an empty
@@ -22,6 +22,38 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.dialects.httpproxy.route_policies import (
+    NO_ROUTE_POLICIES,
+    NO_SERVICE_POLICIES,
+    ROUTE_POLICY_FIELDS,
+    SERVICE_POLICY_FIELDS,
+    RoutePolicySpec,
+    ServicePolicySpec,
+    read_service_policies,
+)
+from turnout.dialects.httpproxy.route_policies import (
+    read_route_policies as read_traffic_policies,
+)
+from turnout.dialects.httpproxy.tcpproxy import TCPProxySpec, read_tcpproxy
+from turnout.dialects.httpproxy.tls_options import ClientValidationSpec, read_client_validation
+from turnout.dialects.httpproxy.upstream import (
+    NO_ROUTE_UPSTREAM,
+    NO_SERVICE_UPSTREAM,
+    ROUTE_FIELDS,
+    SERVICE_FIELDS,
+    RouteUpstream,
+    ServiceUpstream,
+    read_route_upstream,
+    read_service_upstream,
+)
+from turnout.dialects.httpproxy.vhost_policies import (
+    NO_POLICIES,
+    FilterPolicySpec,
+    read_route_policies,
+    read_virtualhost_policies,
+)
+from turnout.dialects.httpproxy.vhost_policies import ROUTE_FIELDS as FILTER_ROUTE_FIELDS
+from turnout.dialects.httpproxy.vhost_policies import VHOST_FIELDS as FILTER_VHOST_FIELDS
 from turnout.objects import FrozenDict, KubeObject
 
 API_VERSION = "projectcontour.io/v1"
@@ -151,6 +183,10 @@ class ServiceSpec:
     protocol: str = ""
     mirror: bool = False
     field: str = ""
+    # validation, slowStartPolicy (`upstream.py`)
+    upstream: ServiceUpstream = NO_SERVICE_UPSTREAM
+    # requestHeadersPolicy, responseHeadersPolicy, cookieRewritePolicies (`route_policies.py`)
+    backend_policies: ServicePolicySpec = NO_SERVICE_POLICIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +213,12 @@ class RouteSpec:
     direct_response: DirectResponseSpec | None
     field: str
     permit_insecure: bool = False
+    # rateLimitPolicy, ipAllowPolicy, ipDenyPolicy (`vhost_policies.py`)
+    filter_policies: FilterPolicySpec = NO_POLICIES
+    # failurePolicy (`upstream.py`)
+    upstream: RouteUpstream = NO_ROUTE_UPSTREAM
+    # timeouts, retries, headers, rewrites, websockets, cookies, hashing (`route_policies.py`)
+    route_policies: RoutePolicySpec = NO_ROUTE_POLICIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +237,8 @@ class TLSSpec:
     minimum_protocol_version: str = ""
     maximum_protocol_version: str = ""
     passthrough: bool = False
+    client_validation: ClientValidationSpec | None = None  # `tls_options.py`
+    enable_fallback_certificate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +246,8 @@ class VirtualHostSpec:
     # None when the field has the wrong type (already reported); "" when it is missing.
     fqdn: str | None
     tls: TLSSpec | None = None
+    # corsPolicy, rateLimitPolicy, ipAllowPolicy, ipDenyPolicy (`vhost_policies.py`)
+    filter_policies: FilterPolicySpec = NO_POLICIES
 
     @property
     def terminates_tls(self) -> bool:
@@ -215,7 +261,7 @@ class ProxySpec:
     virtualhost: VirtualHostSpec | None
     routes: tuple[RouteSpec, ...] = ()
     includes: tuple[IncludeSpec, ...] = ()
-    tcpproxy: bool = False
+    tcpproxy: TCPProxySpec | None = None  # `tcpproxy.py`
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,42 +288,27 @@ class ParsedProxy:
 # Fields Contour supports that turnout ignores with a warning: without them the routes still go
 # where the user sent them, only a feature is missing.
 _IGNORED_SPEC: frozenset[str] = frozenset()
-_IGNORED_VHOST = frozenset({"corsPolicy", "rateLimitPolicy"})
+_IGNORED_VHOST: frozenset[str] = frozenset()
 _IGNORED_ROUTE = frozenset(
     {
-        "enableWebsockets",
         "authPolicy",  # only has an effect with vhost authorization, which is refused below
-        "timeoutPolicy",
-        "retryPolicy",
         "healthCheckPolicy",
-        "loadBalancerPolicy",
-        "pathRewritePolicy",
-        "requestHeadersPolicy",
-        "responseHeadersPolicy",
-        "cookieRewritePolicies",
-        "rateLimitPolicy",
         "internalRedirectPolicy",
     }
 )
 _IGNORED_SERVICE = frozenset(
     {
         "healthPort",
-        "requestHeadersPolicy",
-        "responseHeadersPolicy",
-        "cookieRewritePolicies",
-        "slowStartPolicy",
     }
 )
 # Fields whose absence would weaken what the user asked for: the object is refused instead.
-_REFUSED_SPEC = frozenset({"tcpproxy"})
-_REFUSED_VHOST = frozenset({"authorization", "jwtProviders", "ipAllowPolicy", "ipDenyPolicy"})
-# Client certificates protect a host: serving it without them would let anyone in.
-_REFUSED_TLS = frozenset({"clientValidation"})
-_REFUSED_ROUTE = frozenset({"jwtVerificationPolicy", "ipAllowPolicy", "ipDenyPolicy"})
-_REFUSED_SERVICE = frozenset({"validation"})
+_REFUSED_SPEC: frozenset[str] = frozenset()
+_REFUSED_VHOST = frozenset({"authorization", "jwtProviders"})
+_REFUSED_ROUTE = frozenset({"jwtVerificationPolicy"})
+_REFUSED_SERVICE: frozenset[str] = frozenset()
 
-_SPEC_FIELDS = frozenset({"virtualhost", "routes", "includes", "ingressClassName"})
-_VHOST_FIELDS = frozenset({"fqdn", "tls"})
+_SPEC_FIELDS = frozenset({"virtualhost", "routes", "includes", "ingressClassName", "tcpproxy"})
+_VHOST_FIELDS = frozenset({"fqdn", "tls"}) | FILTER_VHOST_FIELDS
 _TLS_FIELDS = frozenset(
     {
         "secretName",
@@ -285,12 +316,19 @@ _TLS_FIELDS = frozenset(
         "maximumProtocolVersion",
         "passthrough",
         "enableFallbackCertificate",
+        "clientValidation",
     }
 )
-_ROUTE_FIELDS = frozenset(
+_ROUTE_FIELDS = ROUTE_FIELDS | frozenset(
     {"conditions", "services", "requestRedirectPolicy", "directResponsePolicy", "permitInsecure"}
 )
-_SERVICE_FIELDS = frozenset({"name", "port", "weight", "protocol", "mirror"})
+_ROUTE_FIELDS |= ROUTE_POLICY_FIELDS
+_ROUTE_FIELDS |= FILTER_ROUTE_FIELDS
+_SERVICE_FIELDS = (
+    frozenset({"name", "port", "weight", "protocol", "mirror"})
+    | SERVICE_FIELDS
+    | SERVICE_POLICY_FIELDS
+)
 _INCLUDE_FIELDS = frozenset({"name", "namespace", "conditions"})
 _CONDITION_FIELDS = frozenset(
     {
@@ -469,7 +507,9 @@ def parse_proxy(obj: KubeObject) -> ParsedProxy:
             virtualhost=virtualhost,
             routes=tuple(x for x in routes if x is not None),
             includes=tuple(x for x in includes if x is not None),
-            tcpproxy=spec.get("tcpproxy") is not None,
+            tcpproxy=read_tcpproxy(r, spec["tcpproxy"], "spec.tcpproxy")
+            if spec.get("tcpproxy") is not None
+            else None,
         ),
         tuple(r.problems),
     )
@@ -482,34 +522,33 @@ def _virtualhost(r: _Reader, value: Any) -> VirtualHostSpec:
         return VirtualHostSpec(fqdn=None)
     r.check_fields(m, path, _VHOST_FIELDS, _IGNORED_VHOST, _REFUSED_VHOST)
     tls = _tls(r, m["tls"], f"{path}.tls") if m.get("tls") is not None else None
+    filter_policies = read_virtualhost_policies(r, m, path)
     fqdn = m.get("fqdn")
     if fqdn is not None and not isinstance(fqdn, str):
         r.error(f"{path}.fqdn: must be a string, got {_describe(fqdn)}")
-        return VirtualHostSpec(fqdn=None, tls=tls)
-    return VirtualHostSpec(fqdn=fqdn or "", tls=tls)
+        return VirtualHostSpec(fqdn=None, tls=tls, filter_policies=filter_policies)
+    return VirtualHostSpec(fqdn=fqdn or "", tls=tls, filter_policies=filter_policies)
 
 
 def _tls(r: _Reader, value: Any, path: str) -> TLSSpec | None:
     m = r.mapping(value, path)
     if m is None:
         return None
-    r.check_fields(m, path, _TLS_FIELDS, refused=_REFUSED_TLS)
-    spec = TLSSpec(
+    r.check_fields(m, path, _TLS_FIELDS)
+    # Combinations (passthrough with secretName, fallback with client validation...) are
+    # Contour's TLS errors, reported by the processor.
+    return TLSSpec(
         secret_name=r.string(m, "secretName", path),
         minimum_protocol_version=r.string(m, "minimumProtocolVersion", path),
         maximum_protocol_version=r.string(m, "maximumProtocolVersion", path),
         passthrough=r.boolean(m, "passthrough", path),
-    )
-    # `false` is "not set" (omitempty), so only a true value is refused. Passthrough together
-    # with secretName is Contour's TLSConfigNotValid, reported by the processor.
-    if spec.passthrough and not spec.secret_name:
-        r.error(f"{path}.passthrough is not supported by turnout yet", FIELD_NOT_SUPPORTED)
-    if r.boolean(m, "enableFallbackCertificate", path):
-        r.error(
-            f"{path}.enableFallbackCertificate is not supported by turnout yet",
-            FIELD_NOT_SUPPORTED,
+        client_validation=read_client_validation(
+            r, m["clientValidation"], f"{path}.clientValidation"
         )
-    return spec
+        if m.get("clientValidation") is not None
+        else None,
+        enable_fallback_certificate=r.boolean(m, "enableFallbackCertificate", path),
+    )
 
 
 def _conditions(r: _Reader, m: Mapping[str, Any], path: str) -> tuple[MatchCondition, ...]:
@@ -663,6 +702,9 @@ def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:
         direct_response=direct,
         field=path,
         permit_insecure=r.boolean(m, "permitInsecure", path),
+        filter_policies=read_route_policies(r, m, path),
+        upstream=read_route_upstream(r, m, path),
+        route_policies=read_traffic_policies(r, m, path),
     )
 
 
@@ -685,6 +727,8 @@ def _service(r: _Reader, value: Any, path: str) -> ServiceSpec | None:
         protocol=r.string(m, "protocol", path),
         mirror=r.boolean(m, "mirror", path),
         field=path,
+        upstream=read_service_upstream(r, m, path),
+        backend_policies=read_service_policies(r, m, path),
     )
 
 

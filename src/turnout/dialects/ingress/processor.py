@@ -66,7 +66,7 @@ from turnout.graph.model import (
     VirtualHost,
     WeightedCluster,
 )
-from turnout.graph.services import Unresolved
+from turnout.graph.services import Unresolved, external_name_phrase
 from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
@@ -146,10 +146,6 @@ def _is_ingress(obj: KubeObject | None) -> bool:
 
 def _describe(obj: KubeObject) -> str:
     return f"{obj.kind} {obj.namespace}/{obj.name}"
-
-
-def _external_name(spec: object) -> bool:
-    return isinstance(spec, Mapping) and spec.get("type") == "ExternalName"
 
 
 def _tls_version(annotations: Mapping[str, str], key: str, default: str) -> str:
@@ -365,14 +361,15 @@ class _Compiler:
             return DirectResponse(503)
         namespace = entry.ingress.obj.namespace
         service = self.snapshot.get("", "Service", namespace, backend.service)
-        if service is not None and _external_name(service.spec):
-            # Contour's default: ExternalName Services can point Envoy anywhere, its admin
-            # interface included (GHSA-5ph6-qq5x-7jwc).
+        # Contour's default: ExternalName Services can point Envoy anywhere, its admin
+        # interface included (GHSA-5ph6-qq5x-7jwc); the resolver decides.
+        refused = self.ctx.backends.refusal(service) if service is not None else None
+        if refused is not None:
             st.error(
                 RESOLVED_REFS,
                 "ServiceNotSupported",
-                f'{backend.field}.service: service "{namespace}/{backend.service}" is an '
-                "ExternalName service, which turnout does not route to; the path answers 503",
+                f'{backend.field}.service: service "{namespace}/{backend.service}" '
+                f"{external_name_phrase(refused)}; the path answers 503",
             )
             return DirectResponse(503)
         result = self.ctx.backends.service(namespace, backend.service, backend.port)

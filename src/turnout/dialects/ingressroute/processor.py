@@ -18,6 +18,7 @@ What an error costs (docs/dialects/ingressroute.md, "Errors and what they cost")
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cmp_to_key
@@ -30,6 +31,7 @@ from turnout.dialects.base import (
     DialectOutput,
 )
 from turnout.dialects.contour_order import compare_routes
+from turnout.dialects.httpproxy.route_policies import SESSION_AFFINITY_COOKIE
 from turnout.dialects.ingressroute.spec import (
     GROUP,
     KIND,
@@ -47,24 +49,35 @@ from turnout.dialects.ingressroute.status import (
     TLS_ORDER,
     StatusAccessor,
 )
+from turnout.dialects.ingressroute.tcpproxy import compile_tcpproxies
+from turnout.dialects.ingressroute.upstream import (
+    IGNORED_VALIDATION,
+    TLS_UPSTREAM_VALIDATION,
+    upstream_validation,
+    validation_error_message,
+)
 from turnout.dialects.tls_vhosts import SecureRoute, tls_virtual_hosts
 from turnout.graph.model import (
     Cluster,
     DirectResponse,
     Forward,
+    HashPolicy,
+    HashSource,
     HTTPHealthCheck,
     LoadBalancerStrategy,
     PathMatch,
     Route,
     RouteMatch,
+    RoutePolicies,
     RouteSource,
+    TCPProxy,
     TLSTermination,
     UpstreamProtocol,
     UpstreamSettings,
     VirtualHost,
     WeightedCluster,
 )
-from turnout.graph.services import ServicePort, Unresolved, find_service_port
+from turnout.graph.services import ServicePort, Unresolved, external_name_phrase, find_service_port
 from turnout.objects import KubeObject, ObjectRef
 from turnout.store import Snapshot
 
@@ -171,13 +184,16 @@ class _Compiler:
 
     def run(self) -> DialectOutput:
         vhosts: list[tuple[str, VirtualHost]] = []
+        self.tcp_proxies: list[tuple[str, TCPProxy]] = []  # filled by `_root`
         for key in sorted(self.irs):
             ir = self.irs[key]
             if ir.is_root:
                 vhosts.extend(self._root(ir))
         self._orphans()
         statuses = tuple(self.status[k].build() for k in sorted(self.status))
-        return DialectOutput(virtual_hosts=tuple(vhosts), statuses=statuses)
+        return DialectOutput(
+            virtual_hosts=tuple(vhosts), statuses=statuses, tcp_proxies=tuple(self.tcp_proxies)
+        )
 
     # --- roots ---------------------------------------------------------------------------------
 
@@ -199,10 +215,18 @@ class _Compiler:
         if not ir.valid:
             return []
         tls: TLSTermination | None = None
-        if vh.tls is not None:
+        if vh.tls is not None and not vh.tls.passthrough:
             tls = self._tls(ir)
             if tls is None:
                 return []
+        if ir.spec.tcpproxy is not None:
+            # The hostnames' HTTPS side is the TCP proxy (`tcpproxy.py`); the routes, as in
+            # Contour v1.0, are then served on plain HTTP as they are.
+            proxies = compile_tcpproxies(self, ir, vh.hostnames, tls)
+            if proxies is None:
+                return []
+            self.tcp_proxies.extend((HTTPS_LISTENER, p) for p in proxies)
+            tls = None
 
         self.budget = MAX_VISITS_PER_ROOT
         try:
@@ -340,9 +364,8 @@ class _Compiler:
             elif entry.forward is not None:
                 source = RouteSource(ir.obj.ref, route.field, via)
                 match = RouteMatch(path=PathMatch.prefix(route.match))
-                out.append(
-                    _Candidate(Route(match, entry.forward, source), route.permit_insecure, ir.key)
-                )
+                built = Route(match, entry.forward, source, _route_policies(route))
+                out.append(_Candidate(built, route.permit_insecure, ir.key))
         return out
 
     def _delegate(
@@ -421,7 +444,7 @@ class _Compiler:
         clusters: list[tuple[Cluster, int]] = []
         failed = False
         for svc in route.services:
-            cluster = self._cluster(ir, svc)
+            cluster = self._cluster(ir, svc, route.match)
             if cluster is None:
                 failed = True
             else:
@@ -431,7 +454,9 @@ class _Compiler:
         total = sum(w for _, w in clusters)
         return Forward(tuple(WeightedCluster(c.name, w if total else 1) for c, w in clusters))
 
-    def _cluster(self, ir: ParsedIngressRoute, svc: ServiceSpec) -> Cluster | None:
+    def _cluster(
+        self, ir: ParsedIngressRoute, svc: ServiceSpec, route_match: str = "/"
+    ) -> Cluster | None:
         """The cluster for a Service in the object's own namespace (seed 000: an IngressRoute
         only dispatches to Services in its namespace); None, reported, when it cannot be used."""
         st = self.status[ir.key]
@@ -448,14 +473,14 @@ class _Compiler:
                 f"Service [{svc.name}:{svc.port}] is invalid or missing",
             )
             return None
-        if _external_name(service.spec):
+        refused = self.ctx.backends.refusal(service)
+        if refused is not None:
             # Contour later refused ExternalName Services by default (GHSA-5ph6-qq5x-7jwc: they
-            # can point Envoy at anything, its own admin port included); turnout always does.
+            # can point Envoy at anything, its own admin port included); the resolver decides.
             st.error(
                 SERVICE_ORDER,
                 "ServiceUnresolvedReference",
-                f"Service [{svc.name}:{svc.port}] is an ExternalName service, which turnout "
-                "does not route to",
+                f"Service [{svc.name}:{svc.port}] {external_name_phrase(refused)}",
             )
             return None
         settings = UpstreamSettings(
@@ -463,6 +488,24 @@ class _Compiler:
             lb_strategy=_STRATEGIES.get(svc.strategy, LoadBalancerStrategy.ROUND_ROBIN),
             health_check=_health_check(svc.health_check),
         )
+        if svc.validation is not None:
+            validation = upstream_validation(
+                svc.validation, settings.protocol, namespace, self.ctx.secrets.ca_bundles
+            )
+            if isinstance(validation, Unresolved):
+                st.error(
+                    SERVICE_ORDER,
+                    TLS_UPSTREAM_VALIDATION,
+                    validation_error_message(route_match, svc.name),
+                )
+                return None
+            if validation is None:
+                st.warn(
+                    IGNORED_VALIDATION,
+                    f'ignoring field "{svc.validation.field}"; it only applies to Services whose '
+                    "port is annotated upstream-protocol.tls or upstream-protocol.h2",
+                )
+            settings = dataclasses.replace(settings, validation=validation)
         result = self.ctx.backends.service(namespace, svc.name, svc.port, settings=settings)
         if isinstance(result, Unresolved):
             st.error(
@@ -500,16 +543,20 @@ def _compare_candidates(a: _Candidate, b: _Candidate) -> int:
     return compare_routes(a.route, b.route)
 
 
+def _route_policies(route: RouteSpec) -> RoutePolicies:
+    """The route's own policies, plus Contour v1.0's session affinity: a route with a `Cookie`
+    service hashes on the `X-Contour-Session-Affinity` cookie, which Envoy sets (a session cookie
+    for `/`) when the request has none."""
+    if not any(svc.strategy == "Cookie" for svc in route.services):
+        return route.policies
+    cookie = HashPolicy(
+        HashSource.COOKIE, SESSION_AFFINITY_COOKIE, cookie_ttl_s=0.0, cookie_path="/"
+    )
+    return dataclasses.replace(route.policies, hash_policies=(cookie,))
+
+
 def _describe_owner(owner: KubeObject) -> str:
     return f"{owner.kind} {owner.namespace}/{owner.name}"
-
-
-def _external_name(spec: object) -> bool:
-    return (
-        isinstance(spec, Mapping)
-        and spec.get("type") == "ExternalName"
-        and bool(spec.get("externalName"))
-    )
 
 
 def _annotated_protocol(

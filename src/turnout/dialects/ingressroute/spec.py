@@ -21,6 +21,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.dialects.httpproxy.route_policies import parse_go_duration
+from turnout.dialects.ingressroute.tcpproxy import (
+    TCPProxySpec,
+    read_tcpproxy,
+    tls_must_be_configured,
+)
+from turnout.dialects.ingressroute.upstream import VALIDATION_FIELD, ValidationSpec, read_validation
+from turnout.graph.model import PathRewrite, RetryPolicy, RoutePolicies, Timeouts
 from turnout.objects import KubeObject
 
 GROUP = "contour.heptio.com"
@@ -32,7 +40,6 @@ V1ALPHA1 = "contour.heptio.com/v1alpha1"
 # entry of its `errors`/`warnings` lists so that tools need not parse messages.
 FIELD_NOT_VALID = "FieldNotValid"
 FIELD_NOT_SUPPORTED = "FieldNotSupported"
-NOT_YET_SUPPORTED = "NotYetSupported"
 POLICY_NOT_VALID = "PolicyNotValid"
 NOTHING_DEFINED = "NothingDefined"
 FQDN_NOT_SPECIFIED = "FQDNNotSpecified"
@@ -55,8 +62,7 @@ MAX_DURATION_SECONDS = 315_576_000_000
 # what is not a hostname at all (a port, a path, spaces), which Envoy would route oddly.
 HOSTNAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
-# Go's time.ParseDuration syntax (Contour parsed timeouts with it), plus Contour's "infinity".
-_GO_DURATION = re.compile(r"[-+]?(((\d+(\.\d*)?)|(\.\d+))(ns|us|µs|μs|ms|s|m|h))+|[-+]?0")
+NO_POLICIES = RoutePolicies()
 
 # Load-balancing strategies. Contour v1.0 knew these three besides RoundRobin (any other value
 # meant RoundRobin); the v0.x releases also took RingHash and Maglev.
@@ -95,6 +101,7 @@ class ServiceSpec:
     strategy: str = ""  # already mapped to one of STRATEGIES, or "" for the default
     health_check: HealthCheckSpec | None = None
     field: str = ""
+    validation: ValidationSpec | None = None  # upstream.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,12 +118,16 @@ class RouteSpec:
     delegate: DelegateSpec | None
     permit_insecure: bool
     field: str
+    # enableWebsockets, prefixRewrite, timeoutPolicy, retryPolicy; the Cookie strategy's hash
+    # policy is added by the processor, which knows the services.
+    policies: RoutePolicies = NO_POLICIES
 
 
 @dataclass(frozen=True, slots=True)
 class TLSSpec:
     secret_name: str  # "name" or "namespace/name" (with a TLSCertificateDelegation)
     min_version: str = "1.2"  # "1.2" | "1.3"
+    passthrough: bool = False  # only without secret_name (`tcpproxy.py`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +141,7 @@ class VirtualHostSpec:
 class IngressRouteSpec:
     virtualhost: VirtualHostSpec | None
     routes: tuple[RouteSpec, ...] = ()
+    tcpproxy: TCPProxySpec | None = None  # `tcpproxy.py`
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +173,11 @@ _SPEC_FIELDS = frozenset({"virtualhost", "routes", "tcpproxy"})
 _VHOST_FIELDS = frozenset({"fqdn", "aliases", "tls"})
 _TLS_FIELDS = frozenset({"secretName", "minimumProtocolVersion", "passthrough"})
 _ROUTE_FIELDS = frozenset({"match", "services", "delegate", "permitInsecure"})
-# Route policies Contour applied and turnout does not yet: read, checked, and reported as
-# warnings. None of them changes where a request goes, so the routes are served without them.
+# Route policies, applied as Contour v1.0 did (`_policies`).
 _POLICY_FIELDS = ("enableWebsockets", "prefixRewrite", "timeoutPolicy", "retryPolicy")
-_SERVICE_FIELDS = frozenset({"name", "port", "weight", "strategy", "healthCheck"})
-# Upstream TLS validation protects something: serving without it would talk to an unverified
-# upstream the user meant to verify, so it is refused rather than ignored.
-_REFUSED_SERVICE = frozenset({"validation"})
+_SERVICE_FIELDS = frozenset({"name", "port", "weight", "strategy", "healthCheck", VALIDATION_FIELD})
+# Nothing refused any more: upstream `validation` is read by `upstream.py`.
+_REFUSED_SERVICE: frozenset[str] = frozenset()
 _HEALTH_FIELDS = frozenset(
     {
         "path",
@@ -227,21 +237,13 @@ def hostname_error(value: str, field: str) -> tuple[str, str] | None:
 
 
 class _Reader:
-    """Reads fields with their types checked; every problem is recorded with its field path.
-
-    `soft` turns errors into warnings: used under route policies, which turnout does not apply
-    yet and which must never make an object invalid.
-    """
+    """Reads fields with their types checked; every problem is recorded with its field path."""
 
     def __init__(self) -> None:
         self.problems: list[Problem] = []
-        self.soft = False
 
     def error(self, message: str, reason: str = FIELD_NOT_VALID) -> None:
-        if self.soft:
-            self.problems.append(Problem(POLICY_NOT_VALID, message, warning=True))
-        else:
-            self.problems.append(Problem(reason, message))
+        self.problems.append(Problem(reason, message))
 
     def warn(self, message: str, reason: str) -> None:
         self.problems.append(Problem(reason, message, warning=True))
@@ -358,16 +360,20 @@ def parse_ingressroute(obj: KubeObject) -> ParsedIngressRoute:
         if (route := _route(r, value, path, alpha)) is not None
     )
     routes_value = spec.get("routes")
+    tcpproxy: TCPProxySpec | None = None
     if spec.get("tcpproxy") is not None:
-        # TLS passthrough and TCP proxying are a later issue; the object is refused rather than
-        # served without the part the user asked for.
-        r.error("spec.tcpproxy is not yet supported by turnout", FIELD_NOT_SUPPORTED)
+        # With a tcpproxy, routes are optional (Contour v1.0's CRD).
+        tcpproxy = read_tcpproxy(r, spec["tcpproxy"], "spec.tcpproxy")
+        if virtualhost is not None and virtualhost.tls is None:
+            tls_must_be_configured(r)
     elif routes_value is None or (_is_list(routes_value) and not routes_value):
         # Seed 000: "routes must _always_ be present and non empty".
         r.error("spec.routes must be present and non empty", NOTHING_DEFINED)
     _weights_sum(r, routes)
     return ParsedIngressRoute(
-        obj, IngressRouteSpec(virtualhost=virtualhost, routes=routes), tuple(r.problems)
+        obj,
+        IngressRouteSpec(virtualhost=virtualhost, routes=routes, tcpproxy=tcpproxy),
+        tuple(r.problems),
     )
 
 
@@ -412,9 +418,13 @@ def _tls(r: _Reader, value: Any, path: str) -> TLSSpec | None:
     if m is None:
         return None
     r.check_fields(m, path, _TLS_FIELDS)
-    if r.boolean(m, "passthrough", path):
-        r.error(f"{path}.passthrough is not yet supported by turnout", FIELD_NOT_SUPPORTED)
-    secret = r.string(m, "secretName", path, required=True)
+    passthrough = r.boolean(m, "passthrough", path)
+    secret = r.string(m, "secretName", path, required=not passthrough)
+    if passthrough and secret:
+        # Contour v1.0: passthrough applies only without a secretName.
+        r.warn(f"{path}.passthrough is ignored: secretName terminates TLS", "PassthroughIgnored")
+    elif passthrough:
+        return TLSSpec(secret_name="", passthrough=True)
     version = r.string(m, "minimumProtocolVersion", path)
     min_version = "1.2"
     if version == "1.3":
@@ -464,13 +474,14 @@ def _route(r: _Reader, value: Any, path: str, alpha: bool) -> RouteSpec | None:
         )
     elif not has_services and m.get("delegate") is None:
         r.warn(f"{label}: has neither services nor delegate and serves nothing", NO_ACTION)
-    _policies(r, m, path)
+    policies = _policies(r, m, path)
     return RouteSpec(
         match=match,
         services=services,
         delegate=delegate,
         permit_insecure=r.boolean(m, "permitInsecure", path),
         field=path,
+        policies=policies,
     )
 
 
@@ -505,15 +516,6 @@ def _service(r: _Reader, value: Any, path: str, label: str) -> ServiceSpec | Non
             STRATEGY_REPLACED,
         )
         strategy = "Random"
-    elif strategy == "Cookie":
-        # Contour v1.0 paired the Cookie strategy with a cookie hash policy on the route; route
-        # hash policies come with the policies issue, and until then the cluster's ring hash has
-        # nothing to hash.
-        r.warn(
-            f'{path}.strategy: "Cookie" session affinity is not yet supported by turnout; '
-            "requests are spread over the endpoints at random until it is",
-            NOT_YET_SUPPORTED,
-        )
     elif strategy and strategy not in STRATEGIES:
         r.warn(
             f'{path}.strategy: unknown strategy "{strategy}"; using "RoundRobin", as Contour does',
@@ -530,6 +532,7 @@ def _service(r: _Reader, value: Any, path: str, label: str) -> ServiceSpec | Non
         strategy="" if strategy == "RoundRobin" else strategy,
         health_check=health,
         field=path,
+        validation=read_validation(r, m, path),
     )
 
 
@@ -569,55 +572,82 @@ def _delegate(r: _Reader, value: Any, path: str) -> DelegateSpec | None:
     )
 
 
-def _policies(r: _Reader, m: Mapping[str, Any], path: str) -> None:
-    """Route policies: checked like any field, but every finding is a warning."""
-    r.soft = True
+def _policies(r: _Reader, m: Mapping[str, Any], path: str) -> RoutePolicies:
+    """Route policies as Contour v1.0 applied them (`internal/dag/builder.go`): websockets, a
+    prefix rewrite without the `/foo` + `/foo/` split HTTPProxy later added, `timeoutPolicy.request`
+    as the response timeout, and retries on 5xx with `count` at least 1."""
+    rewrite = r.string(m, "prefixRewrite", path)
+    if rewrite and not rewrite.startswith("/"):
+        # Envoy would send a request path without its leading slash upstream.
+        r.error(f'{path}.prefixRewrite: must start with "/", got "{rewrite}"')
+        rewrite = ""
+    timeouts: Timeouts | None = None
+    if m.get("timeoutPolicy") is not None:
+        where = f"{path}.timeoutPolicy"
+        tm = r.mapping(m["timeoutPolicy"], where)
+        if tm is not None:
+            r.check_fields(tm, where, frozenset({"request"}))
+            response = _timeout(r, tm, "request", where)
+            timeouts = Timeouts(response_s=response) if response is not None else None
+    retry: RetryPolicy | None = None
+    if m.get("retryPolicy") is not None:
+        where = f"{path}.retryPolicy"
+        rm = r.mapping(m["retryPolicy"], where)
+        if rm is not None:
+            r.check_fields(rm, where, frozenset({"count", "perTryTimeout"}))
+            count = r.integer(rm, "count", where, minimum=0, maximum=MAX_UINT32)
+            retry = RetryPolicy(
+                count=max(1, count), per_try_timeout_s=_per_try_timeout(r, rm, where)
+            )
+    return RoutePolicies(
+        timeouts=timeouts,
+        retry=retry,
+        path_rewrite=PathRewrite(prefix=rewrite) if rewrite else None,
+        websockets=r.boolean(m, "enableWebsockets", path),
+    )
+
+
+def _go_duration(value: str) -> int | None:
+    """Nanoseconds, or None when Go's time.ParseDuration (what Contour used) refuses `value`."""
     try:
-        for key in _POLICY_FIELDS:
-            value = m.get(key)
-            where = f"{path}.{key}"
-            if value is None:
-                continue
-            if key == "enableWebsockets":
-                set_ = r.boolean(m, key, path)
-            elif key == "prefixRewrite":
-                set_ = bool(r.string(m, key, path))
-            elif key == "timeoutPolicy":
-                set_ = _timeout_policy(r, value, where)
-            else:
-                set_ = _retry_policy(r, value, where)
-            if set_:
-                r.warn(f'ignoring field "{where}"; not yet supported by turnout', NOT_YET_SUPPORTED)
-    finally:
-        r.soft = False
+        return parse_go_duration(value)
+    except ValueError:
+        return None
 
 
-def _duration(r: _Reader, m: Mapping[str, Any], key: str, path: str) -> str:
+def _timeout(r: _Reader, m: Mapping[str, Any], key: str, path: str) -> float | None:
+    """Contour v1.0's `parseTimeout`: "" is Envoy's default (None), "infinity" disables the
+    timeout (0), and so does anything that is not a positive duration (with a warning here)."""
     value = r.string(m, key, path)
-    if value and value != "infinity" and not _GO_DURATION.fullmatch(value):
-        r.error(
-            f'{path}.{key}: "{value}" is not a duration (such as "30s" or "1m30s") '
-            'or "infinity"; Contour treated it as "infinity"'
+    if not value:
+        return None
+    if value == "infinity":
+        return 0.0
+    nanos = _go_duration(value)
+    if nanos is None or nanos < 0:
+        r.warn(
+            f'{path}.{key}: "{value}" is not a duration (such as "30s" or "1m30s") or '
+            '"infinity"; treated as "infinity", as Contour did',
+            POLICY_NOT_VALID,
         )
-    return value
+        return 0.0
+    return nanos / 1e9 if nanos else None
 
 
-def _timeout_policy(r: _Reader, value: Any, path: str) -> bool:
-    m = r.mapping(value, path)
-    if m is None:
-        return True
-    r.check_fields(m, path, frozenset({"request"}))
-    return bool(_duration(r, m, "request", path)) or bool(m)
-
-
-def _retry_policy(r: _Reader, value: Any, path: str) -> bool:
-    m = r.mapping(value, path)
-    if m is None:
-        return True
-    r.check_fields(m, path, frozenset({"count", "perTryTimeout"}))
-    r.integer(m, "count", path, minimum=0, maximum=MAX_UINT32)
-    _duration(r, m, "perTryTimeout", path)
-    return bool(m)
+def _per_try_timeout(r: _Reader, m: Mapping[str, Any], path: str) -> float | None:
+    """Contour v1.0 ignored a per-try timeout it could not parse (Envoy's default applies)."""
+    value = r.string(m, "perTryTimeout", path)
+    if not value:
+        return None
+    nanos = _go_duration(value)
+    if nanos is None or nanos < 0:
+        r.warn(
+            f'{path}.perTryTimeout: "{value}" is not a duration (such as "150ms"); ignored, as '
+            "Contour did",
+            POLICY_NOT_VALID,
+        )
+        return None
+    return nanos / 1e9 if nanos else None
 
 
 def _weights_sum(r: _Reader, routes: Sequence[RouteSpec]) -> None:

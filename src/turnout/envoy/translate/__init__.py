@@ -8,18 +8,39 @@ What is translated today:
 - every HTTP listener -> a Listener with one HTTP connection manager using RDS over ADS, and a
   RouteConfiguration named like the listener (see `listeners`);
 - every HTTPS listener -> a Listener with one TLS filter chain per SNI name, each with its own
-  RouteConfiguration `https/<hostname>` (see `listeners`); TLS passthrough and TCP listeners are
-  skipped until their issues land;
-- every TLS secret -> an SDS Secret named like it (see `secrets`);
-- every cluster -> an EDS Cluster and its ClusterLoadAssignment (see `clusters`).
+  RouteConfiguration `https/<hostname>`, one chain per SNI-routed TCP proxy (see `tcp`) and the
+  fallback-certificate chain (see `listeners`); TLS passthrough and TCP listeners (Gateway API)
+  are skipped until that dialect lands;
+- every TLS secret -> an SDS Secret named like it (see `secrets`), and every client validation
+  -> an SDS Secret holding its validation context (see `client_validation`);
+- every cluster -> an EDS Cluster and its ClusterLoadAssignment, or a DNS cluster for an
+  ExternalName Service (see `clusters`).
+
+`translate` never raises. `graph.validate.enforce_envoy_limits` keeps values Envoy would reject out
+of the graph, and each piece is translated under a guard in case one still makes protobuf raise:
+a route then answers 500 and a virtual host is left out (see `routes`), a listener loses the
+virtual hosts whose filter chains cannot be built (or is left out when it fails on its own), a
+cluster falls back to a bare cluster without endpoints (or is left out), and a secret is left
+out. Each failure is logged once at ERROR; everything else is translated as usual, so one bad
+object never costs the others their configuration.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from turnout.envoy.resources import EnvoyResources
-from turnout.envoy.translate.clusters import translate_cluster, translate_load_assignment
+from turnout.envoy.translate.client_validation import (
+    client_validation_secrets,
+    without_unvalidatable,
+)
+from turnout.envoy.translate.clusters import (
+    has_load_assignment,
+    translate_cluster,
+    translate_load_assignment,
+)
 from turnout.envoy.translate.listeners import (
     ListenerResources,
     https_route_name,
@@ -28,6 +49,7 @@ from turnout.envoy.translate.listeners import (
 )
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.routes import (
+    log_translation_failure,
     route_name,
     translate_route,
     translate_route_configuration,
@@ -35,7 +57,7 @@ from turnout.envoy.translate.routes import (
     wildcard_authority_regex,
 )
 from turnout.envoy.translate.secrets import downstream_tls_context, translate_secret
-from turnout.graph.model import RoutingGraph
+from turnout.graph.model import CABundle, Cluster, Listener, RoutingGraph
 
 __all__ = [
     "ListenerResources",
@@ -57,23 +79,82 @@ __all__ = [
 
 
 def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> EnvoyResources:
-    """Translates the whole graph. Pure and deterministic; see the module docstring."""
+    """Translates the whole graph. Pure, deterministic and total; see the module docstring."""
     opts = options if options is not None else TranslateOptions()
+    graph = without_unvalidatable(graph)  # client validation fails closed
     listeners: list[Any] = []
     routes: list[Any] = []
     for lst in graph.listeners:
-        out = translate_listener(lst, opts)
+        out = _listener_guarded(lst, opts)
         if out is not None:
             listeners.append(out.listener)
             routes.extend(out.route_configurations)
-    clusters = sorted(graph.clusters, key=lambda c: c.name)
+    clusters: list[Any] = []
+    endpoints: list[Any] = []
+    ca_bundles = {b.name: b for b in graph.ca_bundles}
+    for cluster in sorted(graph.clusters, key=lambda c: str(c.name)):
+        pair = _cluster_guarded(cluster, opts, ca_bundles)
+        if pair is not None:
+            clusters.append(pair[0])
+            if pair[1] is not None:  # DNS clusters carry their endpoints themselves
+                endpoints.append(pair[1])
+    secrets: list[Any] = []
+    for secret in sorted(graph.secrets, key=lambda s: str(s.name)):
+        try:
+            secrets.append(translate_secret(secret))
+        except Exception as err:
+            # Only the exception type: the message could quote key material.
+            log_translation_failure(f"secret {secret.name!r}", TypeError(type(err).__name__))
+    secrets.extend(client_validation_secrets(graph.listeners, ca_bundles))
     return EnvoyResources(
-        clusters=tuple(translate_cluster(c, opts) for c in clusters),
-        endpoints=tuple(translate_load_assignment(c) for c in clusters),
+        clusters=tuple(clusters),
+        endpoints=tuple(endpoints),
         listeners=_by_name(listeners),
         routes=_by_name(routes),
-        secrets=tuple(translate_secret(s) for s in sorted(graph.secrets, key=lambda s: s.name)),
+        secrets=_by_name(secrets),
     )
+
+
+def _listener_guarded(lst: Listener, opts: TranslateOptions) -> ListenerResources | None:
+    try:
+        return translate_listener(lst, opts)
+    except Exception as err:
+        first_error = err
+    # Routes and virtual hosts are guarded inside; what is left is per-host listener state (a
+    # filter chain's TLS context) or the listener itself. Find the hosts that fail alone and
+    # translate the listener without them.
+    kept = []
+    for vh in lst.virtual_hosts:
+        try:
+            translate_listener(dataclasses.replace(lst, virtual_hosts=(vh,)), opts)
+        except Exception as err:
+            log_translation_failure(f"virtual host {vh.name!r} of {vh.owner}", err)
+            continue
+        kept.append(vh)
+    if len(kept) < len(lst.virtual_hosts):
+        try:
+            return translate_listener(dataclasses.replace(lst, virtual_hosts=tuple(kept)), opts)
+        except Exception as err:
+            first_error = err
+    log_translation_failure(f"listener {lst.name!r}", first_error)
+    return None
+
+
+def _cluster_guarded(
+    cluster: Cluster, opts: TranslateOptions, ca_bundles: Mapping[str, CABundle]
+) -> tuple[Any, Any] | None:
+    try:
+        cla = translate_load_assignment(cluster) if has_load_assignment(cluster) else None
+        return translate_cluster(cluster, opts, ca_bundles), cla
+    except Exception as err:
+        log_translation_failure(f"cluster {cluster.name!r}", err)
+    # Routes may still name the cluster: a bare cluster without endpoints answers 503 for them
+    # instead of leaving Envoy with a reference to nothing.
+    try:
+        bare = Cluster(cluster.name, cluster.namespace, cluster.service, cluster.port)
+        return translate_cluster(bare, opts), translate_load_assignment(bare)
+    except Exception:
+        return None
 
 
 def _by_name(messages: list[Any]) -> tuple[Any, ...]:

@@ -1,18 +1,29 @@
-"""Graph clusters -> EDS Clusters and their ClusterLoadAssignments.
+"""Graph clusters -> Envoy Clusters and, for EDS clusters, their ClusterLoadAssignments.
 
-Upstream protocols handled here: HTTP (HTTP/1.1, Envoy's default, so no options) and H2C (HTTP/2
-in clear text, via `HttpProtocolOptions.explicit_http_config`). TLS upstreams (TLS, H2) gain their
-`UpstreamTlsContext` with the policies issue; until then TLS is sent as plain HTTP/1.1 and H2 as
-h2c, which keeps the cluster shape stable so that issue only adds a transport socket. TCP clusters
-need no HTTP options.
+**Discovery.** A Service port is an EDS cluster whose endpoints come as a separate resource. An
+ExternalName Service (`Cluster.dns_name`) is resolved by Envoy itself: the DNS cluster extension
+(`envoy.cluster.dns`, which replaces `STRICT_DNS` plus the deprecated `Cluster.dns_*` fields) with
+every address a host, and the name and Service port in the cluster's inline `load_assignment`.
 
-Load balancing uses the `lb_policy` enum, which is not deprecated and is what Contour sends
+**Protocols.** HTTP is HTTP/1.1, Envoy's default, so no options. H2C and H2 set HTTP/2 explicitly
+(`HttpProtocolOptions.explicit_http_config`). TLS and H2 add an `UpstreamTlsContext` transport
+socket: ALPN `h2` for H2 (none for TLS, so the server picks HTTP/1.1), TLS 1.2 to 1.3, and an SNI
+(see `upstream_sni`). TCP clusters need no HTTP options.
+
+**Upstream validation.** With `Cluster.validation` the context verifies the server's chain against
+the CA bundle, inline (`trusted_ca`, so a cluster is complete on its own and needs no SDS round
+trip before it warms), and requires one of the subject names as a DNS SAN
+(`match_typed_subject_alt_names`, not the deprecated `match_subject_alt_names`). Without
+validation, TLS is encrypted but unauthenticated, as in Contour.
+
+**Load balancing** uses the `lb_policy` enum, which is not deprecated and is what Contour sends
 (`internal/envoy/v3/cluster.go`): RoundRobin -> ROUND_ROBIN, WeightedLeastRequest ->
 LEAST_REQUEST, Random -> RANDOM, and both RequestHash and Cookie -> RING_HASH. The hash itself is
 a route's `hash_policy` (the route side of the policies issue); without one, Envoy's ring hash
-picks a random host, so a cluster is always usable on its own.
+picks a random host, so a cluster is always usable on its own. Slow start goes into the matching
+`round_robin_lb_config` / `least_request_lb_config`; other policies have none in Envoy.
 
-Active health checks are Contour's `httpHealthCheck`: one `HealthCheck` with an HTTP checker. A
+**Active health checks** are Contour's `httpHealthCheck`: one `HealthCheck` with an HTTP checker. A
 check answered with a status outside `expected_statuses` (default: 200 only) marks the host
 unhealthy at once, without waiting for `unhealthy_threshold` failures, unless the status is in
 `retriable_statuses`; turnout never sets that field, so a 503 takes a host out at the next check,
@@ -20,25 +31,49 @@ as seed 002 asks. As in Contour, a cluster with health checks has the panic thre
 every host fails, requests get 503 instead of being spread over failing hosts) and drops a host
 removed from its endpoints at once instead of keeping it while it still passes checks. Unlike
 Contour, `no_traffic_interval` is the interval too (see `translate_health_check`).
+
+**Passive health checks** (`outlier_detection`) eject a host after consecutive 5xx answers (and,
+when set, consecutive gateway errors); Envoy's success-rate ejection, on by default, is turned
+off so that nothing but the counts the user wrote ejects a host.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import ipaddress
+from collections.abc import Mapping
 from typing import Any
 
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import health_check_pb2
+from envoy.config.cluster.v3 import cluster_pb2, outlier_detection_pb2
+from envoy.config.core.v3 import base_pb2, health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.extensions.clusters.common.dns.v3 import dns_pb2
+from envoy.extensions.clusters.dns.v3 import dns_cluster_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.v3 import http_pb2
 
 from turnout.envoy.translate.common import ads_config_source, duration, pack
 from turnout.envoy.translate.options import TranslateOptions
-from turnout.graph.model import Cluster, HTTPHealthCheck, LoadBalancerStrategy, UpstreamProtocol
+from turnout.envoy.translate.route_policies import apply_idle_connection_timeout
+from turnout.envoy.translate.tcp import add_tcp_health_check
+from turnout.graph.model import (
+    CABundle,
+    Cluster,
+    HTTPHealthCheck,
+    LoadBalancerStrategy,
+    OutlierDetection,
+    SlowStart,
+    UpstreamProtocol,
+)
 
 HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+TLS_TRANSPORT_SOCKET = "envoy.transport_sockets.tls"
+DNS_CLUSTER = "envoy.cluster.dns"
 
 _HTTP2_PROTOCOLS = frozenset({UpstreamProtocol.H2C, UpstreamProtocol.H2})
+TLS_PROTOCOLS = frozenset({UpstreamProtocol.TLS, UpstreamProtocol.H2})
 
 LB_POLICIES: dict[LoadBalancerStrategy, int] = {
     LoadBalancerStrategy.ROUND_ROBIN: cluster_pb2.Cluster.ROUND_ROBIN,
@@ -55,29 +90,168 @@ LB_POLICIES: dict[LoadBalancerStrategy, int] = {
 _MIN_STATUS, _MAX_STATUS = 100, 600
 _MAX_UINT32 = 2**32 - 1
 _MIN_SECONDS = 0.001
+# SNI is a hostname on the wire (RFC 6066): at most 255 bytes, no wildcard.
+_MAX_SNI = 255
+
+# Pins a certificate no server can present. Used only when a cluster names a CA bundle the graph
+# does not carry (a graph bug): every handshake then fails, where dropping the validation would
+# silently accept any server.
+_NO_SUCH_SPKI = base64.b64encode(hashlib.sha256(b"turnout: CA bundle missing").digest()).decode()
 
 
-def translate_cluster(cluster: Cluster, options: TranslateOptions) -> Any:
-    """An EDS cluster named like the graph cluster; its endpoints come as a separate resource."""
+def translate_cluster(
+    cluster: Cluster,
+    options: TranslateOptions,
+    ca_bundles: Mapping[str, CABundle] | None = None,
+) -> Any:
+    """The Envoy cluster for `cluster`; `ca_bundles` (by name) holds the bundles that upstream
+    validation names (`RoutingGraph.ca_bundles`)."""
+    connect_timeout = cluster.connect_timeout_s
     out = cluster_pb2.Cluster(
         name=cluster.name,
-        type=cluster_pb2.Cluster.EDS,
-        connect_timeout=duration(options.connect_timeout_s),
+        connect_timeout=duration(
+            connect_timeout
+            if connect_timeout and connect_timeout > 0
+            else options.connect_timeout_s
+        ),
         lb_policy=LB_POLICIES[cluster.lb_strategy],
     )
-    out.eds_cluster_config.eds_config.CopyFrom(ads_config_source())
-    out.eds_cluster_config.service_name = cluster.name
+    if cluster.dns_name is not None:
+        _dns_discovery(out, cluster)
+    else:
+        out.type = cluster_pb2.Cluster.EDS
+        out.eds_cluster_config.eds_config.CopyFrom(ads_config_source())
+        out.eds_cluster_config.service_name = cluster.name
     if cluster.protocol in _HTTP2_PROTOCOLS:
         out.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].CopyFrom(
             pack(_http2_protocol_options())
         )
+    if cluster.protocol in TLS_PROTOCOLS:
+        out.transport_socket.CopyFrom(upstream_tls_transport_socket(cluster, ca_bundles or {}))
     if cluster.health_check is not None:
         out.health_checks.append(translate_health_check(cluster.health_check, cluster.protocol))
         # A Percent of 0 is only sent when the message is present; SetInParent makes it so.
         out.common_lb_config.healthy_panic_threshold.SetInParent()
         out.common_lb_config.healthy_panic_threshold.value = 0.0
         out.ignore_health_on_host_removal = True
+    if cluster.tcp_health_check is not None:
+        add_tcp_health_check(out, cluster.tcp_health_check)
+    if cluster.outlier_detection is not None:
+        out.outlier_detection.CopyFrom(translate_outlier_detection(cluster.outlier_detection))
+    if cluster.slow_start is not None:
+        _slow_start(out, cluster.slow_start)
+    apply_idle_connection_timeout(out, cluster)  # route_policies.py: timeoutPolicy.idleConnection
     return out
+
+
+def _dns_discovery(out: Any, cluster: Cluster) -> None:
+    dns = dns_cluster_pb2.DnsCluster(
+        # "localhost"-like names often resolve to ::1 first while servers bind IPv4 only.
+        dns_lookup_family=dns_pb2.V4_PREFERRED,
+        # Every resolved address is a host, as STRICT_DNS (Contour's choice) does.
+        all_addresses_in_single_endpoint=False,
+    )
+    out.cluster_type.name = DNS_CLUSTER
+    out.cluster_type.typed_config.CopyFrom(pack(dns))
+    out.load_assignment.cluster_name = cluster.name
+    lb = out.load_assignment.endpoints.add().lb_endpoints.add()
+    lb.endpoint.address.socket_address.address = cluster.dns_name
+    lb.endpoint.address.socket_address.port_value = cluster.port
+
+
+def upstream_sni(cluster: Cluster) -> str | None:
+    """The server name sent to a TLS upstream: the validation's explicit SNI, else the
+    ExternalName, else the first subject name to be validated, else the Service's DNS name
+    (`service.namespace.svc`, which resolves in any cluster whatever its domain). None when no
+    candidate is a hostname (a wildcard or an IP address cannot be a server name)."""
+    candidates: list[str | None] = []
+    if cluster.validation is not None:
+        candidates.append(cluster.validation.sni)
+    candidates.append(cluster.dns_name)
+    if cluster.validation is not None:
+        candidates.extend(cluster.validation.subject_names[:1])
+    if cluster.service and cluster.namespace:
+        candidates.append(f"{cluster.service}.{cluster.namespace}.svc")
+    for name in candidates:
+        if name and "*" not in name and len(name.encode()) <= _MAX_SNI and not _is_ip(name):
+            return name
+    return None
+
+
+def _is_ip(name: str) -> bool:
+    # RFC 6066: a server name is a hostname; IP literals are not sent.
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def upstream_tls_context(cluster: Cluster, ca_bundles: Mapping[str, CABundle]) -> Any:
+    ctx = tls_pb2.UpstreamTlsContext()
+    sni = upstream_sni(cluster)
+    if sni is not None:
+        ctx.sni = sni
+    common = ctx.common_tls_context
+    # Envoy's client defaults stop at TLS 1.2; 1.3 is what most servers prefer today.
+    common.tls_params.tls_minimum_protocol_version = common_pb2.TlsParameters.TLSv1_2
+    common.tls_params.tls_maximum_protocol_version = common_pb2.TlsParameters.TLSv1_3
+    if cluster.protocol is UpstreamProtocol.H2:
+        common.alpn_protocols.append("h2")
+    validation = cluster.validation
+    if validation is not None:
+        vc = common.validation_context
+        bundle = ca_bundles.get(validation.ca_secret)
+        if bundle is None or not bundle.ca_certificates:
+            # Envoy refuses SAN matching without a CA, so the pin stands alone.
+            vc.verify_certificate_spki.append(_NO_SUCH_SPKI)
+            return ctx
+        vc.trusted_ca.inline_string = bundle.ca_certificates
+        for name in validation.subject_names:
+            san = vc.match_typed_subject_alt_names.add(
+                san_type=common_pb2.SubjectAltNameMatcher.DNS
+            )
+            san.matcher.exact = name
+    return ctx
+
+
+def upstream_tls_transport_socket(cluster: Cluster, ca_bundles: Mapping[str, CABundle]) -> Any:
+    return base_pb2.TransportSocket(
+        name=TLS_TRANSPORT_SOCKET, typed_config=pack(upstream_tls_context(cluster, ca_bundles))
+    )
+
+
+def translate_outlier_detection(od: OutlierDetection) -> Any:
+    out = outlier_detection_pb2.OutlierDetection()
+    out.consecutive_5xx.value = min(max(od.consecutive_5xx, 1), _MAX_UINT32)
+    out.enforcing_consecutive_5xx.value = 100
+    if od.consecutive_gateway_errors is not None:
+        out.consecutive_gateway_failure.value = min(
+            max(od.consecutive_gateway_errors, 1), _MAX_UINT32
+        )
+        # Envoy counts gateway errors by default but enforces none of them (0%).
+        out.enforcing_consecutive_gateway_failure.value = 100
+    # Success-rate ejection is on by default (100%); only the consecutive counts should eject.
+    out.enforcing_success_rate.value = 0
+    out.interval.CopyFrom(duration(max(od.interval_s, _MIN_SECONDS)))
+    out.base_ejection_time.CopyFrom(duration(max(od.base_ejection_time_s, _MIN_SECONDS)))
+    out.max_ejection_percent.value = min(max(od.max_ejection_percent, 0), 100)
+    return out
+
+
+def _slow_start(out: Any, slow_start: SlowStart) -> None:
+    if out.lb_policy == cluster_pb2.Cluster.ROUND_ROBIN:
+        config = out.round_robin_lb_config.slow_start_config
+    elif out.lb_policy == cluster_pb2.Cluster.LEAST_REQUEST:
+        config = out.least_request_lb_config.slow_start_config
+    else:
+        return  # Envoy has slow start for these two policies only; dialects refuse the others.
+    config.slow_start_window.CopyFrom(duration(max(slow_start.window_s, _MIN_SECONDS)))
+    # Envoy requires a runtime key; this one is turnout's and never set, so the value is the
+    # default. Aggression must be positive (Envoy divides by it).
+    config.aggression.default_value = slow_start.aggression if slow_start.aggression > 0 else 1.0
+    config.aggression.runtime_key = "turnout.slow_start.aggression"
+    config.min_weight_percent.value = float(min(max(slow_start.min_weight_percent, 0), 100))
 
 
 def translate_health_check(hc: HTTPHealthCheck, protocol: UpstreamProtocol) -> Any:
@@ -113,6 +287,11 @@ def _http2_protocol_options() -> Any:
     opts = http_protocol_options_pb2.HttpProtocolOptions()
     opts.explicit_http_config.http2_protocol_options.SetInParent()
     return opts
+
+
+def has_load_assignment(cluster: Cluster) -> bool:
+    """Whether `cluster` takes its endpoints over EDS (DNS clusters carry their own)."""
+    return cluster.dns_name is None
 
 
 def translate_load_assignment(cluster: Cluster) -> Any:

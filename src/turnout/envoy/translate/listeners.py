@@ -4,10 +4,13 @@ Each listener protocol has one builder in `_BUILDERS`:
 - HTTP: one HTTP connection manager, one RouteConfiguration named like the listener holding every
   virtual host;
 - HTTPS (Contour's layout): a `tls_inspector`, then one filter chain per TLS virtual host, chosen
-  by SNI (`server_names`), terminating TLS with the host's certificate from SDS, with its own HTTP
-  connection manager and its own RouteConfiguration `https/<hostname>`.
-TLS passthrough and TCP are added by later issues as further builders; until then listeners of
-those protocols are skipped and produce no resources.
+  by SNI (`server_names`), terminating TLS with the host's certificate from SDS (and checking
+  client certificates when the host asks, `client_validation`), with its own HTTP connection
+  manager and its own RouteConfiguration `https/<hostname>`; one chain per TCP proxy, also by
+  SNI, passing the TLS stream through or terminating it (`tcp`); and, when hosts enable the
+  fallback certificate, a chain for every other TLS client (`_fallback_chain`).
+Listeners of the TLS-passthrough and TCP protocols (Gateway API) are skipped until that dialect
+lands and produce no resources.
 
 Misdirected requests (421). A client may reuse a TLS connection for another host (HTTP/2
 connection coalescing, or a plain mistake); the Host then disagrees with the SNI that chose the
@@ -40,16 +43,23 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 
+from turnout.envoy.translate.client_validation import downstream_context, transport_socket
 from turnout.envoy.translate.common import ads_config_source, pack
+from turnout.envoy.translate.http_filters import policy_http_filters
 from turnout.envoy.translate.options import TranslateOptions
+from turnout.envoy.translate.route_policies import lua_http_filter
 from turnout.envoy.translate.routes import translate_route_configuration
-from turnout.envoy.translate.secrets import tls_transport_socket
-from turnout.graph.model import Listener, ListenerProtocol, VirtualHost
+from turnout.envoy.translate.tcp import tcp_filter_chain
+from turnout.graph.model import Listener, ListenerProtocol, TLSTermination, VirtualHost
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
 ROUTER_FILTER = "envoy.filters.http.router"
 STDOUT_ACCESS_LOG = "envoy.access_loggers.stdout"
 TLS_INSPECTOR = "envoy.filters.listener.tls_inspector"
+
+# Contour's names for the chain and the route table serving clients without SNI.
+FALLBACK_CHAIN = "fallback-certificate"
+FALLBACK_ROUTE_CONFIG = "ingress_fallbackcert"
 
 MISDIRECTED_STATUS = 421
 # Virtual host and route names contain "/" so they can never be mistaken for a hostname.
@@ -96,8 +106,21 @@ def https_route_name(hostname: str) -> str:
 
 
 def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerResources | None:
+    """The TLS listener: one filter chain per SNI name (a TLS virtual host, or a TCP proxy with
+    or without termination), and the fallback-certificate chain when some host enables it."""
     vhosts = _tls_virtual_hosts(listener)
-    if not vhosts:
+    taken = {vh.hostname.lower() for vh in vhosts}
+    stat_prefix = options.stat_prefix + listener.name
+    tcp_chains = []
+    for proxy in listener.tcp_proxies:
+        hostname = proxy.hostname.lower()
+        if hostname in taken:
+            continue  # two chains with one match would make Envoy reject the listener
+        chain = tcp_filter_chain(proxy, stat_prefix=stat_prefix, options=options)
+        if chain is not None:
+            taken.add(hostname)
+            tcp_chains.append(chain)
+    if not vhosts and not tcp_chains:
         # A listener without filter chains is rejected by Envoy; with no TLS host there is
         # nothing to serve, so the port stays closed.
         return None
@@ -107,28 +130,72 @@ def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerRe
             name=TLS_INSPECTOR, typed_config=pack(tls_inspector_pb2.TlsInspector())
         )
     )
-    shadowing = _more_specific_hostnames([vh.hostname.lower() for vh in vhosts])
+    # TCP hosts have chains of their own too: a wildcard chain's Host check must send them to 421.
+    shadowing = _more_specific_hostnames(sorted(taken))
     route_configs = []
     for vh in vhosts:
         assert vh.tls is not None
         hostname = vh.hostname.lower()
         name = https_route_name(hostname)
-        hcm = http_connection_manager(
-            stat_prefix=options.stat_prefix + listener.name,
-            route_config_name=name,
-            options=options,
-        )
-        chain = listener_components_pb2.FilterChain(
-            name=name,
-            filters=[listener_components_pb2.Filter(name=HCM_FILTER, typed_config=pack(hcm))],
-            transport_socket=tls_transport_socket(vh.tls),
-        )
+        chain = _http_tls_chain(name, vh.tls, stat_prefix, options)
         chain.filter_chain_match.server_names.append(hostname)
         out.filter_chains.append(chain)
         config = translate_route_configuration(name, (vh,))
         config.virtual_hosts.append(misdirected_virtual_host(shadowing.get(hostname, ())))
         route_configs.append(config)
+    out.filter_chains.extend(tcp_chains)
+    fallback = _fallback_chain(vhosts, shadowing, stat_prefix, options)
+    if fallback is not None:
+        out.filter_chains.append(fallback[0])
+        route_configs.append(fallback[1])
     return ListenerResources(listener=out, route_configurations=tuple(route_configs))
+
+
+def _http_tls_chain(
+    route_config_name: str, tls: TLSTermination, stat_prefix: str, options: TranslateOptions
+) -> Any:
+    """A chain terminating TLS (with client validation when asked) into an HTTP connection
+    manager that loads `route_config_name`; the caller sets its match."""
+    hcm = http_connection_manager(
+        stat_prefix=stat_prefix, route_config_name=route_config_name, options=options
+    )
+    return listener_components_pb2.FilterChain(
+        name=route_config_name,
+        filters=[listener_components_pb2.Filter(name=HCM_FILTER, typed_config=pack(hcm))],
+        transport_socket=transport_socket(downstream_context(tls)),
+    )
+
+
+def _fallback_chain(
+    vhosts: list[VirtualHost],
+    shadowing: dict[str, tuple[str, ...]],
+    stat_prefix: str,
+    options: TranslateOptions,
+) -> tuple[Any, Any] | None:
+    """Contour's fallback-certificate chain: it matches every TLS connection whose SNI no other
+    chain names (or that has none), presents the fallback certificate, and serves the hosts that
+    enabled it from the RouteConfiguration `ingress_fallbackcert`. Any other Host gets 421, so
+    a client retries with SNI on a connection of its own.
+
+    The installation has one fallback certificate; should hosts name several (a graph built by
+    hand), the first host's wins and the hosts naming another are left out of the chain.
+    """
+    enabled = [vh for vh in vhosts if vh.tls is not None and vh.tls.fallback_secret]
+    if not enabled:
+        return None
+    assert enabled[0].tls is not None and enabled[0].tls.fallback_secret is not None
+    secret = enabled[0].tls.fallback_secret
+    served = [vh for vh in enabled if vh.tls is not None and vh.tls.fallback_secret == secret]
+    chain = _http_tls_chain(
+        FALLBACK_ROUTE_CONFIG, TLSTermination(secret=secret), stat_prefix, options
+    )
+    chain.name = FALLBACK_CHAIN
+    chain.filter_chain_match.transport_protocol = "tls"
+    names = {vh.hostname.lower() for vh in served}
+    elsewhere = sorted({h for name in names for h in shadowing.get(name, ()) if h not in names})
+    config = translate_route_configuration(FALLBACK_ROUTE_CONFIG, served)
+    config.virtual_hosts.append(misdirected_virtual_host(tuple(elsewhere)))
+    return chain, config
 
 
 def _tls_virtual_hosts(listener: Listener) -> list[VirtualHost]:
@@ -195,13 +262,19 @@ def http_connection_manager(
 
     `normalize_path` makes `/a/../b` match routes for `/b` as the evaluator assumes;
     `use_remote_address` because Envoy is the edge: it sets X-Forwarded-For and decides
-    internal/external from the peer address rather than from client-supplied headers.
+    internal/external from the peer address rather than from client-supplied headers, unless
+    `num_trusted_hops` proxies in front of it are trusted to report the client's. The policy
+    filters (`http_filters`) run before the router, idle until a route table configures them.
     """
     hcm = hcm_pb2.HttpConnectionManager(stat_prefix=stat_prefix)
     hcm.rds.config_source.CopyFrom(ads_config_source())
     hcm.rds.route_config_name = route_config_name
     hcm.normalize_path.value = True
     hcm.use_remote_address.value = True
+    hcm.xff_num_trusted_hops = options.num_trusted_hops
+    hcm.http_filters.extend(policy_http_filters())
+    # Idle too until a route names a cookie-rewriting script (`route_policies.py`).
+    hcm.http_filters.append(lua_http_filter())
     hcm.http_filters.append(
         hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=pack(router_pb2.Router()))
     )

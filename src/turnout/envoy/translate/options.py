@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# `xff_num_trusted_hops` is a uint32.
+MAX_TRUSTED_HOPS = 2**32 - 1
+
 
 @dataclass(frozen=True, slots=True)
 class TranslateOptions:
@@ -15,12 +18,21 @@ class TranslateOptions:
     prefix, so several turnout deployments can share one metrics backend.
     `access_log`: add a stdout access log to every HTTP connection manager (handy in tests and
     standalone mode; off by default because a fleet usually logs elsewhere).
+    `num_trusted_hops`: how many proxies in front of Envoy are trusted to append to
+    X-Forwarded-For (the HTTP connection manager's `xff_num_trusted_hops`); the client address
+    that `Remote` IP filters see is the one they reported. 0: the peer address, whatever the
+    client sends.
     """
 
     connect_timeout_s: float = 2.0
     stat_prefix: str = ""
     access_log: bool = False
+    num_trusted_hops: int = 0
 
     def __post_init__(self) -> None:
         if not self.connect_timeout_s > 0:
             raise ValueError(f"connect_timeout_s must be positive, got {self.connect_timeout_s}")
+        if not 0 <= self.num_trusted_hops <= MAX_TRUSTED_HOPS:
+            raise ValueError(
+                f"num_trusted_hops must be in 0-{MAX_TRUSTED_HOPS}, got {self.num_trusted_hops}"
+            )

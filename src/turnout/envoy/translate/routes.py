@@ -4,19 +4,36 @@ Every function here is pure. `translate_virtual_host` stands alone so that a lat
 emit one resource per virtual host (VHDS / Delta xDS, design 5a) without touching the rest.
 Routes keep exactly the graph's order: the dialects already turned their precedence rules into a
 first-match list, and re-sorting here would change what matches.
+
+Translation is total. `graph.validate.enforce_envoy_limits` keeps values Envoy would reject out of
+the graph; should a value still make protobuf raise (a bug, or a graph that bypassed the net),
+only that piece is lost: a route that cannot be translated answers 500 with its match kept (or is
+left out when even its match cannot be expressed), and a virtual host that cannot be translated is
+left out of its RouteConfiguration. Each failure is logged once at ERROR with the route's source.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
-import re2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 
+from turnout.envoy.translate.http_filters import (
+    set_route_filter_configs,
+    set_virtual_host_filter_configs,
+)
+from turnout.envoy.translate.route_policies import apply_route_policies
+from turnout.graph.evaluate import (
+    NO_BACKEND_STATUS,
+    effective_forward,
+    wildcard_authority_regex,
+)
 from turnout.graph.model import (
     DirectResponse,
     Forward,
@@ -36,9 +53,6 @@ from turnout.graph.model import (
 # `max_direct_response_body_size_bytes` is raised (RouteConfiguration docs).
 _DEFAULT_MAX_DIRECT_BODY = 4096
 
-# Envoy's default `re2.max_program_size.error_level`: larger regexes are rejected (NACK).
-_MAX_REGEX_PROGRAM_SIZE = 100
-
 # Route names only serve tracing a route back to its source; long ones are cut and made unique
 # again with a digest so that stats and admin output stay readable.
 _MAX_ROUTE_NAME = 200
@@ -51,10 +65,44 @@ _REDIRECT_CODES = {
     308: rc.RedirectAction.PERMANENT_REDIRECT,
 }
 
-# What a route answers when it has nowhere to send traffic (every weight is zero).
-NO_BACKEND_STATUS = 503
+__all__ = [
+    "NO_BACKEND_STATUS",
+    "route_name",
+    "translate_match",
+    "translate_redirect",
+    "translate_route",
+    "translate_route_configuration",
+    "translate_virtual_host",
+    "wildcard_authority_matcher",
+    "wildcard_authority_regex",
+]
 
-_PORT_SUFFIX = "(:[0-9]+)?"
+# What a route that could not be translated answers instead.
+TRANSLATION_FAILED_STATUS = 500
+
+log = logging.getLogger(__name__)
+
+# A piece that fails to translate fails again on every compile; its error is logged the first
+# time only. Bounded, so a long-running process does not grow it without limit.
+_LOGGED: OrderedDict[str, None] = OrderedDict()
+_LOGGED_MAX = 1024
+
+
+def log_translation_failure(what: str, err: BaseException) -> None:
+    """One ERROR line per distinct failure (`what` names the piece and its source)."""
+    key = f"{what}: {type(err).__name__}: {err}"
+    if key in _LOGGED:
+        _LOGGED.move_to_end(key)
+        return
+    _LOGGED[key] = None
+    if len(_LOGGED) > _LOGGED_MAX:
+        _LOGGED.popitem(last=False)
+    log.error(
+        "cannot translate %s (%s: %s); left out of the Envoy configuration",
+        what,
+        type(err).__name__,
+        err,
+    )
 
 
 def translate_route_configuration(name: str, virtual_hosts: Iterable[VirtualHost]) -> Any:
@@ -68,25 +116,68 @@ def translate_route_configuration(name: str, virtual_hosts: Iterable[VirtualHost
     seen: set[str] = set()
     max_body = 0
     for vh in virtual_hosts:
-        domain = vh.hostname.lower()
-        if domain in seen:
+        try:
+            domain = vh.hostname.lower()
+            if domain in seen:
+                continue
+            message = translate_virtual_host(vh)
+            body = _max_direct_body(vh)
+        except Exception as err:
+            log_translation_failure(f"virtual host {vh.name!r} of {vh.owner}", err)
             continue
         seen.add(domain)
-        config.virtual_hosts.append(translate_virtual_host(vh))
-        max_body = max(max_body, _max_direct_body(vh))
+        config.virtual_hosts.append(message)
+        max_body = max(max_body, body)
     if max_body > _DEFAULT_MAX_DIRECT_BODY:
         config.max_direct_response_body_size_bytes.value = max_body
     return config
 
 
 def translate_virtual_host(vh: VirtualHost) -> Any:
-    """One Envoy VirtualHost (`domains: [hostname]`) with the routes in the graph's order."""
+    """One Envoy VirtualHost (`domains: [hostname]`) with the routes in the graph's order.
+
+    Raises only when the virtual host itself (name, domain, authority match) cannot be expressed;
+    a route that cannot be translated answers 500 instead (see `translate_route_guarded`).
+    """
     authority = wildcard_authority_matcher(vh)
-    return rc.VirtualHost(
-        name=vh.name,
-        domains=[vh.hostname],
-        routes=[translate_route(route, authority) for route in vh.routes],
-    )
+    out = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
+    set_virtual_host_filter_configs(out, vh)
+    for route in vh.routes:
+        message = translate_route_guarded(route, authority)
+        if message is not None:
+            out.routes.append(message)
+    return out
+
+
+def translate_route_guarded(route: Route, authority: Any | None = None) -> Any | None:
+    """`translate_route`, or when that raises: the same match answering 500, or None when the
+    match itself cannot be expressed. Never raises."""
+    try:
+        return translate_route(route, authority)
+    except Exception as err:
+        log_translation_failure(f"route {_describe(route.source)}", err)
+    try:
+        out = rc.Route(name=_safe_route_name(route.source), match=translate_match(route, authority))
+    except Exception:
+        return None
+    out.direct_response.status = TRANSLATION_FAILED_STATUS
+    return out
+
+
+def _describe(source: RouteSource) -> str:
+    try:
+        return str(source)
+    except Exception:
+        return repr(source)
+
+
+def _safe_route_name(source: RouteSource) -> str:
+    # A name protobuf refuses (e.g. a lone surrogate) is escaped rather than losing the route.
+    try:
+        name = route_name(source)
+    except Exception:
+        name = _describe(source)
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def translate_route(route: Route, authority: Any | None = None) -> Any:
@@ -99,6 +190,8 @@ def translate_route(route: Route, authority: Any | None = None) -> Any:
         _set_direct_response(out, action)
     elif isinstance(action, Redirect):
         out.redirect.CopyFrom(translate_redirect(action))
+    set_route_filter_configs(out, route, out.name)
+    apply_route_policies(out, route)
     return out
 
 
@@ -202,48 +295,22 @@ def wildcard_authority_matcher(vh: VirtualHost) -> Any | None:
     return out
 
 
-def wildcard_authority_regex(hostname: str) -> str:
-    """A regex for an authority with exactly one label in place of `*` in `hostname`, and any port.
-
-    The readable form spells the suffix out. Its RE2 program grows with the suffix length, and
-    Envoy rejects programs above 100, so for long suffixes it falls back to counting labels: the
-    route only ever sees hosts that selected this virtual host, so they already end in the suffix,
-    and the label count alone tells one label from several.
-    """
-    suffix = hostname[1:]
-    spelled = "(?i)[^.:]+" + str(re2.escape(suffix)) + _PORT_SUFFIX
-    if _program_size(spelled) <= _MAX_REGEX_PROGRAM_SIZE:
-        return spelled
-    counted = f"[^.:]+(\\.[^.:]+){{{suffix.count('.')}}}" + _PORT_SUFFIX
-    # Past both limits (a suffix over ~80 characters *and* 7+ labels) Envoy will NACK the
-    # readable form, which at least names the host in the error.
-    return counted if _program_size(counted) < _program_size(spelled) else spelled
-
-
-def _program_size(pattern: str) -> int:
-    return int(re2.compile(pattern).programsize)
-
-
 # --- actions -------------------------------------------------------------------------------------
 
 
 def _set_forward(out: Any, action: Forward) -> None:
     # Weight-0 backends get no traffic; Envoy would accept them, but leaving them out keeps the
-    # split readable and turns an all-zero split (or an empty one) into an explicit 503.
-    weights: dict[str, int] = {}
-    for wc in action.clusters:
-        if wc.weight > 0:
-            # A cluster listed twice gets the sum of its weights: the same split, without
-            # relying on how Envoy treats repeated names in weighted_clusters.
-            weights[wc.cluster] = weights.get(wc.cluster, 0) + wc.weight
+    # split readable and turns an all-zero split (or an empty one) into an explicit 503. A cluster
+    # listed twice gets the sum of its weights, without relying on how Envoy treats repeated names
+    # in weighted_clusters. The evaluator reads a Forward through the same helper.
+    weights = effective_forward(action)
     if not weights:
         out.direct_response.status = NO_BACKEND_STATUS
     elif len(weights) == 1:
-        out.route.cluster = next(iter(weights))
+        out.route.cluster = weights[0][0]
     else:
-        # The dict keeps the graph's order, so the output does not depend on hashing.
         split = out.route.weighted_clusters
-        for cluster, weight in weights.items():
+        for cluster, weight in weights:
             entry = split.clusters.add(name=cluster)
             entry.weight.value = weight
 

@@ -1,0 +1,336 @@
+"""HTTPProxy `spec.tcpproxy` and `virtualhost.tls.passthrough`: a root's hostname routed by SNI
+to TCP backends on the HTTPS listener (Contour's `processHTTPProxyTCPProxy`).
+
+- With `tls.passthrough: true` the TLS stream reaches the backend untouched (the client sees the
+  backend's certificate); with `tls.secretName` Envoy terminates TLS (checking client
+  certificates when `clientValidation` asks) and streams the plain bytes. Without either, the
+  tcpproxy is `TLSMustBeConfigured`: SNI is the only thing to route a TCP stream by.
+- `services` (weights split connections; an unset weight counts 1, as in Contour) or `include`
+  (`includes` is Contour's deprecated spelling; `include` wins when both are set) of a non-root
+  HTTPProxy whose own `tcpproxy` is used, followed transitively.
+- `loadBalancerPolicy.strategy` applies to the clusters (Cookie and RequestHash need an HTTP
+  request to hash: ignored with a warning); `healthCheckPolicy` is a TCP connect check.
+- Errors are Contour's (`TCPProxyError`: `TLSMustBeConfigured`, `NoServicesAndInclude`,
+  `NothingDefined`, `ServiceUnresolvedReference`; `TCPProxyIncludeError`: `IncludeNotFound`,
+  `RootIncludesRoot`, `IncludeCreatesCycle`), reported on the proxy of the chain that has the
+  problem. Any of them leaves the root unserved on both listeners, as in Contour.
+- A root's routes are still served on the HTTP listener (answering 301 to HTTPS unless they
+  permit insecure traffic); on the HTTPS listener the hostname belongs to the TCP proxy. A root
+  with `passthrough` and no `tcpproxy` serves nothing over TLS.
+
+Seed 001 proposed a `tcp` backend protocol in place of `tcpproxy`; Contour shipped `tcpproxy`, and
+turnout reads what Contour shipped.
+
+This module is imported by `spec.py`, so it imports nothing from the dialect at module level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from turnout.graph.model import (
+    LoadBalancerStrategy,
+    TCPHealthCheck,
+    TCPProxy,
+    TLSTermination,
+    UpstreamProtocol,
+    UpstreamSettings,
+    WeightedCluster,
+)
+from turnout.graph.services import Unresolved, find_service_port
+
+if TYPE_CHECKING:
+    from turnout.dialects.httpproxy.processor import _Compiler
+    from turnout.dialects.httpproxy.spec import ParsedProxy, ServiceSpec
+
+TCPPROXY_ERROR = "TCPProxyError"
+TCPPROXY_INCLUDE_ERROR = "TCPProxyIncludeError"
+SERVICE_ERROR = "ServiceError"
+
+TCPPROXY_FIELDS = frozenset(
+    {"loadBalancerPolicy", "services", "include", "includes", "healthCheckPolicy"}
+)
+_INCLUDE_FIELDS = frozenset({"name", "namespace"})
+_LB_FIELDS = frozenset({"strategy", "requestHashPolicies"})
+_HEALTH_FIELDS = frozenset(
+    {"intervalSeconds", "timeoutSeconds", "unhealthyThresholdCount", "healthyThresholdCount"}
+)
+
+# Contour's `loadBalancerPolicy`: any other strategy means RoundRobin.
+_STRATEGIES = {
+    "RoundRobin": LoadBalancerStrategy.ROUND_ROBIN,
+    "WeightedLeastRequest": LoadBalancerStrategy.WEIGHTED_LEAST_REQUEST,
+    "Random": LoadBalancerStrategy.RANDOM,
+}
+_HASH_STRATEGIES = ("Cookie", "RequestHash")
+
+# Contour's defaults for a TCP health check field left at 0 (`internal/envoy/healthcheck.go`).
+HEALTH_INTERVAL_S = 10.0
+HEALTH_TIMEOUT_S = 2.0
+HEALTH_UNHEALTHY = 3
+HEALTH_HEALTHY = 2
+
+
+@dataclass(frozen=True, slots=True)
+class TCPIncludeSpec:
+    name: str
+    namespace: str  # "" means the including proxy's namespace
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class TCPHealthCheckSpec:
+    """0 means "Contour's default" for every number."""
+
+    interval_seconds: int = 0
+    timeout_seconds: int = 0
+    unhealthy_threshold: int = 0
+    healthy_threshold: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TCPProxySpec:
+    services: tuple[ServiceSpec, ...] = ()
+    include: TCPIncludeSpec | None = None
+    strategy: str = ""
+    health_check: TCPHealthCheckSpec | None = None
+
+
+class Passthrough:
+    """What `_tls` answers for `tls.passthrough`: no termination, the stream goes through."""
+
+
+PASSTHROUGH = Passthrough()
+
+
+def read_tcpproxy(r: Any, value: Any, path: str) -> TCPProxySpec | None:
+    """Reads `spec.tcpproxy` with `spec._Reader` `r` (its errors name the field)."""
+    from turnout.dialects.httpproxy.spec import _service
+
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, TCPPROXY_FIELDS)
+    services = tuple(
+        svc for where, item in r.items(m, "services", path) if (svc := _service(r, item, where))
+    )
+    include: TCPIncludeSpec | None = None
+    for key in ("includes", "include"):  # the singular wins (Contour #2218)
+        if m.get(key) is not None:
+            include = _include(r, m[key], f"{path}.{key}") or include
+    strategy = ""
+    if m.get("loadBalancerPolicy") is not None:
+        where = f"{path}.loadBalancerPolicy"
+        lb = r.mapping(m["loadBalancerPolicy"], where)
+        if lb is not None:
+            r.check_fields(lb, where, _LB_FIELDS)
+            strategy = r.string(lb, "strategy", where)
+            r.items(lb, "requestHashPolicies", where)  # type-checked; never used for TCP
+    health: TCPHealthCheckSpec | None = None
+    if m.get("healthCheckPolicy") is not None:
+        where = f"{path}.healthCheckPolicy"
+        hm = r.mapping(m["healthCheckPolicy"], where)
+        if hm is not None:
+            r.check_fields(hm, where, _HEALTH_FIELDS)
+            values = [max(r.integer(hm, key, where), 0) for key in _HEALTH_KEYS]
+            health = TCPHealthCheckSpec(*values)
+    return TCPProxySpec(services=services, include=include, strategy=strategy, health_check=health)
+
+
+_HEALTH_KEYS = (
+    "intervalSeconds",
+    "timeoutSeconds",
+    "unhealthyThresholdCount",
+    "healthyThresholdCount",
+)
+
+
+def _include(r: Any, value: Any, path: str) -> TCPIncludeSpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _INCLUDE_FIELDS)
+    return TCPIncludeSpec(
+        name=r.string(m, "name", path, required=True),
+        namespace=r.string(m, "namespace", path),
+        field=path,
+    )
+
+
+def tcp_health_check(spec: TCPHealthCheckSpec | None) -> TCPHealthCheck | None:
+    if spec is None:
+        return None
+    return TCPHealthCheck(
+        interval_s=float(spec.interval_seconds) or HEALTH_INTERVAL_S,
+        timeout_s=float(spec.timeout_seconds) or HEALTH_TIMEOUT_S,
+        unhealthy_threshold=spec.unhealthy_threshold or HEALTH_UNHEALTHY,
+        healthy_threshold=spec.healthy_threshold or HEALTH_HEALTHY,
+    )
+
+
+def compile_tcpproxy(
+    compiler: _Compiler,
+    root: ParsedProxy,
+    host: str,
+    tls: TLSTermination | None,
+    passthrough: bool,
+) -> TCPProxy | None:
+    """The root's TCP proxy for `host`, or None with the error reported (the root is then not
+    served at all)."""
+    if tls is None and not passthrough:
+        compiler.status[root.key].add_error(
+            TCPPROXY_ERROR,
+            "TLSMustBeConfigured",
+            "Spec.TCPProxy requires that either Spec.TLS.Passthrough or Spec.TLS.SecretName be set",
+        )
+        return None
+    clusters = _clusters(compiler, root)
+    if clusters is None:
+        return None
+    return TCPProxy(name=host, hostname=host, clusters=clusters, owner=root.obj.ref, tls=tls)
+
+
+def _clusters(compiler: _Compiler, root: ParsedProxy) -> tuple[WeightedCluster, ...] | None:
+    """The clusters of `root`'s tcpproxy, following its includes; None on an error. A loop, not
+    recursion: a chain of includes can be as long as there are proxies."""
+    visited: list[ParsedProxy] = []
+    seen: set[tuple[str, str]] = set()
+    proxy = root
+    while True:
+        st = compiler.status[proxy.key]
+        tcp = proxy.spec.tcpproxy
+        if tcp is None:
+            # Reached through an include: Contour accepts a target without a tcpproxy and then
+            # proxies nothing, which is surely not what the includer meant.
+            st.add_error(
+                TCPPROXY_ERROR,
+                "NothingDefined",
+                "included by a tcpproxy, but spec.tcpproxy is not set: either services or "
+                "inclusion must be specified",
+            )
+            return None
+        visited.append(proxy)
+        seen.add(proxy.key)
+        if tcp.services and tcp.include is not None:
+            st.add_error(
+                TCPPROXY_ERROR,
+                "NoServicesAndInclude",
+                "cannot specify services and include in the same httpproxy",
+            )
+            return None
+        strategy = tcp.strategy
+        if strategy in _HASH_STRATEGIES:
+            st.add_warning(
+                TCPPROXY_ERROR,
+                "IgnoredField",
+                f'ignoring field "Spec.TCPProxy.LoadBalancerPolicy"; {strategy} load balancer '
+                "policy is not supported for TCPProxies",
+            )
+        if tcp.services:
+            return _service_clusters(compiler, proxy, tcp)
+        inc = tcp.include
+        if inc is None:
+            st.add_error(
+                TCPPROXY_ERROR, "NothingDefined", "either services or inclusion must be specified"
+            )
+            return None
+        namespace = inc.namespace or proxy.obj.namespace
+        dest = compiler.proxies.get((namespace, inc.name))
+        if dest is None:
+            st.add_error(
+                TCPPROXY_INCLUDE_ERROR,
+                "IncludeNotFound",
+                f"include {namespace}/{inc.name} not found",
+            )
+            return None
+        if dest.is_root:
+            st.add_error(
+                TCPPROXY_INCLUDE_ERROR,
+                "RootIncludesRoot",
+                f"root httpproxy cannot include another root httpproxy ({namespace}/{inc.name})",
+            )
+            return None
+        compiler.reached.add(dest.key)
+        if dest.key in seen:
+            chain = " -> ".join(f"{v.obj.namespace}/{v.obj.name}" for v in (*visited, dest))
+            st.add_error(
+                TCPPROXY_INCLUDE_ERROR, "IncludeCreatesCycle", f"include creates a cycle: {chain}"
+            )
+            return None
+        if not dest.schema_valid:
+            return None  # its own status says why
+        proxy = dest
+
+
+def _service_clusters(
+    compiler: _Compiler, proxy: ParsedProxy, tcp: TCPProxySpec
+) -> tuple[WeightedCluster, ...] | None:
+    settings = UpstreamSettings(
+        protocol=UpstreamProtocol.TCP,
+        lb_strategy=_STRATEGIES.get(tcp.strategy, LoadBalancerStrategy.ROUND_ROBIN),
+        tcp_health_check=tcp_health_check(tcp.health_check),
+    )
+    out: list[WeightedCluster] = []
+    for svc in tcp.services:
+        cluster = _service_cluster(compiler, proxy, svc, settings)
+        if cluster is None:
+            return None
+        # Contour gives an unset weight 1 here (not 0 as on HTTP routes).
+        out.append(WeightedCluster(cluster, svc.weight or 1))
+    return tuple(out)
+
+
+def _service_cluster(
+    compiler: _Compiler, proxy: ParsedProxy, svc: ServiceSpec, settings: UpstreamSettings
+) -> str | None:
+    """The cluster name for one tcpproxy service (in the proxy's own namespace), or None with
+    the error reported. Protocol and upstream validation follow the route services' rules
+    (`upstream.py`); the stream itself is TCP, TLS-originated for `tls`/`h2` upstreams."""
+    from turnout.dialects.httpproxy import upstream
+
+    st = compiler.status[proxy.key]
+    namespace = proxy.obj.namespace
+    if not 1 <= svc.port <= 65535:
+        st.add_error(
+            SERVICE_ERROR,
+            "ServicePortInvalid",
+            f'service "{svc.name}": port must be in the range 1-65535',
+        )
+        return None
+    service = compiler.snapshot.get("", "Service", namespace, svc.name)
+    port = find_service_port(service, svc.port) if service is not None else None
+    if service is not None and port is not None:
+        chosen = upstream.service_settings(
+            service=service,
+            port=port,
+            name=svc.name,
+            requested_port=svc.port,
+            protocol=svc.protocol,
+            upstream=svc.upstream,
+            route=upstream.NO_ROUTE_UPSTREAM,
+            lb_strategy=settings.lb_strategy,
+            ca_bundles=compiler.ctx.secrets.ca_bundles,
+            namespace=namespace,
+        )
+        if isinstance(chosen, tuple):
+            st.add_error(*chosen)
+            return None
+        tls = chosen.protocol in (UpstreamProtocol.TLS, UpstreamProtocol.H2)
+        settings = replace(
+            settings,
+            protocol=UpstreamProtocol.TLS if tls else UpstreamProtocol.TCP,
+            validation=chosen.validation,
+            slow_start=chosen.slow_start,
+        )
+    # Missing Services and ports, and refused ExternalName Services, come back from the
+    # resolver with Contour's wording.
+    result = compiler.ctx.backends.service(namespace, svc.name, svc.port, settings=settings)
+    if isinstance(result, Unresolved):
+        st.add_error(
+            TCPPROXY_ERROR,
+            "ServiceUnresolvedReference",
+            f"Spec.TCPProxy unresolved service reference: {result.message}",
+        )
+        return None
+    return result.name

@@ -1,0 +1,257 @@
+"""Virtual-host and route policies that Envoy enforces in HTTP filters: CORS, IP allow/deny lists
+(RBAC) and local rate limits.
+
+Every HTTP connection manager carries the three filters, in this order, first in its chain:
+
+    envoy.filters.http.cors -> envoy.filters.http.rbac -> envoy.filters.http.local_ratelimit
+    (-> the Lua filter of cookie rewrites -> envoy.filters.http.router)
+
+and each of them does nothing until a virtual host or a route configures it through
+`typed_per_filter_config` (the most specific configuration wins: a route's replaces its virtual
+host's). Keeping the filters present whether or not any host uses them means that adding or
+removing a policy changes only route tables (RDS): the listeners stay byte-identical, so Envoy
+never drains a listener's connections because one tenant switched CORS on. The cost is three
+idle filters per connection manager.
+
+The order differs from Contour's (cors, local_ratelimit, rbac): an address refused by the IP
+filter gets its 403 before it can take tokens from a bucket, so a denied client cannot rate-limit
+the clients that are allowed in. CORS comes first, as in Contour, so preflight requests are
+answered without spending tokens.
+
+Everything here is pure and guards Envoy's own limits: a value no dialect should produce (a CIDR
+that does not parse, a status Envoy cannot send) degrades on its own virtual host or route and
+never makes Envoy reject a whole route table.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from envoy.config.core.v3 import address_pb2, base_pb2
+from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
+from envoy.extensions.filters.http.cors.v3 import cors_pb2
+from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
+from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from envoy.type.matcher.v3 import regex_pb2, string_pb2
+from envoy.type.v3 import http_status_pb2, percent_pb2, token_bucket_pb2
+
+from turnout.envoy.translate.common import duration, pack
+from turnout.graph.model import (
+    CorsPolicy,
+    HeaderValue,
+    IPFilter,
+    IPFilterSource,
+    LocalRateLimit,
+    Route,
+    VirtualHost,
+)
+
+CORS_FILTER = "envoy.filters.http.cors"
+RBAC_FILTER = "envoy.filters.http.rbac"
+LOCAL_RATELIMIT_FILTER = "envoy.filters.http.local_ratelimit"
+
+# The order the filters run in; the router comes after them.
+POLICY_FILTERS = (CORS_FILTER, RBAC_FILTER, LOCAL_RATELIMIT_FILTER)
+
+# How `CorsPolicy.allow_origins` marks a regex (anything else is an exact origin, or "*").
+REGEX_ORIGIN_PREFIX = "regex:"
+
+# The name of the one RBAC policy turnout writes; it shows in Envoy's RBAC stats and logs.
+IP_FILTER_POLICY = "ip-filter"
+
+# The filter-wide local rate limiter has no token bucket, so it limits nothing by itself.
+_RATELIMIT_STAT_PREFIX = "http"
+
+_UINT32_MAX = 2**32 - 1
+# `LocalRateLimit.response_headers_to_add` is limited to 10 entries by its proto validation.
+MAX_RATE_LIMIT_HEADERS = 10
+# `HttpStatus.code` must be a value of Envoy's `StatusCode` enum (`defined_only`).
+_SENDABLE_STATUSES = frozenset(v for v in http_status_pb2.StatusCode.values() if v >= 200)
+# Stat sinks (statsd, Prometheus) choke on other characters; route names have "/" and "[".
+_STAT_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+# Envoy's `token_bucket.fill_interval` must be at least 50 ms.
+_MIN_FILL_INTERVAL_S = 0.05
+
+
+def policy_http_filters() -> list[Any]:
+    """The policy filters of every HTTP connection manager, disabled until configured."""
+    return [
+        hcm_pb2.HttpFilter(name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())),
+        # No `rules`: the filter enforces nothing until a virtual host or route sets some (an
+        # empty `rules` would deny every request).
+        hcm_pb2.HttpFilter(name=RBAC_FILTER, typed_config=pack(rbac_filter_pb2.RBAC())),
+        hcm_pb2.HttpFilter(
+            name=LOCAL_RATELIMIT_FILTER,
+            typed_config=pack(
+                local_rate_limit_pb2.LocalRateLimit(stat_prefix=_RATELIMIT_STAT_PREFIX)
+            ),
+        ),
+    ]
+
+
+def set_virtual_host_filter_configs(out: Any, vh: VirtualHost) -> None:
+    """Adds the virtual host's CORS, IP filter and rate limit to `out` (an Envoy VirtualHost)."""
+    policies = vh.policies
+    if policies.cors is not None:
+        out.typed_per_filter_config[CORS_FILTER].CopyFrom(pack(cors_policy(policies.cors)))
+    if policies.ip_filter is not None:
+        out.typed_per_filter_config[RBAC_FILTER].CopyFrom(pack(rbac_per_route(policies.ip_filter)))
+    if policies.rate_limit is not None:
+        config = local_rate_limit(policies.rate_limit, f"vhost.{vh.name}")
+        out.typed_per_filter_config[LOCAL_RATELIMIT_FILTER].CopyFrom(pack(config))
+
+
+def set_route_filter_configs(out: Any, route: Route, stat_name: str) -> None:
+    """Adds the route's IP filter and rate limit to `out` (an Envoy Route); each replaces the
+    virtual host's for this route only. `stat_name` names the route's rate-limit stats."""
+    policies = route.policies
+    if policies.ip_filter is not None:
+        out.typed_per_filter_config[RBAC_FILTER].CopyFrom(pack(rbac_per_route(policies.ip_filter)))
+    if policies.rate_limit is not None:
+        config = local_rate_limit(policies.rate_limit, "route." + _STAT_UNSAFE.sub("_", stat_name))
+        out.typed_per_filter_config[LOCAL_RATELIMIT_FILTER].CopyFrom(pack(config))
+
+
+# --- CORS ----------------------------------------------------------------------------------------
+
+
+def cors_policy(policy: CorsPolicy) -> Any:
+    """`envoy.extensions.filters.http.cors.v3.CorsPolicy` (never the deprecated
+    `VirtualHost.cors`). Exact origins ignore case, as browsers send the scheme and host in lower
+    case anyway; `*` is an exact match that Envoy treats as "any origin"."""
+    out = cors_pb2.CorsPolicy(
+        allow_methods=",".join(policy.allow_methods),
+        allow_headers=",".join(policy.allow_headers),
+        expose_headers=",".join(policy.expose_headers),
+    )
+    out.allow_credentials.value = policy.allow_credentials
+    out.allow_private_network_access.value = policy.allow_private_network
+    if policy.max_age_s is not None:
+        out.max_age = str(max(0, policy.max_age_s))
+    for origin in policy.allow_origins:
+        if origin.startswith(REGEX_ORIGIN_PREFIX):
+            matcher = string_pb2.StringMatcher()
+            matcher.safe_regex.CopyFrom(
+                regex_pb2.RegexMatcher(regex=origin[len(REGEX_ORIGIN_PREFIX) :])
+            )
+        else:
+            matcher = string_pb2.StringMatcher(exact=origin, ignore_case=True)
+        out.allow_origin_string_match.append(matcher)
+    return out
+
+
+# --- IP allow/deny lists (RBAC) ------------------------------------------------------------------
+
+
+def rbac_per_route(ip_filter: IPFilter) -> Any:
+    """`RBACPerRoute` for one IP filter. `Peer` is the connection's own address
+    (`direct_remote_ip`); `Remote` is the client address Envoy derives from X-Forwarded-For
+    with the HTTP connection manager's `xff_num_trusted_hops` (`remote_ip`).
+
+    An allow list admits the listed addresses and answers 403 to everyone else; a deny list
+    answers 403 to the listed addresses. A rule whose CIDR does not parse fails closed: an allow
+    list loses the rule (fewer addresses admitted), a deny list denies everybody, because
+    dropping a deny rule would let in what the user meant to keep out.
+    """
+    principals: list[Any] = []
+    broken = False
+    for rule in ip_filter.rules:
+        cidr = cidr_range(rule.cidr)
+        if cidr is None:
+            broken = True
+            continue
+        principal = rbac_config_pb2.Principal()
+        if rule.source is IPFilterSource.REMOTE:
+            principal.remote_ip.CopyFrom(cidr)
+        else:
+            principal.direct_remote_ip.CopyFrom(cidr)
+        principals.append(principal)
+    rules = rbac_config_pb2.RBAC()
+    if not ip_filter.allow and broken:
+        # An ALLOW action without policies matches nobody, so every request is denied.
+        rules.action = rbac_config_pb2.RBAC.ALLOW
+    else:
+        rules.action = rbac_config_pb2.RBAC.ALLOW if ip_filter.allow else rbac_config_pb2.RBAC.DENY
+        if principals:
+            # A policy needs at least one principal: an empty allow list denies everyone (no
+            # policy under ALLOW), an empty deny list denies no one (no policy under DENY).
+            policy = rules.policies[IP_FILTER_POLICY]
+            policy.permissions.add().any = True
+            policy.principals.extend(principals)
+    out = rbac_filter_pb2.RBACPerRoute()
+    out.rbac.rules.CopyFrom(rules)
+    return out
+
+
+def cidr_range(cidr: str) -> Any | None:
+    """`CidrRange` of the network `cidr` names (host bits cleared; a bare address is a /32 or
+    /128), or None when it does not parse."""
+    text = cidr.strip()
+    if "%" in text:  # an IPv6 zone never names a network
+        return None
+    _, sep, length = text.partition("/")
+    if sep and not (length.isascii() and length.isdigit()):
+        return None  # ipaddress would also take a netmask (a.b.c.d/255.0.0.0); Envoy does not
+    try:
+        network = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return None
+    out = address_pb2.CidrRange(address_prefix=str(network.network_address))
+    out.prefix_len.value = network.prefixlen
+    return out
+
+
+# --- local rate limits ---------------------------------------------------------------------------
+
+
+def local_rate_limit(limit: LocalRateLimit, stat_prefix: str) -> Any:
+    """A `LocalRateLimit` with its own token bucket: `requests + burst` tokens, `requests` more
+    every `unit_s` seconds, shared by every connection (and worker) the virtual host or route
+    serves. A rate-limited request gets `status` (Envoy's default, 429, for a status Envoy
+    cannot send) with `response_headers`."""
+    requests = min(max(limit.requests, 1), _UINT32_MAX)
+    bucket = token_bucket_pb2.TokenBucket(
+        max_tokens=min(requests + max(limit.burst, 0), _UINT32_MAX)
+    )
+    bucket.tokens_per_fill.value = requests
+    bucket.fill_interval.CopyFrom(duration(max(float(limit.unit_s), _MIN_FILL_INTERVAL_S)))
+    out = local_rate_limit_pb2.LocalRateLimit(stat_prefix=stat_prefix, token_bucket=bucket)
+    # Both at 100 %: without filter_enabled the limiter only counts, without filter_enforced it
+    # does not reject.
+    for field in (out.filter_enabled, out.filter_enforced):
+        field.default_value.numerator = 100
+        field.default_value.denominator = percent_pb2.FractionalPercent.HUNDRED
+    if limit.status in _SENDABLE_STATUSES and limit.status != 429:
+        out.status.code = limit.status
+    out.response_headers_to_add.extend(_header_options(limit.response_headers))
+    return out
+
+
+def _header_options(headers: Iterable[HeaderValue]) -> list[Any]:
+    out = []
+    for header in headers:
+        if not _valid_header(header):
+            continue
+        option = base_pb2.HeaderValueOption(
+            append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+        )
+        option.header.key = header.name
+        option.header.value = header.value
+        out.append(option)
+        if len(out) == MAX_RATE_LIMIT_HEADERS:
+            break
+    return out
+
+
+def _valid_header(header: HeaderValue) -> bool:
+    # Envoy's HTTP_HEADER_NAME / HTTP_HEADER_VALUE rules; a pseudo-header cannot be added.
+    name = header.name
+    if not name or name.startswith(":") or any(c in name for c in "\x00\r\n"):
+        return False
+    return not any(c in header.value for c in "\x00\r\n")

@@ -1,0 +1,49 @@
+"""What the TLS and TCP parts of the listeners refer to, so the graph builder keeps only the
+secrets, CA bundles and clusters that something served uses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from turnout.graph.model import Cluster, Listener, TLSTermination
+
+
+def _terminations(listeners: Iterable[Listener]) -> Iterable[TLSTermination]:
+    for listener in listeners:
+        for vh in listener.virtual_hosts:
+            if vh.tls is not None:
+                yield vh.tls
+        for proxy in listener.tcp_proxies:
+            if proxy.tls is not None:
+                yield proxy.tls
+
+
+def tls_secret_names(listeners: Iterable[Listener]) -> set[str]:
+    """Certificates: each termination's own, and the fallback certificate it enables."""
+    names: set[str] = set()
+    for tls in _terminations(listeners):
+        names.add(tls.secret)
+        if tls.fallback_secret is not None:
+            names.add(tls.fallback_secret)
+    return names
+
+
+def tcp_cluster_names(listeners: Iterable[Listener]) -> set[str]:
+    return {
+        wc.cluster
+        for listener in listeners
+        for proxy in listener.tcp_proxies
+        for wc in proxy.clusters
+    }
+
+
+def ca_bundle_names(listeners: Iterable[Listener], clusters: Iterable[Cluster]) -> set[str]:
+    """CA bundles and CRLs: client validation on terminations, upstream validation on clusters."""
+    names: set[str] = set()
+    for tls in _terminations(listeners):
+        cv = tls.client_validation
+        if cv is None:
+            continue
+        names.update(n for n in (cv.ca_bundle, cv.crl_bundle) if n is not None)
+    names.update(c.validation.ca_secret for c in clusters if c.validation is not None)
+    return names

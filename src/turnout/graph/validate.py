@@ -1,0 +1,1037 @@
+"""The safety net between the dialects and the Envoy translator: Envoy's limits, enforced per piece.
+
+Dialects validate what their users write, each in its own API's words. This module is the net
+under all of them: `enforce_envoy_limits(graph)` checks every value the translator will emit
+against what Envoy 1.40 accepts, and confines what fails to the object that wrote it, so that the
+promise "bad input never changes another object's routing" holds whatever a dialect misses. A
+value that slipped through would otherwise make `translate()` raise (no configuration for anyone)
+or make Envoy NACK the shared RouteConfiguration, CDS or LDS update (no change for anyone).
+
+What an offending piece becomes:
+- a **route** whose match is invalid is left out (its match cannot be expressed, so it cannot
+  even answer); a route whose action or policies are invalid answers `DirectResponse(500)` with
+  the same match, so its requests do not fall through to someone else's route;
+- a **virtual host** whose own fields are invalid (hostname, TLS references, policies) is left
+  out of its listener, and so is a later one repeating a domain of its route configuration;
+- a **cluster** loses the endpoints Envoy would refuse; a cluster whose settings are invalid is
+  left out, and the routes that forward or mirror to it answer 500;
+- a **TCP proxy** with an invalid SNI name, TLS reference or cluster is left out.
+Everything else is returned unchanged (the same objects, so the cost of the net is only the
+checks). Each problem names the object, the field and Envoy's limit, and `compile_snapshot`
+reports it as an error.
+
+The limits, with where Envoy states them (PGV rules in the v3 API unless said otherwise):
+- strings travel as protobuf `string`: valid UTF-8;
+- `RouteMatch`: `path`/`prefix` start with `/` (turnout's rule: Envoy accepts others but they
+  never match) and hold no CR, LF or NUL; `path_separated_prefix` matches `^[^?#]+[^?#/]$`;
+  `safe_regex`, and every other regex, compiles with RE2 and has a program size of at most 100
+  (`re2.max_program_size.error_level`);
+- `HeaderMatcher.name`: 1+ characters, no CR/LF/NUL (`HTTP_HEADER_NAME`, not strict); header
+  values to match hold no CR/LF/NUL (a request cannot carry them); `StringMatcher` `prefix`,
+  `suffix`, `contains` and `safe_regex.regex` are not empty;
+- `QueryParameterMatcher.name`: 1 to 1024 bytes;
+- `WeightedCluster.ClusterWeight.weight` is a uint32 and the weights of a route sum to at most
+  4294967295 (`RouteEntryImplBase`); every cluster a route names exists (Envoy's
+  `validate_clusters`);
+- `DirectResponseAction.status` in [200, 600); a body is at most 64 KiB (turnout's bound: Envoy
+  takes any size once `max_direct_response_body_size_bytes` is raised, which would let one object
+  grow everybody's RouteConfiguration);
+- `RedirectAction` `host_redirect`, `path_redirect`, `prefix_rewrite`: no CR/LF/NUL
+  (`HTTP_HEADER_VALUE`, not strict); a scheme is an RFC 3986 scheme; a port is 1 to 65535;
+- `VirtualHost.domains`: no CR/LF/NUL; turnout requires DNS labels of letters, digits, `-` and
+  `_` (at most 63 characters each, 253 in all), with `*` only as the whole first label or the
+  whole name, which is also what HTTPS `server_names` accept (no partial wildcards); domains are
+  unique per RouteConfiguration, case-insensitively; a one-label wildcard's `:authority` regex
+  must fit RE2's limit;
+- `HeaderValue` (header changes, rate-limit responses): name 1 to 16384 bytes without
+  CR/LF/NUL, value at most 16384 bytes without CR/LF/NUL; `:`-prefixed names and `host` may not
+  be added, set or removed; a `%` in a value starts `%%` or a known `%COMMAND%` (an unknown one
+  is "Not supported field in StreamInfo");
+- `HostRewrite` literal, `PathRewrite` prefix, full path and substitution: no CR/LF/NUL; a
+  rewrite regex compiles within RE2's limit;
+- durations (timeouts, retries, HTTP and TCP health checks, outlier detection, slow start, cookie
+  TTLs, connection timeouts): finite, not negative, at most 9223372035 s (Envoy converts them to
+  int64 nanoseconds and refuses larger ones as "Duration out-of-range");
+- uint32 counts (retries, thresholds, rate limits, retriable statuses) in [0, 4294967295];
+  percentages in [0, 100]; a rate limit's status a defined `envoy.type.v3.StatusCode` >= 400;
+- `HttpHealthCheck.path`/`host`: no control character but tab (`HTTP_HEADER_VALUE`, strict);
+- endpoints: an IP address (EDS resolves nothing) and a port in [1, 65535];
+- `UpstreamTlsContext.sni` and subject names: no CR/LF/NUL; a TLS secret or fallback certificate
+  a virtual host or TCP proxy names exists in the graph (SDS would otherwise keep the listener
+  warming forever); a DNS cluster's port is 1 to 65535;
+- CIDR ranges parse as IP networks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from turnout.dialects.regex import ENVOY_MAX_PROGRAM_SIZE, regex_error
+from turnout.graph.evaluate import (
+    effective_forward,
+    envoy_regex_program_size,
+    wildcard_authority_regex,
+)
+from turnout.graph.model import (
+    BackendPolicies,
+    Cluster,
+    CookieRewrite,
+    CorsPolicy,
+    DirectResponse,
+    Endpoint,
+    Forward,
+    HashPolicy,
+    HashSource,
+    HeaderMatch,
+    HeaderPolicy,
+    HeaderValue,
+    HostnameMatch,
+    HostRewrite,
+    IPFilter,
+    Listener,
+    LocalRateLimit,
+    PathMatchKind,
+    QueryMatch,
+    Redirect,
+    Route,
+    RouteMatch,
+    RoutePolicies,
+    RoutingGraph,
+    StringMatchKind,
+    TCPProxy,
+    TLSTermination,
+    VirtualHost,
+    VirtualHostPolicies,
+)
+from turnout.objects import ObjectRef
+from turnout.store import Snapshot, SourceProblem
+
+UINT32_MAX = 2**32 - 1
+MAX_DURATION_S = 9_223_372_035
+MAX_QUERY_NAME_BYTES = 1024
+MAX_HEADER_BYTES = 16384
+MAX_DIRECT_RESPONSE_BODY_BYTES = 64 * 1024
+MAX_HOSTNAME_LENGTH = 253
+INVALID_ROUTE_STATUS = 500
+
+# envoy.type.v3.StatusCode values at or above 400 (a local rate limit's status must be one).
+_DEFINED_ERROR_STATUSES = frozenset(
+    {400, 401, 402, 403, 404, 405, 406, 407, 408, 409, 410, 411, 412, 413, 414, 415, 416, 417}
+    | {421, 422, 423, 424, 426, 428, 429, 431}
+    | {500, 501, 502, 503, 504, 505, 506, 507, 508, 510, 511}
+)
+
+# Envoy's substitution commands accepted in header values (each checked against Envoy 1.40).
+_HEADER_COMMANDS = frozenset(
+    (
+        "REQ", "RESP", "START_TIME", "PROTOCOL", "UPSTREAM_PROTOCOL", "HOSTNAME",
+        "DOWNSTREAM_REMOTE_ADDRESS", "DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT",
+        "DOWNSTREAM_REMOTE_PORT", "DOWNSTREAM_DIRECT_REMOTE_ADDRESS",
+        "DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT", "DOWNSTREAM_DIRECT_REMOTE_PORT",
+        "DOWNSTREAM_LOCAL_ADDRESS", "DOWNSTREAM_LOCAL_ADDRESS_WITHOUT_PORT",
+        "DOWNSTREAM_LOCAL_PORT",
+        "DOWNSTREAM_LOCAL_URI_SAN", "DOWNSTREAM_PEER_URI_SAN", "DOWNSTREAM_LOCAL_SUBJECT",
+        "DOWNSTREAM_PEER_SUBJECT", "DOWNSTREAM_PEER_ISSUER", "DOWNSTREAM_TLS_SESSION_ID",
+        "DOWNSTREAM_TLS_CIPHER", "DOWNSTREAM_TLS_VERSION", "DOWNSTREAM_PEER_FINGERPRINT_256",
+        "DOWNSTREAM_PEER_FINGERPRINT_1", "DOWNSTREAM_PEER_SERIAL", "DOWNSTREAM_PEER_CERT",
+        "DOWNSTREAM_PEER_CERT_V_START", "DOWNSTREAM_PEER_CERT_V_END", "REQUESTED_SERVER_NAME",
+        "UPSTREAM_REMOTE_ADDRESS", "UPSTREAM_REMOTE_ADDRESS_WITHOUT_PORT", "UPSTREAM_REMOTE_PORT",
+        "UPSTREAM_LOCAL_ADDRESS", "UPSTREAM_LOCAL_ADDRESS_WITHOUT_PORT", "UPSTREAM_LOCAL_PORT",
+        "UPSTREAM_HOST", "UPSTREAM_CLUSTER", "UPSTREAM_TRANSPORT_FAILURE_REASON", "RESPONSE_CODE",
+        "RESPONSE_FLAGS", "RESPONSE_CODE_DETAILS", "ROUTE_NAME", "VIRTUAL_CLUSTER_NAME",
+        "CONNECTION_ID", "STREAM_ID", "DYNAMIC_METADATA", "UPSTREAM_METADATA", "CLUSTER_METADATA",
+        "FILTER_STATE", "ENVIRONMENT", "UNIQUE_ID", "BYTES_RECEIVED", "BYTES_SENT", "DURATION",
+        "REQUEST_DURATION", "RESPONSE_DURATION",
+    )
+)  # fmt: skip
+# Envoy's own grammar for a command (substitution_formatter): NAME, optional (args), optional :N.
+_COMMAND = re.compile(r"%([A-Z0-9_]+)(\([^)]*\))?(:[0-9]+)?%")
+
+_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+_HOSTNAME = re.compile(rf"(?:\*\.)?{_LABEL}(?:\.{_LABEL})*", re.IGNORECASE)
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+# Control characters but tab: what a strict HTTP_HEADER_VALUE refuses.
+_STRICT_VALUE_REFUSED = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+_SAME_SITE = frozenset({"Strict", "Lax", "None"})
+
+
+@dataclass(frozen=True, slots=True)
+class GraphProblem:
+    """A value Envoy would refuse, the object that wrote it and what became of the piece."""
+
+    object: ObjectRef
+    field: str  # the route's source field, or which part of a virtual host / cluster
+    reason: str
+
+    def to_source_problem(self, snapshot: Snapshot | None = None) -> SourceProblem:
+        obj = snapshot.get_ref(self.object) if snapshot is not None else None
+        where = f"{self.field}: " if self.field else ""
+        return SourceProblem(
+            source=obj.origin.source if obj is not None else "<graph>",
+            line=obj.origin.line if obj is not None else None,
+            reason=where + self.reason,
+            object=str(self.object),
+            severity="error",
+        )
+
+
+def source_problems(
+    problems: Iterable[GraphProblem], snapshot: Snapshot | None = None
+) -> tuple[SourceProblem, ...]:
+    return tuple(p.to_source_problem(snapshot) for p in problems)
+
+
+# --- value checks: each returns why Envoy refuses the value, or None ----------------------------
+
+
+def _text(value: object) -> str | None:
+    # The checks run on every route of every compile: the common case (an ASCII str) first.
+    if type(value) is str and value.isascii():
+        return None
+    if not isinstance(value, str):
+        return f"is a {type(value).__name__}, not a string"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid UTF-8"
+    return None
+
+
+def _no_crlf(value: object) -> str | None:
+    """HTTP_HEADER_VALUE / HTTP_HEADER_NAME as Envoy checks them without `strict`."""
+    if type(value) is str and value.isascii() and _clean(value):
+        return None
+    problem = _text(value)
+    if problem is None and ("\r" in value or "\n" in value or "\x00" in value):  # type: ignore[operator]
+        return "holds CR, LF or NUL, which Envoy refuses in this field"
+    return problem
+
+
+def _clean(value: str) -> bool:
+    return "\r" not in value and "\n" not in value and "\x00" not in value
+
+
+def _header_name(value: object) -> str | None:
+    if type(value) is str and value and value.isascii() and _clean(value):
+        return None
+    problem = _no_crlf(value)
+    if problem is None and not value:
+        return "is empty; Envoy requires a header name"
+    return problem
+
+
+def _int_in(value: object, low: int, high: int) -> str | None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"is a {type(value).__name__}, not an integer"
+    if not low <= value <= high:
+        return f"is {value}, outside Envoy's range [{low}, {high}]"
+    return None
+
+
+def _integer(value: object) -> str | None:
+    return _int_in(value, -(2**63), 2**63)
+
+
+def _uint32(value: object) -> str | None:
+    return _int_in(value, 0, UINT32_MAX)
+
+
+def _duration(value: object) -> str | None:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return f"is a {type(value).__name__}, not a number of seconds"
+    if not math.isfinite(value) or value < 0:
+        return f"is {value}; Envoy needs a finite duration that is not negative"
+    if value > MAX_DURATION_S:
+        return f"is {value} s, above Envoy's limit of {MAX_DURATION_S} s"
+    return None
+
+
+def _percent(value: object) -> str | None:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return f"is a {type(value).__name__}, not a number"
+    if not (math.isfinite(value) and 0 <= value <= 100):
+        return f"is {value}, outside [0, 100]"
+    return None
+
+
+@lru_cache(maxsize=8192)
+def _regex(pattern: str) -> str | None:
+    if not pattern:
+        return "is an empty regex; Envoy requires at least one character"
+    # The dialects' helper for the syntax; its size check counts as the Python binding does,
+    # which is larger than Envoy's count, so the size is measured the way Envoy measures it.
+    problem = regex_error(pattern, max_program_size=1 << 62)
+    if problem is not None:
+        return problem
+    size = envoy_regex_program_size(pattern)
+    if size > ENVOY_MAX_PROGRAM_SIZE:
+        return f"has an RE2 program size of {size}, above Envoy's limit of {ENVOY_MAX_PROGRAM_SIZE}"
+    return None
+
+
+def _regex_value(value: object) -> str | None:
+    if not isinstance(value, str):
+        return _text(value)
+    return _text(value) or _regex(value)
+
+
+def _header_value(value: object) -> str | None:
+    problem = _no_crlf(value)
+    if problem is not None:
+        return problem
+    assert isinstance(value, str)
+    if len(value.encode()) > MAX_HEADER_BYTES:
+        return f"is longer than Envoy's limit of {MAX_HEADER_BYTES} bytes"
+    pos = value.find("%")
+    while pos >= 0:
+        if value.startswith("%%", pos):
+            pos = value.find("%", pos + 2)
+            continue
+        command = _COMMAND.match(value, pos)
+        if command is None:
+            return (
+                f"has a '%' at position {pos} that starts no %COMMAND%; Envoy refuses it "
+                "(write a literal % as %%)"
+            )
+        if command.group(1) not in _HEADER_COMMANDS:
+            return f"uses %{command.group(1)}%, which Envoy does not know"
+        pos = value.find("%", command.end())
+    return None
+
+
+def _first(*checks: tuple[str, Callable[[], str | None]]) -> str | None:
+    for where, check in checks:
+        problem = check()
+        if problem is not None:
+            return f"{where} {problem}"
+    return None
+
+
+def hostname_problem(hostname: object) -> str | None:
+    """Why `hostname` cannot be a virtual host's domain (or an SNI name), or None."""
+    problem = _no_crlf(hostname)
+    if problem is not None:
+        return problem
+    assert isinstance(hostname, str)
+    if hostname == "*":
+        return None
+    if len(hostname) > MAX_HOSTNAME_LENGTH or not _HOSTNAME.fullmatch(hostname):
+        return (
+            "is not a DNS name (labels of letters, digits, '-' and '_', at most 63 characters "
+            f"each and {MAX_HOSTNAME_LENGTH} in all, '*' only as the whole first label)"
+        )
+    return None
+
+
+# --- routes --------------------------------------------------------------------------------------
+
+
+def _path_match_problem(match: RouteMatch) -> str | None:
+    path = match.path
+    value = path.value
+    if path.kind is PathMatchKind.REGEX:
+        problem = _regex_value(value)
+        return None if problem is None else f"path regex {problem}"
+    problem = _no_crlf(value)
+    if problem is None and not value.startswith("/"):
+        problem = "does not start with '/'"
+    if problem is None and path.kind is PathMatchKind.SEGMENT_PREFIX:
+        stripped = value.rstrip("/")
+        if stripped and ("?" in stripped or "#" in stripped):
+            problem = "holds '?' or '#', which Envoy's path_separated_prefix refuses"
+    return None if problem is None else f"path {path.kind.value} {value!r} {problem}"
+
+
+def _string_match_problem(kind: StringMatchKind, value: object, crlf: bool) -> str | None:
+    if kind is StringMatchKind.PRESENT:
+        return None
+    if kind is StringMatchKind.REGEX:
+        return _regex_value(value)
+    problem = _no_crlf(value) if crlf else _text(value)
+    if problem is None and kind is not StringMatchKind.EXACT and not value:
+        return f"is empty; Envoy requires a non-empty {kind.value} value"
+    return problem
+
+
+def _header_match_problem(i: int, h: HeaderMatch) -> str | None:
+    problem = _header_name(h.name)
+    if problem is not None:
+        return f"headers[{i}].name {problem}"
+    problem = _string_match_problem(h.kind, h.value, True)
+    return None if problem is None else f"headers[{i}] ({h.name!r}) value {problem}"
+
+
+def _query_name(name: object) -> str | None:
+    problem = _text(name)
+    if problem is None:
+        assert isinstance(name, str)
+        size = len(name.encode())
+        if not 1 <= size <= MAX_QUERY_NAME_BYTES:
+            return f"is {size} bytes; Envoy allows 1 to {MAX_QUERY_NAME_BYTES}"
+    return problem
+
+
+def _query_match_problem(i: int, q: QueryMatch) -> str | None:
+    problem = _query_name(q.name)
+    if problem is not None:
+        return f"query[{i}].name {problem}"
+    problem = _string_match_problem(q.kind, q.value, False)
+    return None if problem is None else f"query[{i}] ({q.name!r}) value {problem}"
+
+
+def match_problem(match: RouteMatch) -> str | None:
+    """Why Envoy would refuse this match, or None."""
+    problem = _path_match_problem(match)
+    if problem is not None:
+        return problem
+    for i, h in enumerate(match.headers):
+        problem = _header_match_problem(i, h)
+        if problem is not None:
+            return problem
+    for i, q in enumerate(match.query):
+        problem = _query_match_problem(i, q)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _forward_problem(action: Forward, clusters: frozenset[str]) -> str | None:
+    for i, wc in enumerate(action.clusters):
+        problem = None if type(wc.weight) is int else _integer(wc.weight)
+        if problem is not None:
+            return f"backend {i} ({wc.cluster!r}) weight {problem}"
+    effective = effective_forward(action)
+    for name, _ in effective:
+        if name not in clusters:
+            return f"backend cluster {name!r} is not a usable cluster"
+    if len(effective) > 1:
+        # A single backend is sent as a plain cluster, so its weight never reaches Envoy.
+        for name, weight in effective:
+            if weight > UINT32_MAX:
+                return (
+                    f"backend {name!r} weight {weight} exceeds Envoy's limit of {UINT32_MAX} "
+                    "(uint32)"
+                )
+        total = sum(w for _, w in effective)
+        if total > UINT32_MAX:
+            return f"backend weights sum to {total}, above Envoy's limit of {UINT32_MAX} (uint32)"
+    for i, wc in enumerate(action.clusters):
+        if wc.policies is not None:
+            problem = _backend_policies_problem(wc.policies)
+            if problem is not None:
+                return f"backend {i} ({wc.cluster!r}) {problem}"
+    return None
+
+
+def _direct_problem(action: DirectResponse) -> str | None:
+    problem = _int_in(action.status, 200, 599)
+    if problem is not None:
+        return f"direct response status {problem}"
+    problem = _text(action.body)
+    if problem is None and len(action.body.encode()) > MAX_DIRECT_RESPONSE_BODY_BYTES:
+        problem = f"is longer than turnout's limit of {MAX_DIRECT_RESPONSE_BODY_BYTES} bytes"
+    return None if problem is None else f"direct response body {problem}"
+
+
+def _optional(value: object, check: Callable[[object], str | None]) -> str | None:
+    return None if value is None else check(value)
+
+
+def _redirect_problem(action: Redirect) -> str | None:
+    def scheme(value: object) -> str | None:
+        problem = _text(value)
+        if problem is None and isinstance(value, str) and value and not _SCHEME.fullmatch(value):
+            return "is not a URI scheme"
+        return problem
+
+    def port(value: object) -> str | None:
+        return None if value == 0 else _int_in(value, 1, 65535)
+
+    return _first(
+        ("redirect scheme", lambda: _optional(action.scheme, scheme)),
+        ("redirect hostname", lambda: _optional(action.hostname, _no_crlf)),
+        ("redirect port", lambda: _optional(action.port, port)),
+        ("redirect path", lambda: _optional(action.path, _no_crlf)),
+        ("redirect prefix", lambda: _optional(action.prefix, _no_crlf)),
+    )
+
+
+def _header_policy_problem(where: str, policy: HeaderPolicy | None) -> str | None:
+    if policy is None:
+        return None
+    for kind, values in (("set", policy.set), ("add", policy.add)):
+        for i, hv in enumerate(values):
+            problem = _header_value_problem(f"{where}.{kind}[{i}]", hv)
+            if problem is not None:
+                return problem
+    for i, name in enumerate(policy.remove):
+        problem = _modifiable_header(name)
+        if problem is not None:
+            return f"{where}.remove[{i}] {problem}"
+    return None
+
+
+def _modifiable_header(name: object) -> str | None:
+    problem = _header_name(name)
+    if problem is None:
+        assert isinstance(name, str)
+        if len(name.encode()) > MAX_HEADER_BYTES:
+            return f"is longer than Envoy's limit of {MAX_HEADER_BYTES} bytes"
+        if name.startswith(":") or name.lower() == "host":
+            return f"is {name!r}: Envoy refuses to change ':'-prefixed headers and host"
+    return problem
+
+
+def _header_value_problem(where: str, hv: HeaderValue) -> str | None:
+    return _first(
+        (f"{where}.name", lambda: _modifiable_header(hv.name)),
+        (f"{where} ({hv.name!r}) value", lambda: _header_value(hv.value)),
+    )
+
+
+def _host_rewrite_problem(rewrite: HostRewrite | None) -> str | None:
+    if rewrite is None:
+        return None
+    return _first(
+        ("host rewrite", lambda: _optional(rewrite.literal, _no_crlf)),
+        ("host rewrite header", lambda: _optional(rewrite.from_header, _header_name)),
+    )
+
+
+def _same_site(value: object) -> str | None:
+    return None if value in _SAME_SITE else f"is {value!r}, not Strict, Lax or None"
+
+
+def _cookie_name(value: object) -> str | None:
+    problem = _header_name(value)
+    if problem is None and isinstance(value, str) and any(ch in value for ch in ";=, \t"):
+        return "is not a cookie name"
+    return problem
+
+
+def _cookie_problem(rewrites: Sequence[CookieRewrite]) -> str | None:
+    for i, c in enumerate(rewrites):
+        for what, value, check in (
+            ("name", c.name, _cookie_name),
+            ("path", c.path, _no_crlf),
+            ("domain", c.domain, _no_crlf),
+            ("sameSite", c.same_site, _same_site),
+        ):
+            problem = _optional(value, check)
+            if problem is not None:
+                return f"cookie rewrite[{i}] {what} {problem}"
+    return None
+
+
+def _backend_policies_problem(p: BackendPolicies) -> str | None:
+    return (
+        _header_policy_problem("request headers", p.request_headers)
+        or _header_policy_problem("response headers", p.response_headers)
+        or _host_rewrite_problem(p.host_rewrite)
+        or _cookie_problem(p.cookie_rewrites)
+    )
+
+
+def _ip_filter_problem(f: IPFilter | None) -> str | None:
+    if f is None:
+        return None
+    for i, rule in enumerate(f.rules):
+        try:
+            ipaddress.ip_network(rule.cidr, strict=False)
+        except (ValueError, TypeError):
+            return f"ip filter rule[{i}] {rule.cidr!r} is not a CIDR range"
+    return None
+
+
+def _rate_limit_problem(rl: LocalRateLimit | None) -> str | None:
+    if rl is None:
+        return None
+    problem = _first(
+        ("rate limit requests", lambda: _int_in(rl.requests, 1, UINT32_MAX)),
+        ("rate limit burst", lambda: _int_in(rl.burst, 0, UINT32_MAX)),
+        ("rate limit unit", lambda: _duration(rl.unit_s)),
+    )
+    if problem is not None:
+        return problem
+    if rl.requests + rl.burst > UINT32_MAX:
+        return f"rate limit requests + burst exceed Envoy's limit of {UINT32_MAX} (uint32)"
+    if rl.unit_s <= 0:
+        return "rate limit unit must be longer than 0 s"
+    if rl.status not in _DEFINED_ERROR_STATUSES:
+        return f"rate limit status {rl.status!r} is not an HTTP error status Envoy defines"
+    for i, hv in enumerate(rl.response_headers):
+        problem = _header_value_problem(f"rate limit response header[{i}]", hv)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _hash_problem(i: int, h: HashPolicy) -> str | None:
+    where = f"hash policy[{i}]"
+    if h.source is HashSource.HEADER:
+        problem = _header_name(h.name)
+    elif h.source in (HashSource.COOKIE, HashSource.QUERY):
+        problem = _header_name(h.name)  # min_len 1, and no CR/LF/NUL to be safe in a header
+    else:
+        problem = None
+    if problem is not None:
+        return f"{where} name {problem}"
+    return _first(
+        (f"{where} cookie TTL", lambda: _optional(h.cookie_ttl_s, _duration)),
+        (f"{where} cookie path", lambda: _optional(h.cookie_path, _no_crlf)),
+    )
+
+
+def policies_problem(p: RoutePolicies, clusters: frozenset[str]) -> str | None:
+    """Why Envoy would refuse the route's policies, or None."""
+    t = p.timeouts
+    if t is not None:
+        problem = _first(
+            ("response timeout", lambda: _optional(t.response_s, _duration)),
+            ("idle timeout", lambda: _optional(t.idle_s, _duration)),
+            ("backend request timeout", lambda: _optional(t.backend_request_s, _duration)),
+        )
+        if problem is not None:
+            return problem
+    r = p.retry
+    if r is not None:
+        problem = _first(
+            ("retry count", lambda: _int_in(r.count, 0, UINT32_MAX)),
+            ("retry per-try timeout", lambda: _optional(r.per_try_timeout_s, _duration)),
+        )
+        if problem is not None:
+            return problem
+        for i, cond in enumerate(r.retry_on):
+            problem = _no_crlf(cond)
+            if problem is None and (not cond or "," in cond):
+                problem = "is not one retry condition"
+            if problem is not None:
+                return f"retry on[{i}] {problem}"
+        for i, code in enumerate(r.retriable_status_codes):
+            problem = _int_in(code, 0, UINT32_MAX)
+            if problem is not None:
+                return f"retriable status[{i}] {problem}"
+    problem = (
+        _header_policy_problem("request headers", p.request_headers)
+        or _header_policy_problem("response headers", p.response_headers)
+        or _host_rewrite_problem(p.host_rewrite)
+    )
+    if problem is not None:
+        return problem
+    pr = p.path_rewrite
+    if pr is not None:
+        problem = _first(
+            ("path rewrite prefix", lambda: _optional(pr.prefix, _no_crlf)),
+            ("path rewrite full path", lambda: _optional(pr.full_path, _no_crlf)),
+            ("path rewrite regex", lambda: _optional(pr.regex, _regex_value)),
+            ("path rewrite substitution", lambda: _optional(pr.substitution, _no_crlf)),
+        )
+        if problem is not None:
+            return problem
+        if pr.regex is not None and pr.substitution is None:
+            return "path rewrite regex has no substitution"
+    for i, m in enumerate(p.mirrors):
+        if m.cluster not in clusters:
+            return f"mirror[{i}] cluster {m.cluster!r} is not a usable cluster"
+        problem = _percent(m.percent)
+        if problem is not None:
+            return f"mirror[{i}] percent {problem}"
+    for i, h in enumerate(p.hash_policies):
+        problem = _hash_problem(i, h)
+        if problem is not None:
+            return problem
+    return (
+        _cookie_problem(p.cookie_rewrites)
+        or _ip_filter_problem(p.ip_filter)
+        or _rate_limit_problem(p.rate_limit)
+    )
+
+
+def action_problem(route: Route, clusters: frozenset[str]) -> str | None:
+    action = route.action
+    if isinstance(action, Forward):
+        problem = _forward_problem(action, clusters)
+    elif isinstance(action, DirectResponse):
+        problem = _direct_problem(action)
+    elif isinstance(action, Redirect):
+        problem = _redirect_problem(action)
+    else:
+        problem = f"action {type(action).__name__} is not one the translator knows"
+    if problem is not None:
+        return problem
+    if route.policies != _NO_POLICIES:
+        return policies_problem(route.policies, clusters)
+    return None
+
+
+_NO_POLICIES = RoutePolicies()
+
+
+def _route_name_problem(route: Route) -> str | None:
+    ref = route.source.object
+    for part in (ref.kind, ref.namespace, ref.name, route.source.field):
+        if type(part) is not str or not part.isascii():
+            problem = _text(part)
+            if problem is not None:
+                return f"the route's name (from its source) {problem}"
+    return None
+
+
+# --- virtual hosts, TCP proxies, clusters ---------------------------------------------------------
+
+
+def _tls_problem(tls: TLSTermination | None, g: _Context) -> str | None:
+    if tls is None:
+        return None
+    if tls.secret not in g.secrets:
+        return f"TLS secret {tls.secret!r} is not in the graph (SDS would never deliver it)"
+    if tls.fallback_secret is not None and tls.fallback_secret not in g.secrets:
+        return f"fallback certificate {tls.fallback_secret!r} is not in the graph"
+    # A client validation bundle that is missing needs no check here: the translator fails
+    # closed on it (`without_unvalidatable`), which refuses the clients and NACKs nothing.
+    return None
+
+
+def _cors_problem(cors: CorsPolicy | None) -> str | None:
+    if cors is None:
+        return None
+    for i, origin in enumerate(cors.allow_origins):
+        if isinstance(origin, str) and origin.startswith("regex:"):
+            problem = _regex_value(origin[len("regex:") :])
+        else:
+            problem = _no_crlf(origin)
+        if problem is not None:
+            return f"CORS allowOrigin[{i}] {problem}"
+    for what, values in (
+        ("allowMethods", cors.allow_methods),
+        ("allowHeaders", cors.allow_headers),
+        ("exposeHeaders", cors.expose_headers),
+    ):
+        for i, value in enumerate(values):
+            problem = _no_crlf(value)
+            if problem is not None:
+                return f"CORS {what}[{i}] {problem}"
+    if cors.max_age_s is not None:
+        problem = _int_in(cors.max_age_s, 0, 2**63 - 1)
+        if problem is not None:
+            return f"CORS maxAge {problem}"
+    return None
+
+
+def _vhost_policies_problem(p: VirtualHostPolicies) -> str | None:
+    return (
+        _cors_problem(p.cors)
+        or _ip_filter_problem(p.ip_filter)
+        or _rate_limit_problem(p.rate_limit)
+    )
+
+
+def virtual_host_problem(vh: VirtualHost, g: _Context) -> str | None:
+    """Why Envoy would refuse the virtual host itself (not its routes), or None."""
+    problem = _text(vh.name)
+    if problem is None and not vh.name:
+        problem = "is empty"
+    if problem is not None:
+        return f"virtual host name {problem}"
+    problem = hostname_problem(vh.hostname)
+    if problem is not None:
+        return f"hostname {vh.hostname!r} {problem}"
+    one_label = vh.hostname_match is HostnameMatch.WILDCARD_ONE_LABEL
+    # The :authority regex goes on each route, so a host without routes never emits it.
+    if one_label and vh.routes and vh.hostname.startswith("*."):
+        size_problem = _regex(wildcard_authority_regex(vh.hostname))
+        if size_problem is not None:
+            return (
+                f"hostname {vh.hostname!r} is too long for a one-label wildcard: the "
+                f":authority regex it needs {size_problem}"
+            )
+    problem = _tls_problem(vh.tls, g)
+    if problem is None and vh.policies != _NO_VHOST_POLICIES:
+        problem = _vhost_policies_problem(vh.policies)
+    return problem
+
+
+_NO_VHOST_POLICIES = VirtualHostPolicies()
+
+
+def _tcp_problem(proxy: TCPProxy, g: _Context) -> str | None:
+    if proxy.hostname:
+        problem = hostname_problem(proxy.hostname)
+        if problem is None and proxy.hostname == "*":
+            problem = "is no SNI name"
+        if problem is not None:
+            return f"SNI name {proxy.hostname!r} {problem}"
+    for i, wc in enumerate(proxy.clusters):
+        problem = _integer(wc.weight)
+        if problem is not None:
+            return f"backend {i} ({wc.cluster!r}) weight {problem}"
+        if wc.weight > 0 and wc.cluster not in g.clusters:
+            return f"backend {i} cluster {wc.cluster!r} is not a usable cluster"
+    weights = [wc.weight for wc in proxy.clusters if wc.weight > 0]
+    if len(weights) > 1 and (max(weights) > UINT32_MAX or sum(weights) > UINT32_MAX):
+        return f"backend weights exceed Envoy's limit of {UINT32_MAX} (uint32)"
+    return _tls_problem(proxy.tls, g)
+
+
+def _endpoint_problem(ep: Endpoint) -> str | None:
+    try:
+        ipaddress.ip_address(ep.address)
+    except (ValueError, TypeError):
+        return f"endpoint address {ep.address!r} is not an IP address (EDS resolves no names)"
+    problem = _int_in(ep.port, 1, 65535)
+    return None if problem is None else f"endpoint {ep.address} port {problem}"
+
+
+def cluster_problem(c: Cluster) -> str | None:
+    """Why Envoy would refuse the cluster's settings (endpoints aside), or None."""
+    problem = _text(c.name)
+    if problem is None and not c.name:
+        problem = "is empty"
+    if problem is not None:
+        return f"cluster name {problem}"
+    if c.dns_name is not None:
+        problem = _no_crlf(c.dns_name)
+        if problem is None and (not c.dns_name or any(ch.isspace() for ch in c.dns_name)):
+            problem = "is not a DNS name"
+        if problem is None:
+            # The Service port becomes the DNS cluster's endpoint port.
+            port_problem = _int_in(c.port, 1, 65535)
+            problem = None if port_problem is None else f"port {port_problem}"
+        if problem is not None:
+            return f"DNS name {problem}"
+    problem = _first(
+        ("connect timeout", lambda: _optional(c.connect_timeout_s, _duration)),
+        ("idle connection timeout", lambda: _optional(c.idle_connection_timeout_s, _duration)),
+    )
+    if problem is not None:
+        return problem
+    hc = c.health_check
+    if hc is not None:
+
+        def strict(value: object) -> str | None:
+            problem = _text(value)
+            if problem is None and isinstance(value, str) and _STRICT_VALUE_REFUSED.search(value):
+                return "holds a control character, which Envoy refuses here"
+            return problem
+
+        problem = _first(
+            ("health check path", lambda: strict(hc.path)),
+            ("health check host", lambda: strict(hc.host)),
+            ("health check interval", lambda: _duration(hc.interval_s)),
+            ("health check timeout", lambda: _duration(hc.timeout_s)),
+            ("health check unhealthy threshold", lambda: _integer(hc.unhealthy_threshold)),
+            ("health check healthy threshold", lambda: _integer(hc.healthy_threshold)),
+        )  # fmt: skip
+        if problem is not None:
+            return problem
+        for i, pair in enumerate(hc.expected_statuses):
+            if len(pair) != 2 or any(_integer(v) for v in pair):
+                return f"health check expected status range[{i}] is not two integers"
+    tcp = c.tcp_health_check
+    if tcp is not None:
+        problem = _first(
+            ("TCP health check interval", lambda: _duration(tcp.interval_s)),
+            ("TCP health check timeout", lambda: _duration(tcp.timeout_s)),
+            ("TCP health check unhealthy threshold", lambda: _integer(tcp.unhealthy_threshold)),
+            ("TCP health check healthy threshold", lambda: _integer(tcp.healthy_threshold)),
+        )
+        if problem is not None:
+            return problem
+    od = c.outlier_detection
+    if od is not None:
+        problem = _first(
+            ("outlier detection consecutive 5xx", lambda: _uint32(od.consecutive_5xx)),
+            ("outlier detection consecutive gateway errors",
+             lambda: _optional(od.consecutive_gateway_errors, _uint32)),
+            ("outlier detection interval", lambda: _duration(od.interval_s)),
+            ("outlier detection ejection time", lambda: _duration(od.base_ejection_time_s)),
+            ("outlier detection max ejection percent", lambda: _percent(od.max_ejection_percent)),
+        )  # fmt: skip
+        if problem is not None:
+            return problem
+    v = c.validation
+    if v is not None:
+        # A missing CA bundle needs no check: the translator pins an impossible key instead, so
+        # the upstream fails closed without a NACK.
+        for i, name in enumerate(v.subject_names):
+            problem = _no_crlf(name)
+            if problem is None and not name:
+                problem = "is empty"
+            if problem is not None:
+                return f"upstream validation subject name[{i}] {problem}"
+        # An SNI longer than Envoy's 255 bytes is passed over by the translator, not sent.
+        problem = _optional(v.sni, _no_crlf)
+        if problem is not None:
+            return f"upstream SNI {problem}"
+    s = c.slow_start
+    if s is not None:
+        problem = _first(
+            ("slow start window", lambda: _duration(s.window_s)),
+            ("slow start min weight percent", lambda: _int_in(s.min_weight_percent, 0, 100)),
+        )
+        if problem is not None:
+            return problem
+        if not (isinstance(s.aggression, int | float) and math.isfinite(s.aggression)):
+            return "slow start aggression is not a finite number"
+        if s.aggression <= 0:
+            return "slow start aggression must be greater than 0"
+    return None
+
+
+# --- the pass ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    clusters: frozenset[str]  # usable cluster names
+    secrets: frozenset[str]
+
+
+def _service_ref(c: Cluster) -> ObjectRef:
+    return ObjectRef("", "Service", str(c.namespace), str(c.service))
+
+
+def _check_clusters(
+    graph: RoutingGraph, problems: list[GraphProblem]
+) -> tuple[tuple[Cluster, ...], bool]:
+    kept: list[Cluster] = []
+    seen: set[str] = set()
+    changed = False
+    for c in graph.clusters:
+        problem = cluster_problem(c)
+        if problem is None and c.name in seen:
+            problem = f"cluster {c.name!r} is listed twice (Envoy refuses duplicate clusters)"
+        if problem is not None:
+            problems.append(
+                GraphProblem(_service_ref(c), "", f"{problem}; the cluster is left out and "
+                             "the routes that use it answer 500")
+            )  # fmt: skip
+            changed = True
+            continue
+        seen.add(c.name)
+        endpoints = c.endpoints
+        if endpoints:
+            good = []
+            for ep in endpoints:
+                problem = _endpoint_problem(ep)
+                if problem is None:
+                    good.append(ep)
+                else:
+                    problems.append(
+                        GraphProblem(_service_ref(c), "endpoints", f"{problem}; left out")
+                    )
+            if len(good) != len(endpoints):
+                c = dataclasses.replace(c, endpoints=tuple(good))
+                changed = True
+        kept.append(c)
+    return tuple(kept), changed
+
+
+class _Routes:
+    """Checks routes once each: a Route object shared by several listeners is one check."""
+
+    def __init__(self, ctx: _Context, problems: list[GraphProblem]) -> None:
+        self._ctx = ctx
+        self._problems = problems
+        self._done: dict[int, tuple[Route, Route | None]] = {}
+
+    def check(self, route: Route) -> Route | None:
+        """`route` itself, its 500 replacement, or None when it is left out."""
+        hit = self._done.get(id(route))
+        if hit is not None and hit[0] is route:
+            return hit[1]
+        out = self._check(route)
+        self._done[id(route)] = (route, out)
+        return out
+
+    def _check(self, route: Route) -> Route | None:
+        source = route.source
+        problem = _route_name_problem(route) or match_problem(route.match)
+        if problem is not None:
+            self._problems.append(
+                GraphProblem(source.object, source.field, f"{problem}; the route is left out")
+            )
+            return None
+        problem = action_problem(route, self._ctx.clusters)
+        if problem is None:
+            return route
+        self._problems.append(
+            GraphProblem(source.object, source.field, f"{problem}; the route answers "
+                         f"{INVALID_ROUTE_STATUS} instead")
+        )  # fmt: skip
+        return Route(route.match, DirectResponse(INVALID_ROUTE_STATUS), source)
+
+
+def _check_listener(
+    lst: Listener, ctx: _Context, routes: _Routes, problems: list[GraphProblem]
+) -> Listener:
+    vhosts: list[VirtualHost] = []
+    domains: dict[str, VirtualHost] = {}
+    changed = False
+    for vh in lst.virtual_hosts:
+        problem = virtual_host_problem(vh, ctx)
+        if problem is None:
+            first = domains.get(vh.hostname.lower())
+            if first is not None:
+                problem = (
+                    f"hostname {vh.hostname!r} is already served on listener {lst.name} by "
+                    f"{first.owner} (Envoy refuses a repeated domain)"
+                )
+        if problem is not None:
+            problems.append(
+                GraphProblem(vh.owner, f"virtual host {vh.hostname!r}",
+                             f"{problem}; the virtual host is left out of listener {lst.name}")
+            )  # fmt: skip
+            changed = True
+            continue
+        domains[vh.hostname.lower()] = vh
+        checked = [routes.check(r) for r in vh.routes]
+        if any(new is not old for new, old in zip(checked, vh.routes, strict=True)):
+            vh = dataclasses.replace(vh, routes=tuple(r for r in checked if r is not None))
+            changed = True
+        vhosts.append(vh)
+    proxies: list[TCPProxy] = []
+    snis: set[str] = set()
+    for proxy in lst.tcp_proxies:
+        problem = _tcp_problem(proxy, ctx)
+        if problem is None and proxy.hostname.lower() in snis:
+            problem = f"SNI name {proxy.hostname!r} is already routed on listener {lst.name}"
+        if problem is not None:
+            problems.append(
+                GraphProblem(proxy.owner, f"TCP proxy {proxy.hostname!r}",
+                             f"{problem}; the TCP proxy is left out of listener {lst.name}")
+            )  # fmt: skip
+            changed = True
+            continue
+        snis.add(proxy.hostname.lower())
+        proxies.append(proxy)
+    if not changed:
+        return lst
+    return dataclasses.replace(lst, virtual_hosts=tuple(vhosts), tcp_proxies=tuple(proxies))
+
+
+def enforce_envoy_limits(graph: RoutingGraph) -> tuple[RoutingGraph, tuple[GraphProblem, ...]]:
+    """`graph` without the pieces Envoy would refuse, and a problem for each; see the module
+    docstring. Pure: the same graph gives the same result, and an acceptable graph comes back
+    as the very same object."""
+    problems: list[GraphProblem] = []
+    clusters, clusters_changed = _check_clusters(graph, problems)
+    ctx = _Context(
+        clusters=frozenset(c.name for c in clusters),
+        secrets=frozenset(s.name for s in graph.secrets),
+    )
+    routes = _Routes(ctx, problems)
+    listeners = tuple(_check_listener(lst, ctx, routes, problems) for lst in graph.listeners)
+    listeners_changed = any(
+        new is not old for new, old in zip(listeners, graph.listeners, strict=True)
+    )
+    if not clusters_changed and not listeners_changed:
+        return graph, ()
+    out = dataclasses.replace(graph, listeners=listeners, clusters=clusters)
+    return out, tuple(dict.fromkeys(problems))

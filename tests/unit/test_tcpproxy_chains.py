@@ -1,0 +1,83 @@
+"""Long tcpproxy include and delegation chains compile without recursion limits, in linear time."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from turnout.graph.build import compile_snapshot
+from turnout.objects import KubeObject, freeze
+from turnout.store import Snapshot
+
+LENGTH = 3000
+
+
+def _obj(api: str, kind: str, name: str, spec: dict[str, Any]) -> KubeObject:
+    raw = {
+        "apiVersion": api,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+    return KubeObject(api, kind, "default", name, freeze(raw))
+
+
+SERVICE = _obj("v1", "Service", "db", {"ports": [{"port": 443}]})
+
+
+def _tcp_proxies(objects: list[KubeObject]) -> dict[str, Any]:
+    started = time.perf_counter()
+    result = compile_snapshot(Snapshot.of(objects))
+    assert time.perf_counter() - started < 20
+    https = next(lst for lst in result.graph.listeners if lst.name == "ingress_https")
+    return {p.hostname: p for p in https.tcp_proxies}
+
+
+def test_a_long_httpproxy_include_chain() -> None:
+    api, kind = "projectcontour.io/v1", "HTTPProxy"
+    objects = [
+        SERVICE,
+        _obj(
+            api,
+            kind,
+            "root",
+            {
+                "virtualhost": {"fqdn": "db.example.com", "tls": {"passthrough": True}},
+                "tcpproxy": {"include": {"name": "p0"}},
+            },
+        ),
+    ]
+    objects += [
+        _obj(api, kind, f"p{i}", {"tcpproxy": {"include": {"name": f"p{i + 1}"}}})
+        for i in range(LENGTH)
+    ]
+    objects.append(
+        _obj(api, kind, f"p{LENGTH}", {"tcpproxy": {"services": [{"name": "db", "port": 443}]}})
+    )
+    proxies = _tcp_proxies(objects)
+    assert [wc.cluster.split("/")[1] for wc in proxies["db.example.com"].clusters] == ["db"]
+
+
+def test_a_long_ingressroute_delegation_chain() -> None:
+    api, kind = "contour.heptio.com/v1beta1", "IngressRoute"
+    objects = [
+        SERVICE,
+        _obj(
+            api,
+            kind,
+            "root",
+            {
+                "virtualhost": {"fqdn": "db.example.com", "tls": {"passthrough": True}},
+                "tcpproxy": {"delegate": {"name": "p0"}},
+            },
+        ),
+    ]
+    objects += [
+        _obj(api, kind, f"p{i}", {"tcpproxy": {"delegate": {"name": f"p{i + 1}"}}})
+        for i in range(LENGTH)
+    ]
+    objects.append(
+        _obj(api, kind, f"p{LENGTH}", {"tcpproxy": {"services": [{"name": "db", "port": 443}]}})
+    )
+    proxies = _tcp_proxies(objects)
+    assert [wc.cluster.split("/")[1] for wc in proxies["db.example.com"].clusters] == ["db"]
