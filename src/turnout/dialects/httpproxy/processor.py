@@ -33,7 +33,13 @@ from turnout.dialects.base import (
     DialectOutput,
 )
 from turnout.dialects.contour_order import contour_route_order, sorted_headers, sorted_queries
-from turnout.dialects.httpproxy import route_policies, tls_options, upstream, vhost_policies
+from turnout.dialects.httpproxy import (
+    health_check,
+    route_policies,
+    tls_options,
+    upstream,
+    vhost_policies,
+)
 from turnout.dialects.httpproxy.classes import serves
 from turnout.dialects.httpproxy.conditions import (
     IncludeKey,
@@ -576,6 +582,10 @@ class _Compiler:
         )
         if not ok:
             return None
+        invalid = health_check.route_health_check_error(route.health_check)
+        if invalid is not None:
+            st.add_error(*invalid)
+            return None
 
         action: RouteAction
         policies = RoutePolicies()
@@ -728,6 +738,7 @@ class _Compiler:
             settings = dataclasses.replace(
                 settings, idle_connection_timeout_s=idle_connection_timeout_s
             )
+        settings = health_check.with_health_check(settings, route.health_check)
         if upstream.validation_ignored(svc.upstream, settings):
             st.add_warning(
                 SPEC_ERROR,

@@ -22,6 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.dialects.httpproxy.health_check import ROUTE_FIELDS as HEALTH_ROUTE_FIELDS
+from turnout.dialects.httpproxy.health_check import SERVICE_FIELDS as HEALTH_SERVICE_FIELDS
+from turnout.dialects.httpproxy.health_check import (
+    HealthCheckPolicySpec,
+    read_health_port,
+    read_route_health_check,
+)
 from turnout.dialects.httpproxy.route_policies import (
     NO_ROUTE_POLICIES,
     NO_SERVICE_POLICIES,
@@ -187,6 +194,7 @@ class ServiceSpec:
     upstream: ServiceUpstream = NO_SERVICE_UPSTREAM
     # requestHeadersPolicy, responseHeadersPolicy, cookieRewritePolicies (`route_policies.py`)
     backend_policies: ServicePolicySpec = NO_SERVICE_POLICIES
+    health_port: int = 0  # 0: unset (`health_check.py`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +227,8 @@ class RouteSpec:
     upstream: RouteUpstream = NO_ROUTE_UPSTREAM
     # timeouts, retries, headers, rewrites, websockets, cookies, hashing (`route_policies.py`)
     route_policies: RoutePolicySpec = NO_ROUTE_POLICIES
+    # healthCheckPolicy (`health_check.py`)
+    health_check: HealthCheckPolicySpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,15 +302,10 @@ _IGNORED_VHOST: frozenset[str] = frozenset()
 _IGNORED_ROUTE = frozenset(
     {
         "authPolicy",  # only has an effect with vhost authorization, which is refused below
-        "healthCheckPolicy",
         "internalRedirectPolicy",
     }
 )
-_IGNORED_SERVICE = frozenset(
-    {
-        "healthPort",
-    }
-)
+_IGNORED_SERVICE: frozenset[str] = frozenset()
 # Fields whose absence would weaken what the user asked for: the object is refused instead.
 _REFUSED_SPEC: frozenset[str] = frozenset()
 _REFUSED_VHOST = frozenset({"authorization", "jwtProviders"})
@@ -324,10 +329,12 @@ _ROUTE_FIELDS = ROUTE_FIELDS | frozenset(
 )
 _ROUTE_FIELDS |= ROUTE_POLICY_FIELDS
 _ROUTE_FIELDS |= FILTER_ROUTE_FIELDS
+_ROUTE_FIELDS |= HEALTH_ROUTE_FIELDS
 _SERVICE_FIELDS = (
     frozenset({"name", "port", "weight", "protocol", "mirror"})
     | SERVICE_FIELDS
     | SERVICE_POLICY_FIELDS
+    | HEALTH_SERVICE_FIELDS
 )
 _INCLUDE_FIELDS = frozenset({"name", "namespace", "conditions"})
 _CONDITION_FIELDS = frozenset(
@@ -705,6 +712,7 @@ def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:
         filter_policies=read_route_policies(r, m, path),
         upstream=read_route_upstream(r, m, path),
         route_policies=read_traffic_policies(r, m, path),
+        health_check=read_route_health_check(r, m, path, services),
     )
 
 
@@ -729,6 +737,7 @@ def _service(r: _Reader, value: Any, path: str) -> ServiceSpec | None:
         field=path,
         upstream=read_service_upstream(r, m, path),
         backend_policies=read_service_policies(r, m, path),
+        health_port=read_health_port(r, m, path),
     )
 
 

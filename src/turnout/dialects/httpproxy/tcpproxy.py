@@ -106,6 +106,7 @@ PASSTHROUGH = Passthrough()
 
 def read_tcpproxy(r: Any, value: Any, path: str) -> TCPProxySpec | None:
     """Reads `spec.tcpproxy` with `spec._Reader` `r` (its errors name the field)."""
+    from turnout.dialects.httpproxy.health_check import warn_tcp_health_ports
     from turnout.dialects.httpproxy.spec import _service
 
     m = r.mapping(value, path)
@@ -115,6 +116,7 @@ def read_tcpproxy(r: Any, value: Any, path: str) -> TCPProxySpec | None:
     services = tuple(
         svc for where, item in r.items(m, "services", path) if (svc := _service(r, item, where))
     )
+    warn_tcp_health_ports(r, services)
     include: TCPIncludeSpec | None = None
     for key in ("includes", "include"):  # the singular wins (Contour #2218)
         if m.get(key) is not None:

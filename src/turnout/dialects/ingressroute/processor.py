@@ -31,6 +31,7 @@ from turnout.dialects.base import (
     DialectOutput,
 )
 from turnout.dialects.contour_order import compare_routes
+from turnout.dialects.httpproxy.health_check import contour_http_health_check
 from turnout.dialects.httpproxy.route_policies import SESSION_AFFINITY_COOKIE
 from turnout.dialects.ingressroute.spec import (
     GROUP,
@@ -84,13 +85,6 @@ from turnout.store import Snapshot
 # Delegation graphs with shared children grow exponentially in the number of paths through them;
 # one tenant must not be able to stall every compile with one (Contour has no such limit).
 MAX_VISITS_PER_ROOT = 10_000
-
-# Contour v1.0's defaults for a health check field left at 0 (`internal/envoy/healthcheck.go`).
-HEALTH_CHECK_HOST = "contour-envoy-healthcheck"
-HEALTH_CHECK_INTERVAL_S = 10
-HEALTH_CHECK_TIMEOUT_S = 2
-HEALTH_CHECK_UNHEALTHY = 3
-HEALTH_CHECK_HEALTHY = 2
 
 _STRATEGIES = {
     "": LoadBalancerStrategy.ROUND_ROBIN,
@@ -577,16 +571,17 @@ def _annotated_protocol(
 
 
 def _health_check(spec: HealthCheckSpec | None) -> HTTPHealthCheck | None:
-    """Contour v1.0's `ingressrouteHealthCheckPolicy` with its defaults for fields left at 0."""
+    """Contour v1.0's `ingressrouteHealthCheckPolicy`: the same check, and the same defaults
+    for fields left at 0, as HTTPProxy's `healthCheckPolicy`."""
     if spec is None:
         return None
-    return HTTPHealthCheck(
-        path=spec.path,
-        host=spec.host or HEALTH_CHECK_HOST,
-        interval_s=float(spec.interval_seconds or HEALTH_CHECK_INTERVAL_S),
-        timeout_s=float(spec.timeout_seconds or HEALTH_CHECK_TIMEOUT_S),
-        unhealthy_threshold=spec.unhealthy_threshold or HEALTH_CHECK_UNHEALTHY,
-        healthy_threshold=spec.healthy_threshold or HEALTH_CHECK_HEALTHY,
+    return contour_http_health_check(
+        spec.path,
+        spec.host,
+        spec.interval_seconds,
+        spec.timeout_seconds,
+        spec.unhealthy_threshold,
+        spec.healthy_threshold,
     )
 
 

@@ -1,0 +1,251 @@
+"""HTTPProxy active HTTP health checks: `routes[].healthCheckPolicy` and `services[].healthPort`.
+
+- `healthCheckPolicy{path, host, intervalSeconds, timeoutSeconds, unhealthyThresholdCount,
+  healthyThresholdCount, expectedStatuses[{start, end}]}` is one `HTTPHealthCheck` on every
+  service of the route (mirrors included, as in Contour), so on each of their clusters. A number
+  left at 0 takes Contour's default (`internal/envoy/healthcheck.go`, unchanged since v0.6):
+  interval 10 s, timeout 2 s, 3 failures, 2 passes; `host` defaults to
+  `contour-envoy-healthcheck`. IngressRoute's `healthCheck` has the same defaults and builds its
+  check with `contour_http_health_check` too.
+- `expectedStatuses` are half-open ranges checked as Contour's `httpHealthCheckPolicy` does, with
+  its `RouteError`/`HealthCheckPolicyInvalid` messages; an invalid range drops the proxy's routes.
+- `healthPort` sends the checks to another Service port. Envoy does that per endpoint
+  (`Endpoint.health_check_config.port_value`), which needs the graph's endpoints to carry a
+  second port resolved from the EndpointSlices; turnout does not do that yet. A `healthPort` other
+  than `port` on a checked route is refused (`FieldNotSupported`), because checking the traffic
+  port instead could pass a backend whose health port fails, or fail every backend whose traffic
+  port has no health path. Without a `healthCheckPolicy` the field has no effect (Contour ignores
+  it too) and gets an `IgnoredField` warning; on tcpproxy services it keeps the warning it had.
+
+Schema checks (types, required `path`, non-negative numbers, Envoy's upper bounds) are made while
+reading and reported as `SpecError`/`FieldNotValid`, like the rest of `spec.py`'s reader.
+
+Nothing here imports `spec.py` at module level (it imports this module).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from turnout.dialects.httpproxy.upstream import Reader
+from turnout.graph.model import HTTPHealthCheck, UpstreamSettings
+
+ROUTE_FIELDS = frozenset({"healthCheckPolicy"})
+SERVICE_FIELDS = frozenset({"healthPort"})
+_POLICY_FIELDS = frozenset(
+    {
+        "path",
+        "host",
+        "intervalSeconds",
+        "timeoutSeconds",
+        "unhealthyThresholdCount",
+        "healthyThresholdCount",
+        "expectedStatuses",
+    }
+)
+_STATUS_FIELDS = frozenset({"start", "end"})
+
+ROUTE_ERROR = "RouteError"
+SPEC_ERROR = "SpecError"
+HEALTH_CHECK_POLICY_INVALID = "HealthCheckPolicyInvalid"
+FIELD_NOT_SUPPORTED = "FieldNotSupported"
+IGNORED_FIELD = "IgnoredField"
+
+# Contour's defaults for a health check number left at 0 (`internal/envoy/healthcheck.go`).
+DEFAULT_HOST = "contour-envoy-healthcheck"
+DEFAULT_INTERVAL_S = 10
+DEFAULT_TIMEOUT_S = 2
+DEFAULT_UNHEALTHY = 3
+DEFAULT_HEALTHY = 2
+
+# Envoy's bounds: thresholds are uint32, durations at most 10000 years (protobuf Duration).
+MAX_UINT32 = 2**32 - 1
+MAX_DURATION_SECONDS = 315_576_000_000
+
+
+class WarningReader(Reader, Protocol):
+    """`spec._Reader`: warnings go straight into its list of problems."""
+
+    problems: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheckPolicySpec:
+    """`routes[].healthCheckPolicy` as written; 0 means "Contour's default" for every number."""
+
+    path: str
+    host: str = ""
+    interval_seconds: int = 0
+    timeout_seconds: int = 0
+    unhealthy_threshold: int = 0
+    healthy_threshold: int = 0
+    expected_statuses: tuple[tuple[int, int], ...] = ()
+    field: str = ""
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def read_health_port(r: Reader, m: Mapping[str, Any], path: str) -> int:
+    """`services[].healthPort` (0 when unset); the CRD allows 1-65535."""
+    port = r.integer(m, "healthPort", path)
+    if port and not 1 <= port <= 65535:
+        r.error(f"{path}.healthPort: must be in the range 1-65535, got {port}")
+        return 0
+    return port
+
+
+def read_route_health_check(
+    r: WarningReader, m: Mapping[str, Any], path: str, services: Iterable[Any]
+) -> HealthCheckPolicySpec | None:
+    """The route's `healthCheckPolicy`, and what the route's services' `healthPort` asks for.
+    `services` are `spec.ServiceSpec`s (their `health_port`, `port` and `field`)."""
+    policy: HealthCheckPolicySpec | None = None
+    if m.get("healthCheckPolicy") is not None:
+        policy = _policy(r, m["healthCheckPolicy"], f"{path}.healthCheckPolicy")
+    for svc in services:
+        if not svc.health_port:
+            continue
+        if m.get("healthCheckPolicy") is None:
+            _warn(
+                r,
+                f'ignoring field "{svc.field}.healthPort"; it only applies with the route\'s '
+                "healthCheckPolicy",
+            )
+        elif svc.health_port != svc.port:
+            r.error(
+                f"{svc.field}.healthPort: health checks on a port other than the service port "
+                "are not supported by turnout yet",
+                FIELD_NOT_SUPPORTED,
+            )
+    return policy
+
+
+def warn_tcp_health_ports(r: WarningReader, services: Iterable[Any]) -> None:
+    """tcpproxy services: `healthPort` is not implemented for TCP checks either."""
+    for svc in services:
+        if svc.health_port:
+            _warn(r, f'ignoring field "{svc.field}.healthPort"; not supported by turnout yet')
+
+
+def _warn(r: WarningReader, message: str) -> None:
+    from turnout.dialects.httpproxy.spec import Problem
+
+    r.problems.append(Problem(SPEC_ERROR, IGNORED_FIELD, message, warning=True))
+
+
+def _policy(r: Reader, value: Any, path: str) -> HealthCheckPolicySpec | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, _POLICY_FIELDS)
+    statuses: list[tuple[int, int]] = []
+    for where, item in r.items(m, "expectedStatuses", path):
+        sm = r.mapping(item, where)
+        if sm is None:
+            continue
+        r.check_fields(sm, where, _STATUS_FIELDS)
+        # Ranges are checked while compiling, with Contour's messages.
+        statuses.append(
+            (
+                r.integer(sm, "start", where, required=True),
+                r.integer(sm, "end", where, required=True),
+            )
+        )
+    return HealthCheckPolicySpec(
+        # Envoy refuses a health check without a path.
+        path=r.string(m, "path", path, required=True),
+        host=r.string(m, "host", path),
+        interval_seconds=_bounded(r, m, "intervalSeconds", path, MAX_DURATION_SECONDS),
+        timeout_seconds=_bounded(r, m, "timeoutSeconds", path, MAX_DURATION_SECONDS),
+        unhealthy_threshold=_bounded(r, m, "unhealthyThresholdCount", path, MAX_UINT32),
+        healthy_threshold=_bounded(r, m, "healthyThresholdCount", path, MAX_UINT32),
+        expected_statuses=tuple(statuses),
+        field=path,
+    )
+
+
+def _bounded(r: Reader, m: Mapping[str, Any], key: str, path: str, maximum: int) -> int:
+    # Contour passes a negative number on (Envoy then refuses the cluster) and wraps a threshold
+    # above uint32; both are refused here instead.
+    value = r.integer(m, key, path)
+    if not 0 <= value <= maximum:
+        r.error(f"{path}.{key}: must be in the range 0-{maximum}, got {value}")
+        return 0
+    return value
+
+
+# --- compiling -----------------------------------------------------------------------------------
+
+
+def contour_http_health_check(
+    path: str,
+    host: str = "",
+    interval_seconds: int = 0,
+    timeout_seconds: int = 0,
+    unhealthy_threshold: int = 0,
+    healthy_threshold: int = 0,
+    expected_statuses: tuple[tuple[int, int], ...] = (),
+) -> HTTPHealthCheck:
+    """Contour's HTTP health check, with its defaults for what is left empty or at 0."""
+    return HTTPHealthCheck(
+        path=path,
+        host=host or DEFAULT_HOST,
+        interval_s=float(interval_seconds or DEFAULT_INTERVAL_S),
+        timeout_s=float(timeout_seconds or DEFAULT_TIMEOUT_S),
+        unhealthy_threshold=unhealthy_threshold or DEFAULT_UNHEALTHY,
+        healthy_threshold=healthy_threshold or DEFAULT_HEALTHY,
+        expected_statuses=expected_statuses,
+    )
+
+
+def expected_statuses_error(ranges: Iterable[tuple[int, int]]) -> str | None:
+    """Contour's `httpHealthCheckPolicy` checks of `expectedStatuses`, first failure wins."""
+    for start, end in ranges:
+        if not 100 <= start <= 599:
+            return "invalid expected status range: start must be in the range [100, 599]"
+        if not 101 <= end <= 600:
+            return "invalid expected status range: end must be in the range [101, 600]"
+        if start >= end:
+            # Envoy refuses an empty range, and with it the whole cluster update.
+            return "invalid expected status range: start must be less than end"
+    return None
+
+
+def compile_health_check(spec: HealthCheckPolicySpec | None) -> HTTPHealthCheck | str | None:
+    """The route's check; the `HealthCheckPolicyInvalid` message when it is invalid."""
+    if spec is None:
+        return None
+    error = expected_statuses_error(spec.expected_statuses)
+    if error is not None:
+        return error
+    return contour_http_health_check(
+        spec.path,
+        spec.host,
+        spec.interval_seconds,
+        spec.timeout_seconds,
+        spec.unhealthy_threshold,
+        spec.healthy_threshold,
+        spec.expected_statuses,
+    )
+
+
+def route_health_check_error(spec: HealthCheckPolicySpec | None) -> tuple[str, str, str] | None:
+    """The route's `RouteError`/`HealthCheckPolicyInvalid`, or None."""
+    compiled = compile_health_check(spec)
+    if isinstance(compiled, str):
+        return (ROUTE_ERROR, HEALTH_CHECK_POLICY_INVALID, compiled)
+    return None
+
+
+def with_health_check(
+    settings: UpstreamSettings, spec: HealthCheckPolicySpec | None
+) -> UpstreamSettings:
+    """`settings` with the route's check (already validated by `route_health_check_error`)."""
+    compiled = compile_health_check(spec)
+    if not isinstance(compiled, HTTPHealthCheck):
+        return settings
+    return dataclasses.replace(settings, health_check=compiled)
