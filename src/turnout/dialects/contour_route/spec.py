@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.dialects.fields import FieldReader
 from turnout.graph.model import HTTPHealthCheck, LoadBalancerStrategy
 from turnout.objects import KubeObject
 
@@ -107,83 +108,34 @@ class ParsedRoute:
         return not self.errors
 
 
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, Sequence):
-        return "a list"
-    return type(value).__name__
-
-
-class _Reader:
+class _Reader(FieldReader):
     def __init__(self) -> None:
         self.errors: list[str] = []
 
     def error(self, where: str, message: str) -> None:
         self.errors.append(f"{where}: {message}")
 
-    def mapping(self, value: Any, where: str) -> Mapping[str, Any] | None:
-        if isinstance(value, Mapping):
-            return value
-        self.error(where, f"must be an object, got {_describe(value)}")
+    def field_error(self, where: str, message: str) -> None:
+        self.error(where, message)
+
+    def string_problem(self, value: str) -> str | None:
+        return None  # Contour's Route took any string
+
+    def range_problem(self, value: int, minimum: int | None, maximum: int | None) -> str | None:
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            return f"must be in the range {minimum}-{maximum}, got {value}"
         return None
 
-    def check_fields(self, m: Mapping[str, Any], path: str, known: frozenset[str]) -> None:
-        for key in m:
-            if key not in known:
-                # A typo ("pathprefix") would otherwise silently widen or drop what the user meant.
-                self.error(f"{path}.{key}", f'unknown field "{key}"')
-
-    def string(self, m: Mapping[str, Any], key: str, path: str, required: bool = False) -> str:
-        where = f"{path}.{key}"
-        value = m.get(key)
-        if value is None:
-            if required:
-                self.error(where, "required field is missing")
-            return ""
-        if not isinstance(value, str):
-            self.error(where, f"must be a string, got {_describe(value)}")
-            return ""
-        if required and not value:
-            self.error(where, "must not be empty")
-        return value
-
-    def integer(
-        self, m: Mapping[str, Any], key: str, path: str, lo: int, hi: int, required: bool = False
-    ) -> int | None:
-        where = f"{path}.{key}"
-        value = m.get(key)
-        if value is None:
-            if required:
-                self.error(where, "required field is missing")
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.error(where, f"must be an integer, got {_describe(value)}")
-            return None
-        if not lo <= value <= hi:
-            self.error(where, f"must be in the range {lo}-{hi}, got {value}")
-            return None
-        return value
-
-    def items(self, m: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Any]] | None:
+    def required_items(
+        self, m: Mapping[str, Any], key: str, path: str
+    ) -> list[tuple[str, Any]] | None:
         """The entries of a required, non-empty list; None (reported) otherwise."""
         where = f"{path}.{key}"
-        value = m.get(key)
-        if value is None:
+        if m.get(key) is None:
             self.error(where, "required field is missing")
             return None
-        if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
-            self.error(where, f"must be a list, got {_describe(value)}")
+        value = self.sequence(m, key, path)
+        if value is None:
             return None
         if not value:
             self.error(where, "must not be empty")
@@ -233,7 +185,7 @@ def parse_route(obj: KubeObject) -> ParsedRoute:
     health_check = _health_check(r, spec, "spec")
     host = _host(r, spec)
     routes: list[RouteSpec] = []
-    for p, v in r.items(spec, "routes", "spec") or ():
+    for p, v in r.required_items(spec, "routes", "spec") or ():
         route = _route(r, v, p)
         if route is not None:
             routes.append(route)
@@ -267,10 +219,14 @@ def _health_check(r: _Reader, m: Mapping[str, Any], path: str) -> HTTPHealthChec
         return None
     r.check_fields(hc, where, _HEALTH_CHECK_FIELDS)
     check_path = r.path(hc, "path", where)
-    interval = r.integer(hc, "intervalSeconds", where, 1, MAX_SECONDS)
-    timeout = r.integer(hc, "timeoutSeconds", where, 1, MAX_SECONDS)
-    unhealthy = r.integer(hc, "unhealthyThresholdCount", where, 1, MAX_THRESHOLD)
-    healthy = r.integer(hc, "healthyThresholdCount", where, 1, MAX_THRESHOLD)
+    interval = r.optional_integer(hc, "intervalSeconds", where, minimum=1, maximum=MAX_SECONDS)
+    timeout = r.optional_integer(hc, "timeoutSeconds", where, minimum=1, maximum=MAX_SECONDS)
+    unhealthy = r.optional_integer(
+        hc, "unhealthyThresholdCount", where, minimum=1, maximum=MAX_THRESHOLD
+    )
+    healthy = r.optional_integer(
+        hc, "healthyThresholdCount", where, minimum=1, maximum=MAX_THRESHOLD
+    )
     if not check_path:
         return None
     return HTTPHealthCheck(
@@ -290,7 +246,7 @@ def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:
     prefix = r.path(m, "pathPrefix", path, prefix=True)
     strategy = r.strategy(m, path)
     upstreams: list[UpstreamSpec] = []
-    for p, v in r.items(m, "upstreams", path) or ():
+    for p, v in r.required_items(m, "upstreams", path) or ():
         upstream = _upstream(r, v, p)
         if upstream is not None:
             upstreams.append(upstream)
@@ -305,8 +261,11 @@ def _upstream(r: _Reader, value: Any, path: str) -> UpstreamSpec | None:
     r.check_fields(m, path, _UPSTREAM_FIELDS)
     return UpstreamSpec(
         service_name=r.string(m, "serviceName", path, required=True),
-        service_port=r.integer(m, "servicePort", path, 1, 65535, required=True) or 0,
-        weight=r.integer(m, "weight", path, 0, 100),
+        service_port=r.optional_integer(
+            m, "servicePort", path, required=True, minimum=1, maximum=65535
+        )
+        or 0,
+        weight=r.optional_integer(m, "weight", path, minimum=0, maximum=100),
         health_check=_health_check(r, m, path),
         field=path,
     )

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from turnout.dialects.fields import MAX_UINT32
 from turnout.dialects.httpproxy.upstream import Reader
 from turnout.graph.model import HTTPHealthCheck, UpstreamSettings
 
@@ -61,8 +62,7 @@ DEFAULT_TIMEOUT_S = 2
 DEFAULT_UNHEALTHY = 3
 DEFAULT_HEALTHY = 2
 
-# Envoy's bounds: thresholds are uint32, durations at most 10000 years (protobuf Duration).
-MAX_UINT32 = 2**32 - 1
+# Envoy's bounds: thresholds are uint32 (`MAX_UINT32`), durations at most 10000 years.
 MAX_DURATION_SECONDS = 315_576_000_000
 
 

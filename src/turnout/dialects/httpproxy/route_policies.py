@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from turnout.dialects.fields import MAX_UINT32
 from turnout.graph.model import (
     BackendPolicies,
     CookieRewrite,
@@ -111,8 +112,6 @@ _COOKIE_NAME = re.compile(r"[^()<>@,;:\\\"/\[\]?={} \t\x7f\x00-\x1f]+")
 _COOKIE_PATH = re.compile(r"[^;\x7f\x00-\x1f]+")
 _COOKIE_DOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _COOKIE_MAX = 4096
-
-_MAX_UINT32 = 2**32 - 1
 
 
 class Reader(Protocol):
@@ -395,8 +394,8 @@ def _retry_policy(r: Reader, value: Any, path: str) -> RetryPolicySpec | None:
         count = r.integer(m, "count", path)
         if len(r.problems) > before:
             count = 1
-        elif not -1 <= count <= _MAX_UINT32:
-            r.error(f"{path}.count: must be in the range -1-{_MAX_UINT32}, got {count}")
+        elif not -1 <= count <= MAX_UINT32:
+            r.error(f"{path}.count: must be in the range -1-{MAX_UINT32}, got {count}")
             count = 1
     retry_on = []
     for p, v in r.items(m, "retryOn", path):

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.dialects.fields import FieldReader, describe
 from turnout.dialects.httpproxy.health_check import ROUTE_FIELDS as HEALTH_ROUTE_FIELDS
 from turnout.dialects.httpproxy.health_check import SERVICE_FIELDS as HEALTH_SERVICE_FIELDS
 from turnout.dialects.httpproxy.health_check import (
@@ -373,25 +374,7 @@ _REDIRECT_SCHEMES = ("http", "https")
 _REDIRECT_CODES = (301, 302, 303, 307, 308)
 
 
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, Sequence):
-        return "a list"
-    return type(value).__name__
-
-
-class _Reader:
+class _Reader(FieldReader):
     """Reads fields with their types checked; every problem is recorded with its field path."""
 
     def __init__(self) -> None:
@@ -400,92 +383,34 @@ class _Reader:
     def error(self, message: str, reason: str = FIELD_NOT_VALID) -> None:
         self.problems.append(Problem(SPEC_ERROR, reason, message))
 
+    def field_error(self, where: str, message: str) -> None:
+        self.error(f"{where}: {message}")
+
+    def refused_field(self, where: str) -> None:
+        self.error(f"{where} is not supported by turnout yet", FIELD_NOT_SUPPORTED)
+
+    def ignored_field(self, where: str) -> None:
+        self.problems.append(
+            Problem(
+                SPEC_ERROR,
+                IGNORED_FIELD,
+                f'ignoring field "{where}"; not supported by turnout yet',
+                warning=True,
+            )
+        )
+
+    def is_list(self, value: Any) -> bool:
+        return isinstance(value, tuple | list) or not (
+            isinstance(value, str | bytes) or not isinstance(value, Sequence)
+        )
+
     def mapping(self, value: Any, path: str) -> dict[str, Any] | None:
         # A plain dict: objects arrive as FrozenDicts, whose inherited Mapping.get is slow, and
         # the reader looks up many absent keys.
         if isinstance(value, FrozenDict | dict | Mapping):  # cheap exact types first
             return dict(value)
-        self.error(f"{path}: must be an object, got {_describe(value)}")
+        self.field_error(path, f"must be an object, got {describe(value)}")
         return None
-
-    def check_fields(
-        self,
-        m: Mapping[str, Any],
-        path: str,
-        known: frozenset[str],
-        ignored: frozenset[str] = frozenset(),
-        refused: frozenset[str] = frozenset(),
-    ) -> None:
-        for key in m:
-            if key in known:
-                continue
-            where = f"{path}.{key}"
-            if key in refused:
-                if m[key] is not None:
-                    self.error(f"{where} is not supported by turnout yet", FIELD_NOT_SUPPORTED)
-            elif key in ignored:
-                if m[key] is not None:
-                    self.problems.append(
-                        Problem(
-                            SPEC_ERROR,
-                            IGNORED_FIELD,
-                            f'ignoring field "{where}"; not supported by turnout yet',
-                            warning=True,
-                        )
-                    )
-            else:
-                self.error(f'{where}: unknown field "{key}"')
-
-    def string(self, m: Mapping[str, Any], key: str, path: str, required: bool = False) -> str:
-        value = m.get(key)
-        where = f"{path}.{key}"
-        if value is None:
-            if required:
-                self.error(f"{where}: required field is missing")
-            return ""
-        if not isinstance(value, str):
-            self.error(f"{where}: must be a string, got {_describe(value)}")
-            return ""
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            self.error(f"{where}: must be valid UTF-8")
-            return ""
-        if required and not value:
-            self.error(f"{where}: must not be empty")
-        return value
-
-    def boolean(self, m: Mapping[str, Any], key: str, path: str) -> bool:
-        value = m.get(key)
-        if value is None:
-            return False
-        if not isinstance(value, bool):
-            self.error(f"{path}.{key}: must be a boolean, got {_describe(value)}")
-            return False
-        return value
-
-    def integer(self, m: Mapping[str, Any], key: str, path: str, required: bool = False) -> int:
-        value = m.get(key)
-        where = f"{path}.{key}"
-        if value is None:
-            if required:
-                self.error(f"{where}: required field is missing")
-            return 0
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.error(f"{where}: must be an integer, got {_describe(value)}")
-            return 0
-        return value
-
-    def items(self, m: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Any]]:
-        value = m.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, tuple | list) and (
-            isinstance(value, str | bytes) or not isinstance(value, Sequence)
-        ):
-            self.error(f"{path}.{key}: must be a list, got {_describe(value)}")
-            return []
-        return [(f"{path}.{key}[{i}]", item) for i, item in enumerate(value)]
 
 
 def parse_proxy(obj: KubeObject) -> ParsedProxy:
@@ -532,7 +457,7 @@ def _virtualhost(r: _Reader, value: Any) -> VirtualHostSpec:
     filter_policies = read_virtualhost_policies(r, m, path)
     fqdn = m.get("fqdn")
     if fqdn is not None and not isinstance(fqdn, str):
-        r.error(f"{path}.fqdn: must be a string, got {_describe(fqdn)}")
+        r.error(f"{path}.fqdn: must be a string, got {describe(fqdn)}")
         return VirtualHostSpec(fqdn=None, tls=tls, filter_policies=filter_policies)
     return VirtualHostSpec(fqdn=fqdn or "", tls=tls, filter_policies=filter_policies)
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from turnout.dialects.fields import MAX_UINT32
 from turnout.dialects.httpproxy.route_policies import (
     canonical_header_key,
     escape_header_value,
@@ -86,7 +87,6 @@ _IP_SOURCES = {"Peer": IPFilterSource.PEER, "Remote": IPFilterSource.REMOTE}
 # can smuggle a "," into the comma-joined lists Envoy sends.
 _CORS_TOKEN = re.compile(r"[a-zA-Z0-9!#$%&'*+.^_`|~-]+")
 _UNITS = {"second": 1, "minute": 60, "hour": 3600}
-_UINT32_MAX = 2**32 - 1
 # Envoy's `LocalRateLimit.response_headers_to_add` takes at most 10 entries.
 _MAX_RATE_LIMIT_HEADERS = 10
 # The statuses from 400 to 599 in Envoy's `StatusCode` enum, the only ones a rate-limited
@@ -259,11 +259,11 @@ def _local(r: Reader, value: Any, path: str) -> LocalRateLimitSpec | None:
         return None
     r.check_fields(m, path, _LOCAL_FIELDS)
     requests = r.integer(m, "requests", path)
-    if requests > _UINT32_MAX:
-        r.error(f"{path}.requests: must be at most {_UINT32_MAX}, got {requests}")
+    if requests > MAX_UINT32:
+        r.error(f"{path}.requests: must be at most {MAX_UINT32}, got {requests}")
     burst = r.integer(m, "burst", path)
-    if not 0 <= burst <= _UINT32_MAX:
-        r.error(f"{path}.burst: must be in the range 0-{_UINT32_MAX}, got {burst}")
+    if not 0 <= burst <= MAX_UINT32:
+        r.error(f"{path}.burst: must be in the range 0-{MAX_UINT32}, got {burst}")
         burst = 0
     code = r.integer(m, "responseStatusCode", path)
     if code and not 400 <= code <= 599:
@@ -529,9 +529,9 @@ def _rate_limit(spec: LocalRateLimitSpec) -> LocalRateLimit | str:
     unit = _UNITS.get(spec.unit)
     if unit is None:
         return f"invalid unit {_go_quote(spec.unit)} in local rate limit policy"
-    if spec.requests + spec.burst > _UINT32_MAX:
+    if spec.requests + spec.burst > MAX_UINT32:
         # Contour adds them as uint32 and silently wraps around to a tiny bucket.
-        return f"requests + burst must be at most {_UINT32_MAX} in local rate limit policy"
+        return f"requests + burst must be at most {MAX_UINT32} in local rate limit policy"
     code = spec.response_status_code
     if code and code not in _RATE_LIMIT_STATUSES:
         return (

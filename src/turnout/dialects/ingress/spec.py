@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.dialects.fields import FieldReader, describe
 from turnout.objects import KubeObject
 
 GROUP = "networking.k8s.io"
@@ -124,24 +124,6 @@ class ParsedIngress:
         return not any(not p.warning for p in self.problems)
 
 
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, Sequence):
-        return "a list"
-    return type(value).__name__
-
-
 def dns1123_subdomain_error(value: str) -> str | None:
     if len(value) > 253:
         return "must be no more than 253 characters"
@@ -204,7 +186,7 @@ def path_syntax_error(path: str, path_type: str) -> str | None:
     return None
 
 
-class _Reader:
+class _Reader(FieldReader):
     """Reads fields with their types checked; every problem is recorded with its field path."""
 
     def __init__(self) -> None:
@@ -213,48 +195,8 @@ class _Reader:
     def error(self, message: str) -> None:
         self.problems.append(Problem(ACCEPTED, FIELD_NOT_VALID, message))
 
-    def mapping(self, value: Any, path: str) -> Mapping[str, Any] | None:
-        if isinstance(value, Mapping):
-            return value
-        self.error(f"{path}: must be an object, got {_describe(value)}")
-        return None
-
-    def check_fields(self, m: Mapping[str, Any], path: str, known: frozenset[str]) -> None:
-        for key in m:
-            if key not in known:
-                self.error(f'{path}.{key}: unknown field "{key}"')
-
-    def string(self, m: Mapping[str, Any], key: str, path: str) -> str:
-        value = m.get(key)
-        if value is None:
-            return ""
-        if not isinstance(value, str):
-            self.error(f"{path}.{key}: must be a string, got {_describe(value)}")
-            return ""
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            self.error(f"{path}.{key}: must be valid UTF-8")
-            return ""
-        return value
-
-    def integer(self, m: Mapping[str, Any], key: str, path: str) -> int:
-        value = m.get(key)
-        if value is None:
-            return 0
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.error(f"{path}.{key}: must be an integer, got {_describe(value)}")
-            return 0
-        return value
-
-    def items(self, m: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Any]]:
-        value = m.get(key)
-        if value is None:
-            return []
-        if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
-            self.error(f"{path}.{key}: must be a list, got {_describe(value)}")
-            return []
-        return [(f"{path}.{key}[{i}]", item) for i, item in enumerate(value)]
+    def field_error(self, where: str, message: str) -> None:
+        self.error(f"{where}: {message}")
 
 
 def parse_ingress(obj: KubeObject) -> ParsedIngress:
@@ -429,7 +371,7 @@ def _tls(r: _Reader, value: Any, path: str) -> TLSSpec | None:
     hosts: list[str] = []
     for p, v in r.items(m, "hosts", path):
         if not isinstance(v, str):
-            r.error(f"{p}: must be a string, got {_describe(v)}")
+            r.error(f"{p}: must be a string, got {describe(v)}")
             continue
         host = v.lower()
         if (err := host_error(host)) is not None:

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.dialects.fields import MAX_UINT32, FieldReader, describe
 from turnout.dialects.httpproxy.route_policies import parse_go_duration
 from turnout.dialects.ingressroute.tcpproxy import (
     TCPProxySpec,
@@ -54,8 +55,7 @@ UNKNOWN_STRATEGY = "UnknownStrategy"
 STRATEGY_REPLACED = "StrategyReplaced"
 TLS_VERSION_REPLACED = "TLSVersionReplaced"
 
-# Upper bounds Envoy enforces (uint32 weights and thresholds, google.protobuf.Duration seconds).
-MAX_UINT32 = 4_294_967_295
+# Upper bound Envoy enforces on google.protobuf.Duration seconds (uint32s: `fields.MAX_UINT32`).
 MAX_DURATION_SECONDS = 315_576_000_000
 
 # A lower-case DNS name. Contour v1.0 only refused blank names and `*`; turnout also refuses
@@ -191,24 +191,6 @@ _HEALTH_FIELDS = frozenset(
 _DELEGATE_FIELDS = frozenset({"name", "namespace"})
 
 
-def describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, Sequence):
-        return "a list"
-    return type(value).__name__
-
-
 def _is_list(value: Any) -> bool:
     return isinstance(value, list | tuple)
 
@@ -236,7 +218,7 @@ def hostname_error(value: str, field: str) -> tuple[str, str] | None:
     return None
 
 
-class _Reader:
+class _Reader(FieldReader):
     """Reads fields with their types checked; every problem is recorded with its field path."""
 
     def __init__(self) -> None:
@@ -248,94 +230,24 @@ class _Reader:
     def warn(self, message: str, reason: str) -> None:
         self.problems.append(Problem(reason, message, warning=True))
 
-    def mapping(self, value: Any, path: str) -> Mapping[str, Any] | None:
-        if isinstance(value, Mapping):
-            return value
-        self.error(f"{path}: must be an object, got {describe(value)}")
-        return None
+    def field_error(self, where: str, message: str) -> None:
+        self.error(f"{where}: {message}")
 
-    def check_fields(
-        self,
-        m: Mapping[str, Any],
-        path: str,
-        known: frozenset[str],
-        refused: frozenset[str] = frozenset(),
-    ) -> None:
-        for key in m:
-            if key in known:
-                continue
-            if key in refused:
-                if not _unset(m[key]):
-                    self.error(f"{path}.{key} is not yet supported by turnout", FIELD_NOT_SUPPORTED)
-            else:
-                self.error(f'{path}.{key}: unknown field "{key}"')
+    def refused_field(self, where: str) -> None:
+        self.error(f"{where} is not yet supported by turnout", FIELD_NOT_SUPPORTED)
 
-    def string(self, m: Mapping[str, Any], key: str, path: str, required: bool = False) -> str:
-        value = m.get(key)
-        where = f"{path}.{key}"
-        if value is None:
-            if required:
-                self.error(f"{where}: required field is missing")
-            return ""
-        if not isinstance(value, str):
-            self.error(f"{where}: must be a string, got {describe(value)}")
-            return ""
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            self.error(f"{where}: must be valid UTF-8")
-            return ""
-        if any(c in value for c in "\x00\r\n"):
+    def is_set(self, value: Any) -> bool:
+        return not _unset(value)
+
+    def is_list(self, value: Any) -> bool:
+        return _is_list(value)
+
+    def string_problem(self, value: str) -> str | None:
+        problem = super().string_problem(value)
+        if problem is None and any(c in value for c in "\x00\r\n"):
             # Hostnames, paths and header values with these would make Envoy reject the config.
-            self.error(f"{where}: must not contain NUL, CR or LF")
-            return ""
-        if required and not value:
-            self.error(f"{where}: must not be empty")
-        return value
-
-    def boolean(self, m: Mapping[str, Any], key: str, path: str) -> bool:
-        value = m.get(key)
-        if value is None:
-            return False
-        if not isinstance(value, bool):
-            self.error(f"{path}.{key}: must be a boolean, got {describe(value)}")
-            return False
-        return value
-
-    def integer(
-        self,
-        m: Mapping[str, Any],
-        key: str,
-        path: str,
-        required: bool = False,
-        minimum: int | None = None,
-        maximum: int | None = None,
-    ) -> int:
-        value = m.get(key)
-        where = f"{path}.{key}"
-        if value is None:
-            if required:
-                self.error(f"{where}: required field is missing")
-            return 0
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.error(f"{where}: must be an integer, got {describe(value)}")
-            return 0
-        if minimum is not None and value < minimum:
-            self.error(f"{where}: must be at least {minimum}, got {value}")
-            return 0
-        if maximum is not None and value > maximum:
-            self.error(f"{where}: must be at most {maximum}, got {value}")
-            return 0
-        return value
-
-    def items(self, m: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Any]]:
-        value = m.get(key)
-        if value is None:
-            return []
-        if not _is_list(value):
-            self.error(f"{path}.{key}: must be a list, got {describe(value)}")
-            return []
-        return [(f"{path}.{key}[{i}]", item) for i, item in enumerate(value)]
+            return "must not contain NUL, CR or LF"
+        return problem
 
 
 def parse_ingressroute(obj: KubeObject) -> ParsedIngressRoute:
