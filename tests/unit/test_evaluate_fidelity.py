@@ -7,6 +7,9 @@ echoes the normalised path in its Location); `tests/e2e/test_differential.py` ke
 from __future__ import annotations
 
 import pytest
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
 
 from turnout.envoy.translate import translate
 from turnout.graph.evaluate import (
@@ -19,6 +22,7 @@ from turnout.graph.evaluate import (
 from turnout.graph.model import (
     DirectResponse,
     Forward,
+    HeaderMatch,
     HostnameMatch,
     Listener,
     ListenerProtocol,
@@ -203,3 +207,48 @@ def test_a_one_label_wildcard_applies_the_translators_authority_regex() -> None:
     assert body(g, "/", "x.y.one.example.com") == 404
     # The port is stripped for selecting the host, but the authority regex sees it all.
     assert body(g, "/", "x.one.example.com:abc") == 404
+
+
+def test_the_translator_configures_envoy_as_the_evaluator_assumes() -> None:
+    """The evaluator's path and host rules hold for these HCM and route table settings only."""
+    resources = translate(one_host(route(0, RouteMatch())))
+    [listener] = resources.listeners
+    hcm = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(hcm)
+    assert hcm.normalize_path.value is True
+    assert hcm.merge_slashes is False
+    assert hcm.path_with_escaped_slashes_action == (
+        hcm_pb2.HttpConnectionManager.IMPLEMENTATION_SPECIFIC_DEFAULT
+    )
+    assert not hcm.strip_any_host_port and not hcm.strip_matching_host_port
+    [config] = resources.routes
+    assert config.ignore_port_in_host_matching is True
+
+
+def test_a_header_sent_twice_matches_when_one_value_does() -> None:
+    def h(kind: StringMatchKind, value: str, **flags: bool) -> RouteMatch:
+        return RouteMatch(headers=(HeaderMatch("x-a", kind, value, **flags),))
+
+    g = graph(
+        *(
+            VirtualHost(f"h{i}.com", f"h{i}.com", (route(i, m),), OWNER)
+            for i, m in enumerate(
+                [
+                    h(StringMatchKind.EXACT, "a"),
+                    h(StringMatchKind.EXACT, "a,zz"),
+                    h(StringMatchKind.EXACT, "a", invert=True),
+                    h(StringMatchKind.SUFFIX, "a"),
+                    h(StringMatchKind.EXACT, "", treat_missing_as_empty=True),
+                ]
+            )
+        )
+    )
+
+    def status(i: int, headers: tuple[tuple[str, str], ...]) -> int:
+        return evaluate(g, make_request(f"h{i}.com", "/", headers=headers)).status
+
+    twice = (("x-a", "a"), ("x-a", "zz"))
+    assert [status(i, twice) for i in range(4)] == [200, 404, 404, 200]
+    assert status(1, (("x-a", "a,zz"),)) == 200
+    assert status(4, ()) == 200  # missing, matched as one empty value
+    assert status(4, (("x-a", "x"),)) == 404

@@ -36,10 +36,11 @@ translator's configuration, so differential tests can hold Envoy to it
      prefix (`/a` matches `/a` and `/a/...`), RE2 regex over the whole path;
    - a one-label wildcard host (`*.example.com`, HostnameMatch.WILDCARD_ONE_LABEL) also needs
      the raw `:authority` to match the regex the translator adds (`wildcard_authority_regex`);
-   - headers as Envoy's `HeaderUtility::matchHeaders`: several values of one header are joined
-     with `,`; a missing header fails unless `treat_missing_as_empty`, and satisfies only an
-     inverted `present`; `:method`, `:authority` (raw Host) and `:path` (normalised, with the
-     query) are available;
+   - headers as Envoy's `HeaderUtility::matchHeaders`: a header sent several times matches
+     when any one of its values does (an inverted condition when none does; the values are not
+     joined with `,`); a missing header fails unless `treat_missing_as_empty`, and satisfies
+     only an inverted `present`; `:method`, `:authority` (raw Host) and `:path` (normalised,
+     with the query) are available;
    - query parameters: the raw query is split at `&`, each piece at its first `=` (no `=`: the
      value is ""); **nothing is decoded**, so `x=a+b`, `x=a%20b` and a condition on `a b` are
      three different values, and names are compared raw too; the first occurrence of a name
@@ -467,8 +468,10 @@ def header_matches(m: HeaderMatch, request: Request) -> bool:
     if m.kind is StringMatchKind.PRESENT:
         matched = bool(values)
     else:
-        # Envoy matches several values of one header as one comma-joined string.
-        matched = _string_match(m.kind, m.value, ",".join(values), m.ignore_case)
+        # A header sent several times matches when one of its values does (Envoy 1.40 no longer
+        # matches the comma-joined string: `x-a: a` twice is exact "a", never "a,a").
+        # `treat_missing_as_empty`: a missing header is matched as one empty value.
+        matched = any(_string_match(m.kind, m.value, v, m.ignore_case) for v in values or [""])
     return matched != m.invert
 
 

@@ -25,7 +25,8 @@ The limits, with where Envoy states them (PGV rules in the v3 API unless said ot
 - `RouteMatch`: `path`/`prefix` start with `/` (turnout's rule: Envoy accepts others but they
   never match) and hold no CR, LF or NUL; `path_separated_prefix` matches `^[^?#]+[^?#/]$`;
   `safe_regex`, and every other regex, compiles with RE2 and has a program size of at most 100
-  (`re2.max_program_size.error_level`);
+  (`re2.max_program_size.error_level`) as Envoy counts it (`envoy_regex_program_size`: the
+  Python binding counts character classes larger, and would refuse regexes Envoy takes);
 - `HeaderMatcher.name`: 1+ characters, no CR/LF/NUL (`HTTP_HEADER_NAME`, not strict); header
   values to match hold no CR/LF/NUL (a request cannot carry them); `StringMatcher` `prefix`,
   `suffix`, `contains` and `safe_regex.regex` are not empty;
@@ -57,9 +58,10 @@ The limits, with where Envoy states them (PGV rules in the v3 API unless said ot
 - `HttpHealthCheck.path`/`host`: no control character but tab (`HTTP_HEADER_VALUE`, strict);
 - endpoints: an IP address (EDS resolves nothing) and a port in [1, 65535];
 - `UpstreamTlsContext.sni` and subject names: no CR/LF/NUL; a TLS secret or fallback certificate
-  a virtual host or TCP proxy names exists in the graph (SDS would otherwise keep the listener
-  warming forever); a DNS cluster's port is 1 to 65535;
-- CIDR ranges parse as IP networks.
+  a virtual host or TCP proxy names exists in the graph (SDS would otherwise hold the whole
+  listener's update until Envoy stops waiting for the secret); a DNS cluster's port is 1 to 65535;
+- CIDR ranges parse as IP networks; flags are booleans and match kinds members of their enums
+  (protobuf refuses anything else, which would cost the route in translation).
 """
 
 from __future__ import annotations
@@ -335,6 +337,8 @@ def hostname_problem(hostname: object) -> str | None:
 def _path_match_problem(match: RouteMatch) -> str | None:
     path = match.path
     value = path.value
+    if not isinstance(path.kind, PathMatchKind):
+        return f"path match kind {path.kind!r} is not one the translator knows"
     if path.kind is PathMatchKind.REGEX:
         problem = _regex_value(value)
         return None if problem is None else f"path regex {problem}"
@@ -348,7 +352,17 @@ def _path_match_problem(match: RouteMatch) -> str | None:
     return None if problem is None else f"path {path.kind.value} {value!r} {problem}"
 
 
+def _flags(*values: object) -> str | None:
+    # Protobuf takes only real booleans; an int here would fail the whole route in translation.
+    for value in values:
+        if type(value) is not bool:
+            return f"has a {type(value).__name__} where a flag (true/false) belongs"
+    return None
+
+
 def _string_match_problem(kind: StringMatchKind, value: object, crlf: bool) -> str | None:
+    if not isinstance(kind, StringMatchKind):
+        return f"has the match kind {kind!r}, which the translator does not know"
     if kind is StringMatchKind.PRESENT:
         return None
     if kind is StringMatchKind.REGEX:
@@ -363,7 +377,9 @@ def _header_match_problem(i: int, h: HeaderMatch) -> str | None:
     problem = _header_name(h.name)
     if problem is not None:
         return f"headers[{i}].name {problem}"
-    problem = _string_match_problem(h.kind, h.value, True)
+    problem = _string_match_problem(h.kind, h.value, True) or _flags(
+        h.invert, h.ignore_case, h.treat_missing_as_empty
+    )
     return None if problem is None else f"headers[{i}] ({h.name!r}) value {problem}"
 
 
@@ -381,7 +397,7 @@ def _query_match_problem(i: int, q: QueryMatch) -> str | None:
     problem = _query_name(q.name)
     if problem is not None:
         return f"query[{i}].name {problem}"
-    problem = _string_match_problem(q.kind, q.value, False)
+    problem = _string_match_problem(q.kind, q.value, False) or _flags(q.ignore_case)
     return None if problem is None else f"query[{i}] ({q.name!r}) value {problem}"
 
 
@@ -522,6 +538,7 @@ def _cookie_problem(rewrites: Sequence[CookieRewrite]) -> str | None:
             ("path", c.path, _no_crlf),
             ("domain", c.domain, _no_crlf),
             ("sameSite", c.same_site, _same_site),
+            ("secure", c.secure, _flags),
         ):
             problem = _optional(value, check)
             if problem is not None:
@@ -541,6 +558,8 @@ def _backend_policies_problem(p: BackendPolicies) -> str | None:
 def _ip_filter_problem(f: IPFilter | None) -> str | None:
     if f is None:
         return None
+    if _flags(f.allow) is not None:
+        return f"ip filter allow {_flags(f.allow)}"
     for i, rule in enumerate(f.rules):
         try:
             ipaddress.ip_network(rule.cidr, strict=False)
@@ -580,6 +599,8 @@ def _hash_problem(i: int, h: HashPolicy) -> str | None:
         problem = _header_name(h.name)  # min_len 1, and no CR/LF/NUL to be safe in a header
     else:
         problem = None
+    if problem is None:
+        problem = _flags(h.terminal)
     if problem is not None:
         return f"{where} name {problem}"
     return _first(
@@ -590,6 +611,9 @@ def _hash_problem(i: int, h: HashPolicy) -> str | None:
 
 def policies_problem(p: RoutePolicies, clusters: frozenset[str]) -> str | None:
     """Why Envoy would refuse the route's policies, or None."""
+    problem = _flags(p.websockets)
+    if problem is not None:
+        return f"websockets {problem}"
     t = p.timeouts
     if t is not None:
         problem = _first(
@@ -701,6 +725,9 @@ def _tls_problem(tls: TLSTermination | None, g: _Context) -> str | None:
 def _cors_problem(cors: CorsPolicy | None) -> str | None:
     if cors is None:
         return None
+    problem = _flags(cors.allow_credentials, cors.allow_private_network)
+    if problem is not None:
+        return f"CORS policy {problem}"
     for i, origin in enumerate(cors.allow_origins):
         if isinstance(origin, str) and origin.startswith("regex:"):
             problem = _regex_value(origin[len("regex:") :])

@@ -67,11 +67,14 @@ _REDIRECT_CODES = {
 
 __all__ = [
     "NO_BACKEND_STATUS",
+    "TRANSLATION_FAILED_STATUS",
+    "log_translation_failure",
     "route_name",
     "translate_match",
     "translate_redirect",
     "translate_route",
     "translate_route_configuration",
+    "translate_route_guarded",
     "translate_virtual_host",
     "wildcard_authority_matcher",
     "wildcard_authority_regex",
