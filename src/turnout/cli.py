@@ -268,6 +268,8 @@ def _parse_headers(values: Sequence[str]) -> list[tuple[str, str]] | str:
 
 def _action_text(decision: Decision) -> str:
     route = decision.route
+    if decision.rejected_status is not None:
+        return f"{decision.rejected_status} before routing: {decision.rejected_reason}"
     if route is None:
         return "404 (no route matched)"
     action = route.action
@@ -314,6 +316,9 @@ def _explain(args: argparse.Namespace) -> int:
         return EXIT_OK if decision.route else EXIT_INVALID
     scheme = "https" if args.https else "http"
     print(f"request: {request.method} {scheme}://{request.host}{request.path}")
+    if decision.rejected_status is not None:
+        print(f"action: {_action_text(decision)}")
+        return EXIT_INVALID
     if decision.virtual_host is None:
         print("virtual host: none matches this host: 404")
         return EXIT_INVALID

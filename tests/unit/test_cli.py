@@ -187,3 +187,11 @@ def test_explain_https_listener(tmp_path: Path, capsys: pytest.CaptureFixture[st
     # A plain host has no HTTPS virtual host: asking the HTTPS listener finds nothing.
     assert main(["explain", str(tmp_path), "--host", "cli.example.com", "--https"]) == 1
     assert "request: GET https://cli.example.com/" in capsys.readouterr().out
+
+
+def test_explain_reports_requests_envoy_rejects_before_routing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.yaml").write_text(VALID)
+    main(["explain", str(tmp_path), "--host", "cli.example.com", "--path", "/a#frag"])
+    assert "action: 400 before routing" in capsys.readouterr().out
