@@ -101,6 +101,23 @@ class Problem:
     warning: bool = False
 
 
+# Operator names in the order Contour's messages list them; they are also the record's fields.
+HEADER_OPERATORS = (
+    "present",
+    "notpresent",
+    "contains",
+    "notcontains",
+    "exact",
+    "notexact",
+    "regex",
+)
+QUERY_OPERATORS = ("exact", "prefix", "suffix", "regex", "contains", "present")
+
+
+def _set_fields(record: object, names: tuple[str, ...]) -> list[str]:
+    return [name for name in names if getattr(record, name)]
+
+
 @dataclass(frozen=True, slots=True)
 class HeaderCondition:
     """`conditions[].header`. Field names follow the CRD; equality is Contour's struct equality."""
@@ -118,16 +135,7 @@ class HeaderCondition:
 
     def operators(self) -> list[str]:
         """The match operators that are set; the CRD allows exactly one."""
-        ops = [
-            ("present", self.present),
-            ("notpresent", self.notpresent),
-            ("contains", self.contains),
-            ("notcontains", self.notcontains),
-            ("exact", self.exact),
-            ("notexact", self.notexact),
-            ("regex", self.regex),
-        ]
-        return [name for name, value in ops if value]
+        return _set_fields(self, HEADER_OPERATORS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,15 +153,7 @@ class QueryCondition:
 
     def operators(self) -> list[str]:
         """The match operators that are set; Contour allows exactly one."""
-        ops = [
-            ("exact", self.exact),
-            ("prefix", self.prefix),
-            ("suffix", self.suffix),
-            ("regex", self.regex),
-            ("contains", self.contains),
-            ("present", self.present),
-        ]
-        return [name for name, value in ops if value]
+        return _set_fields(self, QUERY_OPERATORS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,23 +350,8 @@ _CONDITION_FIELDS = frozenset(
         USER_AGENT_SEED_FIELD,
     }
 )
-_HEADER_FIELDS = frozenset(
-    {
-        "name",
-        "present",
-        "notpresent",
-        "contains",
-        "notcontains",
-        "exact",
-        "notexact",
-        "regex",
-        "ignoreCase",
-        "treatMissingAsEmpty",
-    }
-)
-_QUERY_FIELDS = frozenset(
-    {"name", "exact", "prefix", "suffix", "regex", "contains", "ignoreCase", "present"}
-)
+_HEADER_FIELDS = frozenset({"name", *HEADER_OPERATORS, "ignoreCase", "treatMissingAsEmpty"})
+_QUERY_FIELDS = frozenset({"name", *QUERY_OPERATORS, "ignoreCase"})
 _REDIRECT_FIELDS = frozenset({"scheme", "hostname", "port", "statusCode", "path", "prefix"})
 _DIRECT_FIELDS = frozenset({"statusCode", "body"})
 
