@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -20,11 +21,17 @@ from typing import Any
 
 import yaml
 
-from turnout.config import ServeConfig
-from turnout.dialects.base import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
+from turnout.config import DEFAULT_SYSTEM_CA_FILE, ServeConfig
+from turnout.dialects.base import (
+    DEFAULT_GATEWAY_CONTROLLER_NAME,
+    HTTP_LISTENER,
+    HTTPS_LISTENER,
+    CompileOptions,
+)
+from turnout.dialects.gatewayapi import gateway_listener_name
 from turnout.graph.build import CompileResult, compile_snapshot
 from turnout.graph.evaluate import Decision, evaluate, make_request
-from turnout.graph.model import DirectResponse, Forward, Redirect
+from turnout.graph.model import DirectResponse, Forward, ListenerProtocol, Redirect
 from turnout.objects import thaw
 from turnout.sources.files import FileSource
 from turnout.status.model import ObjectStatus
@@ -80,6 +87,22 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         help="the Ingress class this turnout serves (default: turnout)",
     )
     p.add_argument(
+        "--gateway-controller-name",
+        default=DEFAULT_GATEWAY_CONTROLLER_NAME,
+        metavar="NAME",
+        help="the Gateway API controllerName this turnout implements: GatewayClasses naming it, "
+        "their Gateways and the routes attached to them are served (default: "
+        f"{DEFAULT_GATEWAY_CONTROLLER_NAME})",
+    )
+    p.add_argument(
+        "--routegroup-class",
+        default="skipper",
+        metavar="REGEX",
+        help="RouteGroups whose zalando.org/routegroup.class annotation this regular expression "
+        "finds are served, and those without the annotation (Skipper's "
+        "-kubernetes-routegroup-class; default: skipper)",
+    )
+    p.add_argument(
         "--fallback-certificate",
         type=_secret_reference,
         default="",
@@ -97,6 +120,15 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         "`serve` uses it; `check` and `explain` accept it so that one set of flags fits all",
     )
     p.add_argument(
+        "--system-ca-file",
+        default=DEFAULT_SYSTEM_CA_FILE,
+        metavar="PATH",
+        help="PEM CA bundle, where Envoy runs, that stands for the system trust store: backends "
+        "of a BackendTLSPolicy with wellKnownCACertificates: System and the https servers of JWKS "
+        "key sets (RouteGroup jwtValidation) must chain to it (default: %(default)s). Only "
+        "`serve` uses it",
+    )
+    p.add_argument(
         "--enable-external-name-service",
         action="store_true",
         help="route to ExternalName Services (off by default: such a Service can point Envoy at "
@@ -109,8 +141,10 @@ def _compile_options(args: argparse.Namespace) -> CompileOptions:
         root_namespaces=args.root_namespaces,
         disable_permit_insecure=args.disable_permit_insecure,
         ingress_class_name=args.ingress_class_name,
+        routegroup_class=args.routegroup_class,
         fallback_certificate=args.fallback_certificate,
         enable_external_name_service=args.enable_external_name_service,
+        gateway_controller_name=args.gateway_controller_name,
     )
 
 
@@ -165,6 +199,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--https",
         action="store_true",
         help="ask the HTTPS listener (the SNI is taken to equal --host)",
+    )
+    explain.add_argument(
+        "--gateway-port",
+        type=int,
+        metavar="PORT",
+        help="ask the Gateway API listener on PORT instead (for an HTTPS one, the SNI is taken "
+        "to equal --host)",
     )
     explain.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
 
@@ -272,6 +313,18 @@ def _action_text(decision: Decision) -> str:
         return f"{decision.rejected_status} before routing: {decision.rejected_reason}"
     if route is None:
         return "404 (no route matched)"
+    jwt = route.policies.jwt
+    if jwt is not None:
+        # Not a routing decision: the route is chosen first, then the token is checked.
+        rest = _action_text(
+            dataclasses.replace(
+                decision,
+                route=dataclasses.replace(
+                    route, policies=dataclasses.replace(route.policies, jwt=None)
+                ),
+            )
+        )
+        return f"401 unless a valid JWT of issuer {jwt.issuer} (keys {jwt.jwks_uri}), then {rest}"
     action = route.action
     if isinstance(action, Forward):
         parts = [f"{c.cluster} (weight {c.weight})" for c in action.clusters]
@@ -308,13 +361,17 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
     listener = HTTPS_LISTENER if args.https else HTTP_LISTENER
+    if args.gateway_port is not None:
+        listener = gateway_listener_name(args.gateway_port)
     request = make_request(args.host, args.path, args.method, headers, listener=listener)
     decision = evaluate(result.graph, request)
     if args.output != "text":
         text = _dump(decision_json(decision), args.output)
         print(text, end="" if text.endswith("\n") else "\n")
         return EXIT_OK if decision.route else EXIT_INVALID
-    scheme = "https" if args.https else "http"
+    served = next((lst for lst in result.graph.listeners if lst.name == listener), None)
+    secure = args.https or (served is not None and served.protocol is not ListenerProtocol.HTTP)
+    scheme = "https" if secure else "http"
     print(f"request: {request.method} {scheme}://{request.host}{request.path}")
     if decision.rejected_status is not None:
         print(f"action: {_action_text(decision)}")
@@ -381,9 +438,12 @@ def _serve(args: argparse.Namespace) -> int:
         root_namespaces=args.root_namespaces,
         disable_permit_insecure=args.disable_permit_insecure,
         ingress_class_name=args.ingress_class_name,
+        routegroup_class=args.routegroup_class,
         fallback_certificate=args.fallback_certificate,
         enable_external_name_service=args.enable_external_name_service,
+        gateway_controller_name=args.gateway_controller_name,
         num_trusted_hops=args.num_trusted_hops,
+        system_ca_file=args.system_ca_file,
         node_id=args.node_id,
     )
     busy = _busy_ports(config)

@@ -6,10 +6,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from turnout.dialects.base import CompileOptions
+from turnout.dialects.base import DEFAULT_GATEWAY_CONTROLLER_NAME, CompileOptions
 
 if TYPE_CHECKING:
     from turnout.envoy.translate.options import TranslateOptions
+
+
+# Debian's and Ubuntu's system CA bundle.
+DEFAULT_SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +34,15 @@ class ServeConfig:
     root_namespaces: tuple[str, ...] = ()
     disable_permit_insecure: bool = False
     ingress_class_name: str = "turnout"
+    routegroup_class: str = "skipper"  # Skipper's -kubernetes-routegroup-class
     fallback_certificate: str = ""  # "namespace/name" of a TLS Secret, or ""
     enable_external_name_service: bool = False
+    gateway_controller_name: str = DEFAULT_GATEWAY_CONTROLLER_NAME
     # Proxies in front of Envoy trusted to append to X-Forwarded-For (Contour's numTrustedHops).
     num_trusted_hops: int = 0
+    # The PEM bundle on Envoy's host that stands for the system trust store: BackendTLSPolicy
+    # `wellKnownCACertificates: System` and https JWKS servers (jwtValidation) chain to it.
+    system_ca_file: str = DEFAULT_SYSTEM_CA_FILE
     node_id: str = "turnout-envoy"
     # Where the child Envoy's bootstrap is written; a temporary directory when None.
     work_dir: Path | None = None
@@ -49,8 +58,15 @@ class ServeConfig:
             root_namespaces=self.root_namespaces,
             disable_permit_insecure=self.disable_permit_insecure,
             ingress_class_name=self.ingress_class_name,
+            routegroup_class=self.routegroup_class,
             fallback_certificate=self.fallback_certificate,
             enable_external_name_service=self.enable_external_name_service,
+            gateway_controller_name=self.gateway_controller_name,
+            reserved_ports=(
+                (self.admin_port, "--admin-port"),
+                (self.xds_port, "--xds-port"),
+                (self.envoy_admin_port, "--envoy-admin-port"),
+            ),
         )
 
     @property
@@ -58,4 +74,6 @@ class ServeConfig:
         # Imported here: `check` and `explain` read this module but never load the Envoy protos.
         from turnout.envoy.translate.options import TranslateOptions
 
-        return TranslateOptions(num_trusted_hops=self.num_trusted_hops)
+        return TranslateOptions(
+            num_trusted_hops=self.num_trusted_hops, system_ca_file=self.system_ca_file
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import tempfile
 import time
@@ -17,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turnout.config import ServeConfig
+from turnout.dialects.base import IssuerDiscovery
+from turnout.dialects.gatewayapi.status import programmed_statuses
+from turnout.dialects.routegroup.filters import routegroup_issuers
 from turnout.envoy.bootstrap import bootstrap_config, write_bootstrap
 from turnout.envoy.process import EnvoyProcess
 from turnout.envoy.resources import EnvoyResources
@@ -26,6 +30,7 @@ from turnout.graph.build import CompileResult, compile_snapshot
 from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
 from turnout.sources.files import FileSource
+from turnout.sources.oidc import IssuerDiscoverer
 from turnout.status.model import ObjectStatus, State
 from turnout.store import Snapshot, SourceProblem, Store
 
@@ -60,12 +65,20 @@ class Controller:
         self.compile_error: str | None = None
         self.watch_error: str | None = None
         self._compile_lock = asyncio.Lock()
+        # OpenID discovery for RouteGroups' jwtValidation: network calls stay out of the compile,
+        # whose input the answers become; a changed answer recompiles.
+        self.oidc = IssuerDiscoverer(self.recompile)
 
     # -- compile -------------------------------------------------------------------------------
 
-    def _compile(self, snapshot: Snapshot) -> tuple[CompileResult, EnvoyResources]:
-        """Pure and thread-safe: it reads only the immutable snapshot."""
-        result = compile_snapshot(snapshot, self.config.compile_options)
+    def _compile(
+        self, snapshot: Snapshot, discovery: tuple[IssuerDiscovery, ...] = ()
+    ) -> tuple[CompileResult, EnvoyResources]:
+        """Pure and thread-safe: it reads only the immutable snapshot and discovery answers."""
+        options = self.config.compile_options
+        if discovery:
+            options = dataclasses.replace(options, issuer_discovery=discovery)
+        result = compile_snapshot(snapshot, options)
         return result, translate(result.graph, self.config.translate_options)
 
     async def recompile(self) -> Applied | None:
@@ -82,7 +95,11 @@ class Controller:
             started = time.perf_counter()
             snapshot = self.store.snapshot()
             try:
-                result, resources = await asyncio.to_thread(self._compile, snapshot)
+                classes = self.config.compile_options.routegroup_class
+                self.oidc.track(routegroup_issuers(snapshot, classes))
+                result, resources = await asyncio.to_thread(
+                    self._compile, snapshot, self.oidc.results()
+                )
                 version = self.xds.set_resources(resources)
             except Exception as err:
                 self.compile_error = f"compile failed, last good configuration kept: {err!r}"
@@ -130,7 +147,14 @@ class Controller:
         self.applied_problems = result.problems
 
     def statuses(self) -> tuple[ObjectStatus, ...]:
-        return self.applied.result.statuses if self.applied else ()
+        """The compiled statuses; Gateways are Programmed once every connected Envoy (at least
+        one) acknowledged the configuration compiled with them, Pending until then."""
+        if self.applied is None:
+            return ()
+        statuses = self.applied.result.statuses
+        if self.applied.version == self.xds.version and self.xds.readiness()[0]:
+            return programmed_statuses(statuses)
+        return statuses
 
     def problems(self) -> tuple[SourceProblem, ...]:
         return self.applied.result.problems if self.applied else ()
@@ -248,6 +272,7 @@ class Controller:
         self._tasks.clear()
         if self.envoy is not None:
             await self.envoy.stop()
+        await self.oidc.close()
         await self.xds.stop()
         for server in self._demo:
             close = getattr(server, "close", None)

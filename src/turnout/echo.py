@@ -8,9 +8,12 @@ assert which backend answered and what the proxy changed on the way.
 A test can make a server answer another status on one path (`EchoServer.answer`), e.g. a 503 on
 the path Envoy's active health check asks for, or only for the next few requests (a backend that
 fails once, for retries); `EchoServer.requests` counts what arrived per path. Two query parameters
-change the answer of one request: `delay=<seconds>` waits before answering (at most 30 s, for
-timeouts) and `set-cookie=<value>` (repeatable) adds a `Set-Cookie` header (for cookie rewriting).
-A WebSocket upgrade is accepted, and every text message is sent back as it came.
+change the answer of one request: `delay=<seconds>` (or `1s`, `500ms`) waits before answering
+(at most 30 s, for timeouts) and `set-cookie=<value>` (repeatable) adds a `Set-Cookie` header
+(for cookie rewriting); the header `X-Echo-Set-Header: name:value,...` adds response headers.
+A WebSocket upgrade is accepted, and every text or binary message is sent back as it came.
+`client_port` is the port of the connection the request came on, so a test can tell a reused
+upstream connection from a new one.
 
 Run one by hand with `python -m turnout.echo --port 9001 --name foo`.
 """
@@ -22,6 +25,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -105,6 +109,8 @@ async def _websocket(request: web.BaseRequest) -> web.StreamResponse:
     async for message in ws:
         if message.type == web.WSMsgType.TEXT:
             await ws.send_str(message.data)
+        elif message.type == web.WSMsgType.BINARY:
+            await ws.send_bytes(message.data)
     return ws
 
 
@@ -114,6 +120,7 @@ def _handler(
     statuses: MutableMapping[str, int],
     remaining: MutableMapping[str, int] | None = None,
     counts: Counter[str] | None = None,
+    server_names: MutableMapping[int, str] | None = None,
 ) -> _Handler:
     remaining = remaining if remaining is not None else {}
     counts = counts if counts is not None else Counter()
@@ -128,7 +135,7 @@ def _handler(
         for key, value in request.headers.items():
             lower = key.lower()
             headers[lower] = f"{headers[lower]}, {value}" if lower in headers else value
-        body = {
+        body: dict[str, object] = {
             "service": name,
             "namespace": namespace,
             # raw_path is what arrived on the wire, so tests see rewrites exactly, undecoded.
@@ -137,7 +144,14 @@ def _handler(
             "method": request.method,
             "proto": f"HTTP/{request.version.major}.{request.version.minor}",
             "headers": headers,
+            # The proxy's side of the connection: a new port is a new upstream connection.
+            "client_port": _peer_port(request),
         }
+        sslobj = request.transport.get_extra_info("ssl_object") if request.transport else None
+        if sslobj is not None and server_names is not None:
+            # As echo-basic's `tls.serverName`: the SNI the proxy sent (BackendTLSPolicy hostname).
+            tls: dict[str, str | None] = {"serverName": server_names.get(id(sslobj))}
+            body["tls"] = tls
         status = _status(request.path, statuses, remaining)
         delay = _delay(request.query.get("delay"))
         if delay:
@@ -145,28 +159,76 @@ def _handler(
         response = web.json_response(body, status=status)
         for cookie in request.query.getall("set-cookie", []):
             response.headers.add("Set-Cookie", cookie)
+        for header, header_value in _echo_set_headers(request.headers.get(ECHO_SET_HEADER, "")):
+            response.headers.add(header, header_value)
         return response
 
     return handle
 
 
+def _peer_port(request: web.BaseRequest) -> int | None:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if isinstance(peer, tuple) and len(peer) >= 2 and isinstance(peer[1], int):
+        return peer[1]
+    return None
+
+
+# As the Gateway API conformance echo backend: `X-Echo-Set-Header: name:value,name2:value2` makes
+# the backend answer with those response headers (for ResponseHeaderModifier expectations).
+ECHO_SET_HEADER = "X-Echo-Set-Header"
+
+
+def _echo_set_headers(value: str) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, str]] = []
+    for item in value.split(","):
+        name, sep, header_value = item.partition(":")
+        if sep and name.strip():
+            pairs.append((name.strip(), header_value.strip()))
+    return pairs
+
+
 def _delay(value: str | None) -> float:
+    # Seconds, or a Go duration in s or ms as the conformance tests write it ("1s", "500ms").
+    text = (value or "").strip()
+    scale = 1.0
+    if text.endswith("ms"):
+        text, scale = text[:-2], 0.001
+    elif text.endswith("s"):
+        text = text[:-1]
     try:
-        seconds = float(value) if value else 0.0
+        seconds = float(text) * scale if text else 0.0
     except ValueError:
         return 0.0
     return min(max(seconds, 0.0), _MAX_DELAY_S)
 
 
-async def start_echo(host: str, port: int, *, name: str, namespace: str = "default") -> EchoServer:
-    """Starts an echo server; `port` 0 picks a free port, which `EchoServer.port` then tells."""
+async def start_echo(
+    host: str,
+    port: int,
+    *,
+    name: str,
+    namespace: str = "default",
+    ssl_context: ssl.SSLContext | None = None,
+) -> EchoServer:
+    """Starts an echo server; `port` 0 picks a free port, which `EchoServer.port` then tells.
+    With `ssl_context` it speaks HTTPS (a TLS passthrough or BackendTLSPolicy target) and reports
+    the server name each connection asked for; the context's `sni_callback` is taken for that."""
     statuses: dict[str, int] = {}
     remaining: dict[str, int] = {}
     counts: Counter[str] = Counter()
-    server = web.Server(_handler(name, namespace, statuses, remaining, counts), access_log=None)
+    server_names: dict[int, str] = {}
+    if ssl_context is not None:
+
+        def remember(sslobj: ssl.SSLObject, server_name: str | None, _: ssl.SSLContext) -> None:
+            if server_name is not None:
+                server_names[id(sslobj)] = server_name
+
+        ssl_context.sni_callback = remember
+    handler = _handler(name, namespace, statuses, remaining, counts, server_names)
+    server = web.Server(handler, access_log=None)
     runner = web.ServerRunner(server, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
     try:
         await site.start()
     except BaseException:

@@ -50,6 +50,13 @@ class Metrics:
             "Envoy instances with an open ADS stream",
             registry=self.registry,
         )
+        self.gateways = Gauge(
+            "turnout_gateways",
+            "Gateway API Gateways of turnout's classes by their Programmed condition (True once "
+            "every connected Envoy acknowledged the configuration holding them)",
+            ["programmed"],
+            registry=self.registry,
+        )
         self.envoy_restarts = Counter(
             "turnout_envoy_restarts",
             "Restarts of the supervised Envoy child process",

@@ -208,6 +208,96 @@ async def test_terminated_tcpproxy_streams_plain_bytes_to_the_backend(
     assert der != backend_cert.der  # Envoy's certificate for REDIS, from the Secret
 
 
+SEED_TCP = "seed.tcp.example.com"
+SEED_PASS = DB  # the TLS echo's certificate is for DB
+
+
+def _seed_tcp_proxies(extra_route: str = "") -> str:
+    """Seed 001's `protocol: tcp`: each root's only route sends to TCP services."""
+    return f"""\
+apiVersion: projectcontour.io/v1
+kind: HTTPProxy
+metadata: {{name: seed-tcp, namespace: default}}
+spec:
+  virtualhost:
+    fqdn: {SEED_TCP}
+    tls: {{secretName: seed-cert}}
+  routes:
+    - conditions: [{{prefix: /}}]
+      services: [{{name: stream, port: 7000, protocol: tcp}}]
+{extra_route}---
+apiVersion: projectcontour.io/v1
+kind: HTTPProxy
+metadata: {{name: seed-pass, namespace: default}}
+spec:
+  virtualhost:
+    fqdn: {SEED_PASS}
+    tls: {{passthrough: true}}
+  routes:
+    - services: [{{name: tls-stream, port: 7443, protocol: tcp}}]
+"""
+
+
+async def test_seed_tcp_protocol_terminates_tls_and_streams_to_the_service(
+    harness: Harness, ca: CA, client: ssl.SSLContext, echoes: tuple[int, int, Issued]
+) -> None:
+    _, tls_port, backend_cert = echoes
+    seed_cert = ca.issue(SEED_TCP)
+    stream = _Server()
+    stream_port = await stream.start()
+    try:
+        files = {
+            "svc.yaml": service_yaml("default", "stream", 7000, stream_port)
+            + "---\n"
+            + service_yaml("default", "tls-stream", 7443, tls_port),
+            "secrets.yaml": tls_secret_yaml("default", "seed-cert", *_pair(seed_cert)),
+        }
+        await harness.apply({**files, "proxies.yaml": _seed_tcp_proxies()})
+        for name in ("seed-tcp", "seed-pass"):
+            assert harness.status_of("HTTPProxy", "default", name)["currentStatus"] == "valid"
+        payload = bytes(range(256)) * 64
+        echoed, der = await _stream(harness.https_port, SEED_TCP, client, payload)
+        assert echoed == payload
+        # Envoy's certificate from the Secret (verified against the CA), not a backend's.
+        assert der == seed_cert.der
+        assert stream.connections == 1
+        # Passed through: the client sees the TLS backend's own certificate.
+        echoed, der = await _stream(harness.https_port, SEED_PASS, client, b"through\n")
+        assert (echoed, der) == (b"through\n", backend_cert.der)
+        # A TCP route has no HTTP side: plain HTTP finds no virtual host for the name.
+        assert (await harness.get(SEED_TCP)).status_code == 404
+
+        # A second route makes the TCP route invalid: the root is not served, and says why.
+        second = "    - conditions: [{prefix: /x}]\n      services: [{name: stream, port: 7000}]\n"
+        await harness.apply({**files, "proxies.yaml": _seed_tcp_proxies(second)})
+        errors = harness.status_of("HTTPProxy", "default", "seed-tcp")["conditions"][0]["errors"]
+        assert [(e["type"], e["reason"]) for e in errors] == [("TCPProxyError", "TCPRouteNotValid")]
+        assert "spec.routes[0]" in errors[0]["message"]
+        with pytest.raises((ConnectionError, ssl.SSLError, OSError, asyncio.IncompleteReadError)):
+            await _stream_once(harness.https_port, SEED_TCP, client, b"refused\n")
+        assert stream.connections == 1
+        # The other root is untouched.
+        echoed, _ = await _stream(harness.https_port, SEED_PASS, client, b"still\n")
+        assert echoed == b"still\n"
+    finally:
+        await stream.close()
+
+
+async def _stream_once(port: int, sni: str, context: ssl.SSLContext, payload: bytes) -> bytes:
+    """One attempt, no retries: the echo of `payload`, or the connection's error."""
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname=sni), timeout=5.0
+    )
+    try:
+        writer.write(payload)
+        await writer.drain()
+        return await asyncio.wait_for(reader.readexactly(len(payload)), timeout=5.0)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await writer.wait_closed()
+
+
 async def test_a_tcp_hostname_sent_on_a_wildcard_chain_is_misdirected(
     harness: Harness, ca: CA, client: ssl.SSLContext, echoes: tuple[int, int, Issued]
 ) -> None:

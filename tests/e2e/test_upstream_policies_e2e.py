@@ -4,6 +4,7 @@ upstream, upstream certificate validation, ExternalName Services, passive health
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -429,3 +430,86 @@ async def test_slow_start_reaches_envoy(harness: Harness) -> None:
         assert config["slow_start_window"] == "30s"
         assert config["aggression"]["default_value"] == 2.0
         assert config["min_weight_percent"]["value"] == 20.0
+
+
+async def _shares(harness: Harness, host: str, n: int) -> Counter[str]:
+    """Which backend answered each of `n` requests on one client connection."""
+    counts: Counter[str] = Counter()
+    async with httpx.AsyncClient(base_url=harness.base_url, timeout=5.0) as client:
+        for _ in range(n):
+            r = await client.get("/", headers={"Host": host})
+            counts[r.json()["service"] if r.status_code == 200 else str(r.status_code)] += 1
+    return counts
+
+
+async def test_slow_start_gives_a_new_endpoint_a_small_share(harness: Harness) -> None:
+    """One endpoint, then a second one joins: within the window the newcomer gets a small share
+    with slowStartPolicy, and half without (a control route to the same Service)."""
+    old = await start_echo("127.0.0.1", 0, name="old", namespace=NS)
+    new = await start_echo("127.0.0.1", 0, name="new", namespace=NS)
+    async with running(old, new):
+        # Envoy scales the weight of every endpoint younger than the window, the first one too,
+        # by max(minWeightPercent, (age / window) ^ (1 / aggression)) with an age of at least 1 s.
+        # With the old endpoint about 3.5 s old and the new one 1-1.5 s, that is 0.12 against
+        # 0.01-0.02: the newcomer gets about a tenth of the requests.
+        slow = "slowStartPolicy: {window: 10s, aggression: '0.5', minWeightPercent: 1}"
+        proxies = {
+            "slow.yaml": proxy("ramp.example.com", f"[{{name: ramp, port: 80, {slow}}}]"),
+            "control.yaml": proxy("noramp.example.com", "[{name: ramp, port: 80}]"),
+        }
+        await harness.apply({"svc.yaml": service("ramp", [old.port], port=80), **proxies})
+        assert await _shares(harness, "ramp.example.com", 5) == Counter({"old": 5})
+        assert await _shares(harness, "noramp.example.com", 5) == Counter({"old": 5})
+        await asyncio.sleep(3.0)  # the old endpoint ages
+        # The same clusters (their settings did not change); only their endpoints do.
+        await harness.apply({"svc.yaml": service("ramp", [old.port, new.port], port=80), **proxies})
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        ramped = await _shares(harness, "ramp.example.com", 100)
+        control = await _shares(harness, "noramp.example.com", 100)
+        assert loop.time() - started < 10.0
+        assert ramped["old"] + ramped["new"] == 100, ramped
+        assert ramped["new"] <= 25, ramped
+        # Round robin without slow start alternates between the two.
+        assert 40 <= control["new"] <= 60, control
+
+
+# --- timeoutPolicy.idleConnection ----------------------------------------------------------------
+
+
+async def test_idle_connection_timeout_closes_the_upstream_connection(harness: Harness) -> None:
+    """The echo reports the port of the connection each request came on: with idleConnection
+    Envoy opens a new upstream connection after a pause longer than the timeout; without it the
+    pooled connection is reused."""
+    echo = await start_echo("127.0.0.1", 0, name="pooled", namespace=NS)
+    async with running(echo):
+        await harness.apply(
+            {
+                "svc.yaml": service("pooled", [echo.port], port=80),
+                "idle.yaml": proxy(
+                    "idle.example.com",
+                    "[{name: pooled, port: 80}]",
+                    "timeoutPolicy: {idleConnection: 1s}\n",
+                ),
+                "keep.yaml": proxy("keep.example.com", "[{name: pooled, port: 80}]"),
+            }
+        )
+        hosts = ("idle.example.com", "keep.example.com")
+        ports: dict[str, list[int]] = {h: [] for h in hosts}
+        async with httpx.AsyncClient(base_url=harness.base_url, timeout=5.0) as client:
+
+            async def request_each() -> None:
+                for h in hosts:
+                    r = await client.get("/", headers={"Host": h})
+                    assert r.status_code == 200, r.text
+                    ports[h].append(r.json()["client_port"])
+
+            await request_each()
+            await request_each()  # at once: both reuse their connection
+            await asyncio.sleep(1.8)
+            await request_each()
+        idle, keep = ports["idle.example.com"], ports["keep.example.com"]
+        assert idle[0] == idle[1] and idle[2] != idle[1], idle
+        assert keep[0] == keep[1] == keep[2], keep
+        # Two clusters (different settings), so two pools: never one connection for both.
+        assert not set(idle) & set(keep)

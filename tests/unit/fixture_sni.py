@@ -1,11 +1,12 @@
 """Fixture checks for what a TLS connection gets before any HTTP request: `sni.yaml`.
 
 Each entry is `{sni, listener, expect}`: `sni` is the server name the client sends (null: none),
-`listener` defaults to `ingress_https`, and `expect` holds `chain` (`vhost`, `tcp`, `fallback` or
-`closed`), and for a TCP proxy `clusters` (a list of `{cluster, weight}`, `ns/service/port`
-prefixes, in order) and `upstream` (a subset of `{protocol, lb_strategy, tcp_health_check}` of
-each cluster), and `tls` (null: passed through; or a subset of `tls_facts`), for a virtual host
-`host` (its hostname) and `tls`. `tls_facts` also serves `requests.yaml`'s `expect.tls`.
+`listener` defaults to `ingress_https` (a plain TCP listener ignores `sni`), and `expect` holds
+`chain` (`vhost`, `tcp`, `fallback` or `closed`), and for a TCP proxy `clusters` (a list of
+`{cluster, weight}`, `ns/service/port` prefixes, in order) and `upstream` (a subset of `{protocol,
+lb_strategy, tcp_health_check}` of each cluster), and `tls` (null: passed through; or a subset of
+`tls_facts`), for a virtual host `host` (its hostname) and `tls`. `tls_facts` also serves
+`requests.yaml`'s `expect.tls`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from dataclasses import asdict
 from typing import Any
 
 from turnout.graph.build import CompileResult
-from turnout.graph.model import RoutingGraph, TLSTermination
-from turnout.graph.sni import select_sni
+from turnout.graph.model import ListenerProtocol, RoutingGraph, TLSTermination
+from turnout.graph.sni import SNIDecision, select_sni
 
 
 def _secret_ref(graph: RoutingGraph, name: str | None) -> str | None:
@@ -68,7 +69,14 @@ def check_sni(result: CompileResult, entry: dict[str, Any], subset: Any) -> list
         if expect.get("chain", "closed") == "closed":
             return []
         return [f"{label}: the graph has no listener {listener_name}"]
-    decision = select_sni(listener, entry.get("sni"))
+    if listener.protocol is ListenerProtocol.TCP:
+        # A plain TCP listener reads no SNI: its proxy without hostname takes every connection,
+        # as the translator builds it.
+        decision = SNIDecision(
+            tcp_proxy=next((p for p in listener.tcp_proxies if not p.hostname), None)
+        )
+    else:
+        decision = select_sni(listener, entry.get("sni"))
     if decision.virtual_host is not None:
         chain, tls = "vhost", decision.virtual_host.tls
     elif decision.tcp_proxy is not None:

@@ -8,6 +8,7 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from turnout.dialects.gatewayapi.status import programmed_counts
 from turnout.metrics import Metrics
 from turnout.status.model import ObjectStatus
 from turnout.store import SourceProblem
@@ -51,6 +52,9 @@ def make_app(source: AdminSource) -> web.Application:
         )
 
     async def metrics(_: web.Request) -> web.Response:
+        # Programmed changes with Envoy's ACKs, not with compiles: counted when scraped.
+        for value, count in programmed_counts(source.statuses()).items():
+            source.metrics.gateways.labels(programmed=value).set(count)
         body = generate_latest(source.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from turnout.graph.model import TCPProxy, VirtualHost
+from turnout.graph.model import ListenerProtocol, TCPProxy, VirtualHost
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
 from turnout.objects import KubeObject, ObjectRef
@@ -24,6 +24,19 @@ from turnout.store import Snapshot
 # Gateway API) attach virtual hosts to. Names follow Contour's.
 HTTP_LISTENER = "ingress_http"
 HTTPS_LISTENER = "ingress_https"
+
+DEFAULT_GATEWAY_CONTROLLER_NAME = "turnout.dev/gateway-controller"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class IssuerDiscovery:
+    """What OpenID discovery (`<issuer>/.well-known/openid-configuration`) answered for one
+    issuer: its `jwks_uri`, or why there is none (`error`). Both None: no answer yet. Found by
+    the control plane (turnout.sources.oidc) outside the compile, which only reads it."""
+
+    issuer: str
+    jwks_uri: str | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +56,26 @@ class CompileOptions:
     # Contour's enableExternalNameService: route to ExternalName Services (DNS clusters). Off by
     # default, as in Contour: such a Service can point Envoy anywhere (GHSA-5ph6-qq5x-7jwc).
     enable_external_name_service: bool = False
+    # Skipper's -kubernetes-routegroup-class: a regular expression (searched, as Go's
+    # MatchString does) that a RouteGroup's `zalando.org/routegroup.class` annotation must match;
+    # RouteGroups without the annotation are always served. Skipper's default.
+    routegroup_class: str = "skipper"
+    # The Gateway API controllerName this turnout implements: GatewayClasses naming it (and their
+    # Gateways and routes) are turnout's; all others belong to another implementation.
+    gateway_controller_name: str = DEFAULT_GATEWAY_CONTROLLER_NAME
+    # Other ports turnout and its Envoy use on `address`, with the flag that sets each (admin,
+    # xDS, Envoy admin): a Gateway listener there could not bind (PortUnavailable).
+    reserved_ports: tuple[tuple[int, str], ...] = ()
+    # OpenID discovery results for the issuers RouteGroups' `jwtValidation` filters name, sorted
+    # by issuer; an issuer missing here has no answer yet. Part of the compile's input, so the
+    # compile stays a pure function of snapshot and options.
+    issuer_discovery: tuple[IssuerDiscovery, ...] = ()
+
+    def discovery(self, issuer: str) -> IssuerDiscovery | None:
+        for found in self.issuer_discovery:
+            if found.issuer == issuer:
+                return found
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +108,22 @@ class CompileContext:
 
 
 @dataclass(frozen=True, slots=True)
+class ListenerDecl:
+    """A listener a dialect brings itself (Gateway API listeners bind their own ports), bound on
+    `CompileOptions.address`. The dialect's virtual hosts and TCP proxies name it."""
+
+    name: str
+    port: int
+    protocol: ListenerProtocol
+
+
+@dataclass(frozen=True, slots=True)
 class DialectOutput:
     virtual_hosts: tuple[tuple[str, VirtualHost], ...] = ()  # (listener name, vhost)
     statuses: tuple[ObjectStatus, ...] = ()
     tcp_proxies: tuple[tuple[str, TCPProxy], ...] = ()  # (listener name, SNI-routed TCP proxy)
+    # Listeners of the dialect's own, besides the shared HTTP_LISTENER and HTTPS_LISTENER.
+    listeners: tuple[ListenerDecl, ...] = ()
 
 
 class Dialect(Protocol):

@@ -15,9 +15,11 @@ from turnout.dialects.base import (
     CompileOptions,
     Dialect,
     HostClaim,
+    ListenerDecl,
     ownership_from_claims,
 )
 from turnout.graph.model import (
+    INVALID_BACKEND,
     CABundle,
     Cluster,
     Forward,
@@ -45,11 +47,20 @@ class CompileResult:
 
 def default_dialects() -> tuple[Dialect, ...]:
     from turnout.dialects.contour_route import ContourRouteDialect
+    from turnout.dialects.gatewayapi import GatewayAPIDialect
     from turnout.dialects.httpproxy import HTTPProxyDialect
     from turnout.dialects.ingress import IngressDialect
     from turnout.dialects.ingressroute import IngressRouteDialect
+    from turnout.dialects.routegroup import RouteGroupDialect
 
-    return (HTTPProxyDialect(), ContourRouteDialect(), IngressDialect(), IngressRouteDialect())
+    return (
+        HTTPProxyDialect(),
+        ContourRouteDialect(),
+        IngressDialect(),
+        IngressRouteDialect(),
+        GatewayAPIDialect(),
+        RouteGroupDialect(),
+    )
 
 
 # Core kinds that every dialect may consume (design.md, "Sources").
@@ -58,6 +69,7 @@ CORE_KINDS: frozenset[tuple[str, str]] = frozenset(
         ("v1", "Service"),
         ("v1", "Endpoints"),
         ("v1", "Secret"),
+        ("v1", "ConfigMap"),  # CA bundles of Gateway API BackendTLSPolicies
         ("v1", "Namespace"),
         ("discovery.k8s.io/v1", "EndpointSlice"),
     }
@@ -138,9 +150,12 @@ def compile_snapshot(
     vhosts: dict[str, dict[str, VirtualHost]] = {HTTP_LISTENER: {}, HTTPS_LISTENER: {}}
     tcp_proxies: dict[str, dict[str, TCPProxy]] = {}
     statuses: list[ObjectStatus] = []
+    declared: dict[str, ListenerDecl] = {}
     for dialect in dialects:
         out = dialect.compile(snapshot, ctx)
         statuses.extend(out.statuses)
+        for decl in out.listeners:
+            declared.setdefault(decl.name, decl)
         for listener, vhost in out.virtual_hosts:
             # Ownership guarantees one vhost per (listener, hostname); a dialect that emits a
             # second one has a bug, and the first one stays in force.
@@ -172,6 +187,24 @@ def compile_snapshot(
             )
         )
 
+    for name in sorted(declared, key=lambda n: (declared[n].port, n)):
+        decl = declared[name]
+        if decl.port in (options.http_port, options.https_port):
+            continue  # the dialect reports it; the shared listeners keep their ports
+        own_vhosts = vhosts.get(name, {})
+        own_tcp = tcp_proxies.get(name, {})
+        listeners.append(
+            Listener(
+                name=name,
+                address=options.address,
+                port=decl.port,
+                protocol=decl.protocol,
+                virtual_hosts=tuple(own_vhosts[k] for k in sorted(own_vhosts)),
+                tcp_proxies=tuple(own_tcp[k] for k in sorted(own_tcp)),
+            )
+        )
+    listeners.sort(key=lambda lst: lst.name)
+
     used = {
         wc.cluster
         for listener in listeners
@@ -188,6 +221,7 @@ def compile_snapshot(
         for route in vh.routes
         for m in route.policies.mirrors
     }
+    used.discard(INVALID_BACKEND)  # a share answered 500, never a cluster (model.py)
     clusters = tuple(c for c in backends.clusters() if c.name in used)
     used_secrets = tls_secret_names(listeners)
     tls_secrets = tuple(s for s in secrets.secrets() if s.name in used_secrets)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable, Mapping
 
 from cryptography import x509
 
 from turnout.graph.model import CABundle
-from turnout.graph.secrets import TLS_SECRET_TYPE, _secret_field, delegation_permitted
+from turnout.graph.secrets import TLS_SECRET_TYPE, _secret_field, delegation_refusal
 from turnout.graph.services import Unresolved
 from turnout.store import Snapshot
 
@@ -58,6 +59,34 @@ class CABundleResolver:
         """The `ca.crt` of Secret `namespace/name`, used by an object in `for_namespace`."""
         return self._resolve(namespace, name, CA_KEY, for_namespace)
 
+    def config_map_ca_bundle(self, namespace: str, name: str) -> CABundle | Unresolved:
+        """The `ca.crt` of ConfigMap `namespace/name` (Gateway API BackendTLSPolicy
+        `caCertificateRefs`; same-namespace only, so no delegation applies)."""
+        return self._cached((namespace, name, "ConfigMap"), self._load_config_map)
+
+    def _load_config_map(self, namespace: str, name: str) -> CABundle | Unresolved:
+        config_map = self._snapshot.get("", "ConfigMap", namespace, name)
+        if config_map is None:
+            return Unresolved("ConfigMapNotFound", f'ConfigMap "{namespace}/{name}" not found')
+        data = config_map.raw.get("data")
+        pem = data.get(CA_KEY) if isinstance(data, Mapping) else None
+        if not isinstance(pem, str) or not pem:
+            return Unresolved(
+                "ConfigMapNotValid", f'ConfigMap "{namespace}/{name}" has no "{CA_KEY}" entry'
+            )
+        problem = _pem_problem(pem, "CERTIFICATE", "certificate")
+        if problem is not None:
+            return Unresolved(
+                "ConfigMapNotValid", f'ConfigMap "{namespace}/{name}": {CA_KEY} {problem}'
+            )
+        digest = hashlib.sha256(f"configmap\0{pem}".encode()).hexdigest()[:10]
+        return CABundle(
+            name=f"{namespace}/{name}/{digest}",
+            namespace=namespace,
+            secret=name,
+            ca_certificates=pem,
+        )
+
     def crl(self, namespace: str, name: str, *, for_namespace: str) -> CABundle | Unresolved:
         """The `crl.pem` of Secret `namespace/name` (a `CABundle` whose `crl` is set)."""
         return self._resolve(namespace, name, CRL_KEY, for_namespace)
@@ -65,14 +94,19 @@ class CABundleResolver:
     def _resolve(
         self, namespace: str, name: str, key: str, for_namespace: str
     ) -> CABundle | Unresolved:
-        if not delegation_permitted(self._snapshot, namespace, name, for_namespace):
-            return Unresolved(
-                "DelegationNotPermitted",
-                f'Secret "{namespace}/{name}" certificate delegation not permitted',
-            )
-        cache_key = (namespace, name, key)
+        refused = delegation_refusal(self._snapshot, namespace, name, for_namespace)
+        if refused is not None:
+            return refused
+        return self._cached((namespace, name, key), lambda ns, n: self._load(ns, n, key))
+
+    def _cached(
+        self,
+        cache_key: tuple[str, str, str],
+        load: Callable[[str, str], CABundle | Unresolved],
+    ) -> CABundle | Unresolved:
+        """`load(namespace, name)` once per key; a usable bundle counts as used."""
         if cache_key not in self._checked:
-            self._checked[cache_key] = self._load(namespace, name, key)
+            self._checked[cache_key] = load(cache_key[0], cache_key[1])
         result = self._checked[cache_key]
         if isinstance(result, CABundle):
             self._used[result.name] = result

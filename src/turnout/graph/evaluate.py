@@ -41,12 +41,20 @@ translator's configuration, so differential tests can hold Envoy to it
      joined with `,`); a missing header fails unless `treat_missing_as_empty`, and satisfies
      only an inverted `present`; `:method`, `:authority` (raw Host) and `:path` (normalised,
      with the query) are available;
+   - a route with a runtime fraction matches when the request's draw (`Request.draw`, one per
+     request, shared by every route as Envoy's random value is) is below it; without a draw only
+     a fraction of 1 matches;
+   - a range header match reads the value as an integer (Envoy's `SimpleAtoi`);
    - query parameters: the raw query is split at `&`, each piece at its first `=` (no `=`: the
      value is ""); **nothing is decoded**, so `x=a+b`, `x=a%20b` and a condition on `a b` are
      three different values, and names are compared raw too; the first occurrence of a name
      counts.
 5. **Action.** A Forward whose effective clusters (`effective_forward`: weight > 0, a repeated
-   cluster's weights summed) are none answers 503, as the translator emits it.
+   cluster's weights summed) are none answers 503, as the translator emits it. The weighted share
+   of `INVALID_BACKEND` (a backend that did not resolve) answers the Forward's
+   `invalid_backend_status` (500, or 503 for gRPC): `status` is that when it is the only
+   effective cluster, `invalid_share` gives its fraction of a mixed split and `invalid_status`
+   what that fraction answers.
 
 Not modelled: headers Envoy adds or rewrites before routing (`x-forwarded-*`, `x-request-id`,
 `x-envoy-*`), `:scheme`, and the HTTPS listener's SNI (the SNI is assumed to equal the host).
@@ -63,6 +71,7 @@ import re2
 
 from turnout.dialects.regex import ENVOY_MAX_PROGRAM_SIZE
 from turnout.graph.model import (
+    INVALID_BACKEND,
     DirectResponse,
     Forward,
     HeaderMatch,
@@ -76,6 +85,7 @@ from turnout.graph.model import (
     RoutingGraph,
     StringMatchKind,
     VirtualHost,
+    invalid_backend_status,
 )
 
 # What a route answers when it has nowhere to send traffic (every weight is zero, or none).
@@ -92,6 +102,9 @@ class Request:
     method: str = "GET"
     headers: tuple[tuple[str, str], ...] = ()
     listener: str = "ingress_http"
+    # The request's random value in [0, 1) that routes with a runtime fraction compare with
+    # (Envoy draws one per request). None: a draw no fraction below 1 takes.
+    draw: float | None = None
 
     def header_values(self, name: str) -> list[str]:
         name = name.lower()
@@ -140,9 +153,30 @@ class Decision:
             return action.status
         if isinstance(action, Redirect):
             return action.status
-        if isinstance(action, Forward) and not effective_forward(action):
-            return NO_BACKEND_STATUS
+        if isinstance(action, Forward):
+            effective = effective_forward(action)
+            if not effective:
+                return NO_BACKEND_STATUS
+            if all(name == INVALID_BACKEND for name, _ in effective):
+                return invalid_backend_status(action.invalid_backend_status)
         return 200
+
+    @property
+    def invalid_status(self) -> int | None:
+        """What the chosen Forward's share of an invalid backend answers (None: not a Forward)."""
+        if self.route is None or not isinstance(self.route.action, Forward):
+            return None
+        return invalid_backend_status(self.route.action.invalid_backend_status)
+
+    @property
+    def invalid_share(self) -> float:
+        """The fraction of the chosen Forward's requests answered 500 for an invalid backend."""
+        if self.route is None or not isinstance(self.route.action, Forward):
+            return 0.0
+        effective = effective_forward(self.route.action)
+        total = sum(w for _, w in effective)
+        invalid = sum(w for name, w in effective if name == INVALID_BACKEND)
+        return invalid / total if total else 0.0
 
     @property
     def clusters(self) -> tuple[tuple[str, int], ...]:
@@ -439,6 +473,8 @@ def _authority_fits(vh: VirtualHost, host: str) -> bool:
 
 
 def _string_match(kind: StringMatchKind, expected: str, actual: str, ignore_case: bool) -> bool:
+    if kind is StringMatchKind.RANGE:
+        return _in_range(expected, actual)
     if kind is StringMatchKind.REGEX:
         return _regex(expected).fullmatch(actual) is not None
     if ignore_case:
@@ -452,6 +488,22 @@ def _string_match(kind: StringMatchKind, expected: str, actual: str, ignore_case
     if kind is StringMatchKind.CONTAINS:
         return expected in actual
     return True  # PRESENT
+
+
+_RANGE_VALUE = re2.compile(r"[+-]?[0-9]+")
+
+
+def _in_range(expected: str, actual: str) -> bool:
+    # Envoy's range_match reads the value with absl::SimpleAtoi into an int64 (surrounding
+    # whitespace and a sign allowed); a value that does not parse never matches.
+    start, _, end = expected.partition(",")
+    text = actual.strip(" \t\n\v\f\r")
+    if _RANGE_VALUE.fullmatch(text) is None:
+        return False
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        return False
+    return int(start) <= value < int(end)
 
 
 @lru_cache(maxsize=4096)
@@ -499,6 +551,9 @@ def path_matches(match: RouteMatch, path: str) -> bool:
 def route_miss_reason(route: Route, request: Request, vh: VirtualHost) -> str | None:
     """Why `route` does not match `request` (already normalised), or None when it matches."""
     path = request.path_only
+    fraction = route.match.runtime_fraction
+    if fraction is not None and not _drawn(fraction, request.draw):
+        return f"the request's random value {request.draw} is not below the fraction {fraction}"
     if not path_matches(route.match, path):
         p = route.match.path
         return f"path {path!r} does not match {p.kind.value} {p.value!r}"
@@ -514,6 +569,14 @@ def route_miss_reason(route: Route, request: Request, vh: VirtualHost) -> str | 
             what = "present" if q.kind is StringMatchKind.PRESENT else f"{q.kind.value} {q.value!r}"
             return f"query parameter {q.name!r} is not {what}"
     return None
+
+
+def _drawn(fraction: float, draw: float | None) -> bool:
+    # Envoy compares the random value modulo a million with the numerator over a million.
+    numerator = round(min(max(fraction, 0.0), 1.0) * 1_000_000)
+    if draw is None:
+        return numerator >= 1_000_000
+    return int(min(max(draw, 0.0), 1.0) * 1_000_000) < numerator
 
 
 def normalize_request(request: Request) -> Request | str:

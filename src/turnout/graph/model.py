@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from turnout.objects import ObjectRef
 
@@ -38,6 +39,9 @@ class StringMatchKind(enum.Enum):
     SUFFIX = "suffix"
     CONTAINS = "contains"
     REGEX = "regex"
+    # Headers only: the value is an integer in [start, end), written "start,end" (Envoy's
+    # HeaderMatcher.range_match; Skipper's ContentLengthBetween).
+    RANGE = "range"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,10 @@ class RouteMatch:
     path: PathMatch = field(default_factory=PathMatch.prefix)
     headers: tuple[HeaderMatch, ...] = ()
     query: tuple[QueryMatch, ...] = ()
+    # The share of requests (0..1) the route matches at all (Skipper's Traffic): Envoy draws one
+    # random number per request and every route compares its fraction with that same number
+    # (RouteMatch.runtime_fraction). None: every request.
+    runtime_fraction: float | None = None
 
 
 class UpstreamProtocol(enum.Enum):
@@ -128,9 +136,13 @@ class OutlierDetection:
 class UpstreamValidation:
     """Verify the upstream's certificate (Contour `validation`, Gateway API BackendTLSPolicy)."""
 
-    ca_secret: str  # name of a CA bundle in RoutingGraph.ca_bundles
+    ca_secret: str  # name of a CA bundle in RoutingGraph.ca_bundles; "" with system_trust_store
     subject_names: tuple[str, ...]
     sni: str | None = None
+    # Chain to the installation's system trust store (BackendTLSPolicy `wellKnownCACertificates:
+    # System`) instead of a bundle: a file on Envoy's host (`TranslateOptions.system_ca_file`),
+    # so it is not part of the graph.
+    system_trust_store: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,12 +168,20 @@ class UpstreamSettings:
     # `timeoutPolicy.idleConnection`); None: Envoy's default (1 h), 0: never closed for idleness.
     idle_connection_timeout_s: float | None = None
     tcp_health_check: TCPHealthCheck | None = None
+    # The Service port (number) whose endpoint ports receive the active health checks (Contour's
+    # `healthPort`); None: the traffic port. Resolved per endpoint into `Endpoint.health_port`.
+    health_port: int | None = None
+    # Bounded-load consistent hashing (Skipper consistentHashBalanceFactor): a percentage, 150 =
+    # an endpoint takes at most 1.5 times the average load (Envoy's hash_balance_factor, >= 100).
+    hash_balance_factor: int | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class Endpoint:
     address: str
     port: int
+    # Where active health checks go (Envoy's `health_check_config.port_value`); 0: `port`.
+    health_port: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,14 +206,33 @@ class Cluster:
     connect_timeout_s: float | None = None
     idle_connection_timeout_s: float | None = None  # see UpstreamSettings
     tcp_health_check: TCPHealthCheck | None = None
+    health_port: int | None = None  # see UpstreamSettings; the endpoints carry the target ports
     # Set for ExternalName Services and RouteGroup `network` backends: resolved by DNS in Envoy
     # (STRICT_DNS) instead of EDS endpoints.
     dns_name: str | None = None
+    # Bounded-load consistent hashing (Skipper consistentHashBalanceFactor): a percentage, 150 =
+    # an endpoint takes at most 1.5 times the average load (Envoy's hash_balance_factor, >= 100).
+    hash_balance_factor: int | None = None
+
+
+# The cluster name of "an invalid backend" (Gateway API: a backendRef that does not resolve):
+# requests sent to its weighted share are answered 500 and TCP connections to it are closed. No
+# Cluster ever has this name (Service clusters are `ns/service/port/hash`); the translator emits
+# it as a cluster Envoy does not know, with the route's `cluster_not_found_response_code` 500.
+INVALID_BACKEND = "turnout/invalid-backend"
+INVALID_BACKEND_STATUS = 500
+# The statuses Envoy's cluster_not_found_response_code can answer (Forward.invalid_backend_status).
+INVALID_BACKEND_STATUSES = (404, 500, 503)
+
+
+def invalid_backend_status(status: int) -> int:
+    """What Envoy answers for `Forward.invalid_backend_status`: itself when Envoy can, else 500."""
+    return status if status in INVALID_BACKEND_STATUSES else INVALID_BACKEND_STATUS
 
 
 @dataclass(frozen=True, slots=True)
 class WeightedCluster:
-    cluster: str  # Cluster.name
+    cluster: str  # Cluster.name, or INVALID_BACKEND
     weight: int
     # What happens to requests sent to this backend only (HTTPProxy per-service header and cookie
     # policies, Gateway API backendRef filters), on top of the route's own policies.
@@ -205,6 +244,10 @@ class Forward:
     """Send the request to one of the clusters, split by weight."""
 
     clusters: tuple[WeightedCluster, ...]
+    # What the share of INVALID_BACKEND answers: 500 (Gateway API HTTPRoute) or 503, which gRPC
+    # clients read as UNAVAILABLE (GRPCRoute). Envoy can answer only 500, 503 or 404 (its
+    # cluster_not_found_response_code); anything else is answered 500.
+    invalid_backend_status: int = INVALID_BACKEND_STATUS
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +256,9 @@ class DirectResponse:
 
     status: int
     body: str = ""
+    # Response headers of the direct response itself (Skipper inlineContent's content type);
+    # route response-header policies apply to forwarded responses only.
+    headers: tuple[HeaderValue, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +396,57 @@ class HashPolicy:
     cookie_path: str | None = None  # Cookie: the Path of the generated cookie
 
 
+# What the compressor compresses: Envoy's defaults, which its compressor filter keeps for every
+# route (CompressorPerRoute cannot change them; setting others is deprecated in Envoy 1.40).
+# Skipper's `compress` default differs: it also has application/x-javascript, text/javascript
+# and application/octet-stream, and not application/xhtml+xml and text/xml.
+COMPRESSIBLE_TYPES = (
+    "application/javascript",
+    "application/json",
+    "application/xhtml+xml",
+    "image/svg+xml",
+    "text/css",
+    "text/html",
+    "text/plain",
+    "text/xml",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Compression:
+    """Compress responses (gzip) whose content type is one of `content_types`, when the client
+    accepts it (Skipper's `compress`). The types are Envoy's compressor filter's, shared by every
+    route that compresses: a route can switch compression on, not choose other types, so they
+    must be `COMPRESSIBLE_TYPES` (graph.validate)."""
+
+    content_types: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JwtValidation:
+    """Requests need a valid JWT in `Authorization: Bearer <token>` (Skipper's `jwtValidation`):
+    signed by a key of the JSON Web Key Set at `jwks_uri` (fetched and refreshed by Envoy), `iss`
+    equal to `issuer`, a non-empty `sub`, and `exp`/`nbf` not violated. Anything else is answered
+    401 before the route's action; the token is forwarded upstream unchanged. `jwks_uri` is what
+    OpenID discovery of `issuer` answered (control plane, before the compile)."""
+
+    issuer: str
+    jwks_uri: str  # an absolute http(s) URL
+
+    def jwks_endpoint(self) -> tuple[bool, str, int] | None:
+        """(TLS, host, port) that `jwks_uri` is fetched from, or None when it is not an absolute
+        http(s) URL with a host (graph.validate keeps such a policy out of the graph)."""
+        try:
+            url = urlsplit(self.jwks_uri)
+            port = url.port
+        except ValueError:
+            return None
+        if url.scheme not in ("http", "https") or not url.hostname:
+            return None
+        tls = url.scheme == "https"
+        return tls, url.hostname, port if port is not None else (443 if tls else 80)
+
+
 @dataclass(frozen=True, slots=True)
 class BackendPolicies:
     """Header, Host and cookie changes for the requests one backend of a route receives (and its
@@ -377,6 +474,9 @@ class RoutePolicies:
     ip_filter: IPFilter | None = None  # overrides the virtual host's
     rate_limit: LocalRateLimit | None = None
     hash_policies: tuple[HashPolicy, ...] = ()
+    cors: CorsPolicy | None = None  # replaces the virtual host's for this route
+    compression: Compression | None = None
+    jwt: JwtValidation | None = None  # checked before the action (even a direct response)
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,6 +582,10 @@ class VirtualHost:
     hostname_match: HostnameMatch = HostnameMatch.EXACT
     tls: TLSTermination | None = None  # set on HTTPS listeners only
     policies: VirtualHostPolicies = field(default_factory=VirtualHostPolicies)
+    # On an HTTPS listener, the TLS server name whose filter chain serves this host, shared by
+    # every host of one Gateway API listener (its hostname, "*" for none: the chain for any other
+    # SNI); None: the hostname itself, one chain per host (Contour's layout).
+    sni: str | None = None
 
 
 class ListenerProtocol(enum.Enum):

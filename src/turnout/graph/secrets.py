@@ -95,6 +95,18 @@ def delegation_permitted(
     return False
 
 
+def delegation_refusal(
+    snapshot: Snapshot, namespace: str, name: str, for_namespace: str
+) -> Unresolved | None:
+    """Why an object in `for_namespace` may not use Secret `namespace/name`; None when it may."""
+    if delegation_permitted(snapshot, namespace, name, for_namespace):
+        return None
+    return Unresolved(
+        "DelegationNotPermitted",
+        f'Secret "{namespace}/{name}" certificate delegation not permitted',
+    )
+
+
 class SecretResolver:
     """Resolves TLS Secret references for one compile; collects the secrets used."""
 
@@ -112,11 +124,9 @@ class SecretResolver:
         self, namespace: str, name: str, *, for_namespace: str
     ) -> TLSSecret | Unresolved:
         """The Secret `namespace/name` used by an object in `for_namespace`."""
-        if not delegation_permitted(self._snapshot, namespace, name, for_namespace):
-            return Unresolved(
-                "DelegationNotPermitted",
-                f'Secret "{namespace}/{name}" certificate delegation not permitted',
-            )
+        refused = delegation_refusal(self._snapshot, namespace, name, for_namespace)
+        if refused is not None:
+            return refused
         key = (namespace, name)
         if key not in self._checked:
             self._checked[key] = self._load(namespace, name)

@@ -125,25 +125,33 @@ def service_endpoints(
     service: KubeObject,
     sp: ServicePort,
     slices_index: Mapping[tuple[str, str], list[KubeObject]] | None = None,
+    health: ServicePort | None = None,
 ) -> tuple[Endpoint, ...]:
-    """Ready endpoints of a Service port, from EndpointSlices, else from Endpoints."""
+    """Ready endpoints of a Service port, from EndpointSlices, else from Endpoints.
+
+    With `health` (another port of the Service), each endpoint's `health_port` is that port's
+    target in the same slice (or subset). A slice that does not list it borrows the one another
+    slice gives (Contour uses a single health port for the whole cluster); when no slice lists
+    it, health checks stay on the traffic port, as in Contour."""
     if slices_index is None:
         slices_index = index_endpoint_slices(snapshot)
-    found: set[Endpoint] = set()
+    found: list[tuple[str, int, int | None]] = []
     slices = slices_index.get((service.namespace, service.name), [])
     if slices:
-        for eps in slices:
+        # By name: where two slices list one address and port, the first one's health port wins.
+        for eps in sorted(slices, key=lambda e: e.name):
             target = _slice_port(eps, sp)
             if target is None:
                 continue
+            health_target = _slice_port(eps, health) if health is not None else None
             for ep in _seq(eps.raw.get("endpoints")):
                 if not isinstance(ep, Mapping) or not _ready(ep):
                     continue
                 for addr in _seq(ep.get("addresses")):
                     ip = _ip(addr)
                     if ip is not None:
-                        found.add(Endpoint(ip, target))
-        return tuple(sorted(found))
+                        found.append((ip, target, health_target))
+        return _with_health_ports(found)
     endpoints = snapshot.get("", "Endpoints", service.namespace, service.name)
     if endpoints is not None:
         for subset in _seq(endpoints.raw.get("subsets")):
@@ -152,11 +160,24 @@ def service_endpoints(
             target = _subset_port(subset, sp)
             if target is None:
                 continue
+            health_target = _subset_port(subset, health) if health is not None else None
             for addr in _seq(subset.get("addresses")):
                 ip = _ip(addr.get("ip")) if isinstance(addr, Mapping) else None
                 if ip is not None:
-                    found.add(Endpoint(ip, target))
-    return tuple(sorted(found))
+                    found.append((ip, target, health_target))
+    return _with_health_ports(found)
+
+
+def _with_health_ports(found: list[tuple[str, int, int | None]]) -> tuple[Endpoint, ...]:
+    """Endpoints, sorted and unique by address and port (the first health target listed for
+    one wins: one address and port is one upstream host); a missing health target borrows the
+    smallest one found."""
+    known = sorted({h for _, _, h in found if h is not None})
+    fallback = known[0] if known else 0
+    out: dict[tuple[str, int], Endpoint] = {}
+    for ip, port, h in found:
+        out.setdefault((ip, port), Endpoint(ip, port, fallback if h is None else h))
+    return tuple(sorted(out.values()))
 
 
 def _slice_port(eps: KubeObject, sp: ServicePort) -> int | None:
@@ -279,6 +300,21 @@ class BackendResolver:
             )
         return None
 
+    def service_port(
+        self, namespace: str, name: str, port: int | str
+    ) -> tuple[KubeObject, ServicePort] | Unresolved:
+        """The Service and its port, for dialects that choose upstream settings from them (the
+        Gateway API reads `appProtocol` first); the reasons are those of `service`."""
+        svc = self._snapshot.get("", "Service", namespace, name)
+        if svc is None:
+            return Unresolved("ServiceNotFound", f'service "{namespace}/{name}" not found')
+        sp = find_service_port(svc, port)
+        if sp is None:
+            return Unresolved(
+                "ServicePortNotFound", f'service "{namespace}/{name}": port "{port}" not found'
+            )
+        return svc, sp
+
     def service(
         self,
         namespace: str,
@@ -290,44 +326,101 @@ class BackendResolver:
         """The cluster for a Service port. `settings` (every `UpstreamSettings` field) defaults to
         plain settings with `protocol`; when given, its protocol wins."""
         settings = settings or UpstreamSettings(protocol=protocol)
-        svc = self._snapshot.get("", "Service", namespace, name)
-        if svc is None:
-            return Unresolved("ServiceNotFound", f'service "{namespace}/{name}" not found')
-        sp = find_service_port(svc, port)
-        if sp is None:
-            return Unresolved(
-                "ServicePortNotFound", f'service "{namespace}/{name}": port "{port}" not found'
-            )
+        found = self.service_port(namespace, name, port)
+        if isinstance(found, Unresolved):
+            return found
+        svc, sp = found
         refused = self.refusal(svc)
         if refused is not None:
             return refused
+        health: ServicePort | None = None
+        wanted = settings.health_port
+        if wanted is not None and wanted != sp.port:
+            health = find_service_port(svc, wanted)
+            if health is None:
+                return Unresolved(
+                    "ServicePortNotFound",
+                    f'service "{namespace}/{name}": health port "{wanted}" not found',
+                )
         cname = cluster_name(namespace, name, sp.port, settings)
         cluster = self._clusters.get(cname)
         if cluster is None:
             dns_name = external_name(svc)
-            cluster = Cluster(
-                name=cname,
-                namespace=namespace,
-                service=name,
-                port=sp.port,
-                protocol=settings.protocol,
+            cluster = _cluster(
+                cname,
+                namespace,
+                name,
+                sp.port,
+                settings,
                 # An ExternalName Service has no endpoints: Envoy resolves the name and connects
                 # to the Service port, as Contour does.
                 endpoints=()
                 if dns_name is not None
-                else service_endpoints(self._snapshot, svc, sp, self._slices),
-                lb_strategy=settings.lb_strategy,
-                health_check=settings.health_check,
-                outlier_detection=settings.outlier_detection,
-                validation=settings.validation,
-                slow_start=settings.slow_start,
-                connect_timeout_s=settings.connect_timeout_s,
-                idle_connection_timeout_s=settings.idle_connection_timeout_s,
-                tcp_health_check=settings.tcp_health_check,
+                else service_endpoints(self._snapshot, svc, sp, self._slices, health),
                 dns_name=dns_name,
+                health_port=None if health is None else health.port,
+            )
+            self._clusters[cname] = cluster
+        return cluster
+
+    def static(
+        self,
+        namespace: str,
+        name: str,
+        port: int,
+        *,
+        endpoints: tuple[Endpoint, ...] = (),
+        dns_name: str | None = None,
+        settings: UpstreamSettings | None = None,
+    ) -> Cluster:
+        """A cluster of fixed IP endpoints, or of one DNS name resolved by Envoy (RouteGroup `lb`
+        and `network` backends). `name` stands where a Service name would; the endpoints are part
+        of the cluster's identity, so two backends of one name never share a cluster."""
+        settings = settings or UpstreamSettings()
+        endpoints = tuple(sorted(set(endpoints)))
+        digest = hashlib.sha1(repr((settings, endpoints, dns_name)).encode()).hexdigest()[:10]
+        cname = f"{namespace}/{name}/{port}/{digest}"
+        cluster = self._clusters.get(cname)
+        if cluster is None:
+            cluster = _cluster(
+                cname, namespace, name, port, settings, endpoints=endpoints, dns_name=dns_name
             )
             self._clusters[cname] = cluster
         return cluster
 
     def clusters(self) -> tuple[Cluster, ...]:
         return tuple(self._clusters[k] for k in sorted(self._clusters))
+
+
+def _cluster(
+    name: str,
+    namespace: str,
+    service: str,
+    port: int,
+    settings: UpstreamSettings,
+    *,
+    endpoints: tuple[Endpoint, ...],
+    dns_name: str | None,
+    health_port: int | None = None,
+) -> Cluster:
+    """A cluster with the connection settings of `settings` (its `health_port` is the port the
+    caller resolved, not the settings' own)."""
+    return Cluster(
+        name=name,
+        namespace=namespace,
+        service=service,
+        port=port,
+        protocol=settings.protocol,
+        endpoints=endpoints,
+        lb_strategy=settings.lb_strategy,
+        health_check=settings.health_check,
+        outlier_detection=settings.outlier_detection,
+        validation=settings.validation,
+        slow_start=settings.slow_start,
+        connect_timeout_s=settings.connect_timeout_s,
+        idle_connection_timeout_s=settings.idle_connection_timeout_s,
+        tcp_health_check=settings.tcp_health_check,
+        hash_balance_factor=settings.hash_balance_factor,
+        health_port=health_port,
+        dns_name=dns_name,
+    )

@@ -26,9 +26,13 @@ class SNIDecision:
 
 def select_sni(listener: Listener, sni: str | None) -> SNIDecision:
     chains: dict[str, VirtualHost | TCPProxy] = {}
-    for vh in listener.virtual_hosts:
+    # A Gateway listener's hosts share the chain of its server name (`VirtualHost.sni`); the
+    # listener's own host stands for the chain.
+    for vh in sorted(
+        listener.virtual_hosts, key=lambda v: v.sni is not None and v.sni != v.hostname
+    ):
         if vh.tls is not None:
-            chains.setdefault(vh.hostname.lower(), vh)
+            chains.setdefault((vh.sni or vh.hostname).lower(), vh)
     for proxy in listener.tcp_proxies:
         if proxy.hostname:
             chains.setdefault(proxy.hostname.lower(), proxy)
@@ -47,9 +51,11 @@ def select_sni(listener: Listener, sni: str | None) -> SNIDecision:
                     and len(suffix) > best
                 ):
                     chosen, best = chain, len(suffix)
+    fallback = any(vh.tls is not None and vh.tls.fallback_secret for vh in listener.virtual_hosts)
+    if chosen is None and not fallback:
+        chosen = chains.get("*")  # a Gateway HTTPS listener without hostname
     if isinstance(chosen, VirtualHost):
         return SNIDecision(virtual_host=chosen)
     if isinstance(chosen, TCPProxy):
         return SNIDecision(tcp_proxy=chosen)
-    fallback = any(vh.tls is not None and vh.tls.fallback_secret for vh in listener.virtual_hosts)
     return SNIDecision(fallback=fallback)

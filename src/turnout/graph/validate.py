@@ -33,7 +33,7 @@ The limits, with where Envoy states them (PGV rules in the v3 API unless said ot
 - `QueryParameterMatcher.name`: 1 to 1024 bytes;
 - `WeightedCluster.ClusterWeight.weight` is a uint32 and the weights of a route sum to at most
   4294967295 (`RouteEntryImplBase`); every cluster a route names exists (Envoy's
-  `validate_clusters`);
+  `validate_clusters`), except `INVALID_BACKEND`, which is meant not to (its share answers 500);
 - `DirectResponseAction.status` in [200, 600); a body is at most 64 KiB (turnout's bound: Envoy
   takes any size once `max_direct_response_body_size_bytes` is raised, which would let one object
   grow everybody's RouteConfiguration);
@@ -81,8 +81,11 @@ from turnout.graph.evaluate import (
     wildcard_authority_regex,
 )
 from turnout.graph.model import (
+    COMPRESSIBLE_TYPES,
+    INVALID_BACKEND,
     BackendPolicies,
     Cluster,
+    Compression,
     CookieRewrite,
     CorsPolicy,
     DirectResponse,
@@ -96,6 +99,7 @@ from turnout.graph.model import (
     HostnameMatch,
     HostRewrite,
     IPFilter,
+    JwtValidation,
     Listener,
     LocalRateLimit,
     PathMatchKind,
@@ -367,10 +371,28 @@ def _string_match_problem(kind: StringMatchKind, value: object, crlf: bool) -> s
         return None
     if kind is StringMatchKind.REGEX:
         return _regex_value(value)
+    if kind is StringMatchKind.RANGE:
+        return _range_value(value)
     problem = _no_crlf(value) if crlf else _text(value)
     if problem is None and kind is not StringMatchKind.EXACT and not value:
         return f"is empty; Envoy requires a non-empty {kind.value} value"
     return problem
+
+
+def _range_value(value: object) -> str | None:
+    # Envoy's Int64Range: two int64s, start inclusive, end exclusive.
+    problem = _text(value)
+    if problem is not None:
+        return problem
+    assert isinstance(value, str)
+    start, sep, end = value.partition(",")
+    try:
+        low, high = int(start), int(end)
+    except ValueError:
+        return f"{value!r} is not a range 'start,end' of integers"
+    if not sep or not -(2**63) <= low < high < 2**63:
+        return f"{value!r} is not a range 'start,end' of int64 with start < end"
+    return None
 
 
 def _header_match_problem(i: int, h: HeaderMatch) -> str | None:
@@ -397,6 +419,8 @@ def _query_match_problem(i: int, q: QueryMatch) -> str | None:
     problem = _query_name(q.name)
     if problem is not None:
         return f"query[{i}].name {problem}"
+    if q.kind is StringMatchKind.RANGE:
+        return f"query[{i}] ({q.name!r}) is a range match, which Envoy has for headers only"
     problem = _string_match_problem(q.kind, q.value, False) or _flags(q.ignore_case)
     return None if problem is None else f"query[{i}] ({q.name!r}) value {problem}"
 
@@ -406,6 +430,13 @@ def match_problem(match: RouteMatch) -> str | None:
     problem = _path_match_problem(match)
     if problem is not None:
         return problem
+    fraction = match.runtime_fraction
+    if fraction is not None and (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, int | float)
+        or not 0.0 <= fraction <= 1.0
+    ):
+        return f"runtime fraction {fraction!r} is not a number from 0 to 1"
     for i, h in enumerate(match.headers):
         problem = _header_match_problem(i, h)
         if problem is not None:
@@ -424,7 +455,8 @@ def _forward_problem(action: Forward, clusters: frozenset[str]) -> str | None:
             return f"backend {i} ({wc.cluster!r}) weight {problem}"
     effective = effective_forward(action)
     for name, _ in effective:
-        if name not in clusters:
+        # The invalid backend is no cluster by design: its share answers 500 (model.py).
+        if name not in clusters and name != INVALID_BACKEND:
             return f"backend cluster {name!r} is not a usable cluster"
     if len(effective) > 1:
         # A single backend is sent as a plain cluster, so its weight never reaches Envoy.
@@ -445,10 +477,21 @@ def _forward_problem(action: Forward, clusters: frozenset[str]) -> str | None:
     return None
 
 
+def _compression_problem(c: Compression | None) -> str | None:
+    if c is None or tuple(c.content_types) == COMPRESSIBLE_TYPES:
+        return None
+    # The types belong to the listener's compressor filter, shared by every route.
+    return f"compression content types {list(c.content_types)} are not the compressor's"
+
+
 def _direct_problem(action: DirectResponse) -> str | None:
     problem = _int_in(action.status, 200, 599)
     if problem is not None:
         return f"direct response status {problem}"
+    for i, hv in enumerate(action.headers):
+        problem = _header_value_problem(f"direct response header[{i}]", hv)
+        if problem is not None:
+            return problem
     problem = _text(action.body)
     if problem is None and len(action.body.encode()) > MAX_DIRECT_RESPONSE_BODY_BYTES:
         problem = f"is longer than turnout's limit of {MAX_DIRECT_RESPONSE_BODY_BYTES} bytes"
@@ -609,6 +652,39 @@ def _hash_problem(i: int, h: HashPolicy) -> str | None:
     )
 
 
+def _jwt_problem(j: JwtValidation | None) -> str | None:
+    if j is None:
+        return None
+    problem = _first(("JWT issuer", lambda: _no_crlf(j.issuer)))
+    if problem is None and not j.issuer:
+        problem = "JWT issuer is empty"
+    if problem is not None:
+        return problem
+    problem = _no_crlf(j.jwks_uri)
+    if problem is None and any(c.isspace() or not c.isprintable() for c in j.jwks_uri):
+        problem = "holds spaces or control characters"
+    endpoint = j.jwks_endpoint() if problem is None else None
+    if problem is None and endpoint is None:
+        problem = "is not an absolute http(s) URL with a host"
+    if problem is None and endpoint is not None:
+        _, host, port = endpoint
+        if not 1 <= port <= 65535:
+            problem = f"has port {port}, outside [1, 65535]"
+        elif not _is_ip(host):
+            problem = hostname_problem(host)
+            if problem is None and "*" in host:
+                problem = "has a wildcard host"
+    return f"JWKS URI {j.jwks_uri!r} {problem}" if problem is not None else None
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def policies_problem(p: RoutePolicies, clusters: frozenset[str]) -> str | None:
     """Why Envoy would refuse the route's policies, or None."""
     problem = _flags(p.websockets)
@@ -645,6 +721,9 @@ def policies_problem(p: RoutePolicies, clusters: frozenset[str]) -> str | None:
         _header_policy_problem("request headers", p.request_headers)
         or _header_policy_problem("response headers", p.response_headers)
         or _host_rewrite_problem(p.host_rewrite)
+        or _cors_problem(p.cors)
+        or _compression_problem(p.compression)
+        or _jwt_problem(p.jwt)
     )
     if problem is not None:
         return problem
@@ -769,6 +848,10 @@ def virtual_host_problem(vh: VirtualHost, g: _Context) -> str | None:
     problem = hostname_problem(vh.hostname)
     if problem is not None:
         return f"hostname {vh.hostname!r} {problem}"
+    # The chain's server name ("*": the chain without server names).
+    problem = hostname_problem(vh.sni) if vh.sni is not None else None
+    if problem is not None:
+        return f"SNI name {vh.sni!r} {problem}"
     one_label = vh.hostname_match is HostnameMatch.WILDCARD_ONE_LABEL
     # The :authority regex goes on each route, so a host without routes never emits it.
     if one_label and vh.routes and vh.hostname.startswith("*."):
@@ -798,7 +881,7 @@ def _tcp_problem(proxy: TCPProxy, g: _Context) -> str | None:
         problem = _integer(wc.weight)
         if problem is not None:
             return f"backend {i} ({wc.cluster!r}) weight {problem}"
-        if wc.weight > 0 and wc.cluster not in g.clusters:
+        if wc.weight > 0 and wc.cluster not in g.clusters and wc.cluster != INVALID_BACKEND:
             return f"backend {i} cluster {wc.cluster!r} is not a usable cluster"
     weights = [wc.weight for wc in proxy.clusters if wc.weight > 0]
     if len(weights) > 1 and (max(weights) > UINT32_MAX or sum(weights) > UINT32_MAX):
@@ -812,6 +895,11 @@ def _endpoint_problem(ep: Endpoint) -> str | None:
     except (ValueError, TypeError):
         return f"endpoint address {ep.address!r} is not an IP address (EDS resolves no names)"
     problem = _int_in(ep.port, 1, 65535)
+    if problem is None and ep.health_port != 0:
+        # 0 means "the traffic port"; anything else goes to health_check_config.port_value.
+        health = _int_in(ep.health_port, 1, 65535)
+        if health is not None:
+            return f"endpoint {ep.address} health port {health}"
     return None if problem is None else f"endpoint {ep.address} port {problem}"
 
 
@@ -830,6 +918,10 @@ def cluster_problem(c: Cluster) -> str | None:
             # The Service port becomes the DNS cluster's endpoint port.
             port_problem = _int_in(c.port, 1, 65535)
             problem = None if port_problem is None else f"port {port_problem}"
+        if problem is None and c.health_port:
+            # ...and its health port the endpoint's health_check_config.port_value.
+            health_problem = _int_in(c.health_port, 1, 65535)
+            problem = None if health_problem is None else f"health port {health_problem}"
         if problem is not None:
             return f"DNS name {problem}"
     problem = _first(
@@ -884,6 +976,8 @@ def cluster_problem(c: Cluster) -> str | None:
             return problem
     v = c.validation
     if v is not None:
+        if v.system_trust_store and v.ca_secret:
+            return "upstream validation names both a CA bundle and the system trust store"
         # A missing CA bundle needs no check: the translator pins an impossible key instead, so
         # the upstream fails closed without a NACK.
         for i, name in enumerate(v.subject_names):
@@ -896,6 +990,10 @@ def cluster_problem(c: Cluster) -> str | None:
         problem = _optional(v.sni, _no_crlf)
         if problem is not None:
             return f"upstream SNI {problem}"
+    if c.hash_balance_factor is not None:
+        problem = _int_in(c.hash_balance_factor, 100, UINT32_MAX)
+        if problem is not None:
+            return f"hash balance factor {problem}"
     s = c.slow_start
     if s is not None:
         problem = _first(

@@ -9,13 +9,12 @@
   check with `contour_http_health_check` too.
 - `expectedStatuses` are half-open ranges checked as Contour's `httpHealthCheckPolicy` does, with
   its `RouteError`/`HealthCheckPolicyInvalid` messages; an invalid range drops the proxy's routes.
-- `healthPort` sends the checks to another Service port. Envoy does that per endpoint
-  (`Endpoint.health_check_config.port_value`), which needs the graph's endpoints to carry a
-  second port resolved from the EndpointSlices; turnout does not do that yet. A `healthPort` other
-  than `port` on a checked route is refused (`FieldNotSupported`), because checking the traffic
-  port instead could pass a backend whose health port fails, or fail every backend whose traffic
-  port has no health path. Without a `healthCheckPolicy` the field has no effect (Contour ignores
-  it too) and gets an `IgnoredField` warning; on tcpproxy services it keeps the warning it had.
+- `healthPort` sends the checks to another port of the Service (`UpstreamSettings.health_port`):
+  the resolver finds that port's target on each endpoint (from the same EndpointSlice) and Envoy
+  checks there (`Endpoint.health_check_config.port_value`), while traffic keeps going to `port`.
+  A health port the Service does not have is `ServiceUnresolvedReference`, as in Contour. Without
+  a `healthCheckPolicy` the field has no effect (Contour ignores it too) and gets an
+  `IgnoredField` warning; the same holds for tcpproxy services and their TCP check.
 
 Schema checks (types, required `path`, non-negative numbers, Envoy's upper bounds) are made while
 reading and reported as `SpecError`/`FieldNotValid`, like the rest of `spec.py`'s reader.
@@ -52,7 +51,6 @@ _STATUS_FIELDS = frozenset({"start", "end"})
 ROUTE_ERROR = "RouteError"
 SPEC_ERROR = "SpecError"
 HEALTH_CHECK_POLICY_INVALID = "HealthCheckPolicyInvalid"
-FIELD_NOT_SUPPORTED = "FieldNotSupported"
 IGNORED_FIELD = "IgnoredField"
 
 # Contour's defaults for a health check number left at 0 (`internal/envoy/healthcheck.go`).
@@ -115,20 +113,26 @@ def read_route_health_check(
                 f'ignoring field "{svc.field}.healthPort"; it only applies with the route\'s '
                 "healthCheckPolicy",
             )
-        elif svc.health_port != svc.port:
-            r.error(
-                f"{svc.field}.healthPort: health checks on a port other than the service port "
-                "are not supported by turnout yet",
-                FIELD_NOT_SUPPORTED,
-            )
     return policy
 
 
-def warn_tcp_health_ports(r: WarningReader, services: Iterable[Any]) -> None:
-    """tcpproxy services: `healthPort` is not implemented for TCP checks either."""
+def warn_tcp_health_ports(r: WarningReader, services: Iterable[Any], checked: bool) -> None:
+    """tcpproxy services: `healthPort` only matters with the tcpproxy's `healthCheckPolicy`."""
+    if checked:
+        return
     for svc in services:
         if svc.health_port:
-            _warn(r, f'ignoring field "{svc.field}.healthPort"; not supported by turnout yet')
+            _warn(
+                r,
+                f'ignoring field "{svc.field}.healthPort"; it only applies with the tcpproxy\'s '
+                "healthCheckPolicy",
+            )
+
+
+def health_port(spec_port: int, health: int, checked: bool) -> int | None:
+    """The Service port that receives a service's health checks when it is not its traffic
+    port (`UpstreamSettings.health_port`); None otherwise."""
+    return health if checked and health and health != spec_port else None
 
 
 def _warn(r: WarningReader, message: str) -> None:
@@ -242,10 +246,16 @@ def route_health_check_error(spec: HealthCheckPolicySpec | None) -> tuple[str, s
 
 
 def with_health_check(
-    settings: UpstreamSettings, spec: HealthCheckPolicySpec | None
+    settings: UpstreamSettings,
+    spec: HealthCheckPolicySpec | None,
+    port: int = 0,
+    health: int = 0,
 ) -> UpstreamSettings:
-    """`settings` with the route's check (already validated by `route_health_check_error`)."""
+    """`settings` with the route's check (already validated by `route_health_check_error`),
+    sent to the service's `healthPort` `health` when it is not its `port`."""
     compiled = compile_health_check(spec)
     if not isinstance(compiled, HTTPHealthCheck):
         return settings
-    return dataclasses.replace(settings, health_check=compiled)
+    return dataclasses.replace(
+        settings, health_check=compiled, health_port=health_port(port, health, True)
+    )

@@ -15,7 +15,9 @@ A root with `virtualhost.tls.secretName` becomes two virtual hosts (`tls_virtual
 routes on the HTTPS listener, and on the HTTP listener the same routes answering 301 to HTTPS,
 except those with `permitInsecure` (unless the installation disables permitInsecure). A root with
 `tcpproxy` (or `tls.passthrough`) keeps only the HTTP half: its HTTPS side is a TCP proxy
-(`tcpproxy.py`); client validation and the fallback certificate are in `tls_options.py`.
+(`tcpproxy.py`). A root whose only route sends to seed 001's `protocol: tcp` services is a TCP
+proxy with no HTTP half (`tcp_route.py`). Client validation and the fallback certificate are in
+`tls_options.py`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from turnout.dialects.contour_order import contour_route_order, sorted_headers, 
 from turnout.dialects.httpproxy import (
     health_check,
     route_policies,
+    tcp_route,
     tls_options,
     upstream,
     vhost_policies,
@@ -72,7 +75,12 @@ from turnout.dialects.httpproxy.spec import (
     parse_proxy,
 )
 from turnout.dialects.httpproxy.status import ORPHANED_MESSAGE, ProxyStatusAccessor
-from turnout.dialects.httpproxy.tcpproxy import PASSTHROUGH, Passthrough, compile_tcpproxy
+from turnout.dialects.httpproxy.tcpproxy import (
+    PASSTHROUGH,
+    TCPPROXY_ERROR,
+    Passthrough,
+    compile_tcpproxy,
+)
 from turnout.dialects.regex import regex_error
 from turnout.dialects.tls_vhosts import SecureRoute, tls_virtual_hosts
 from turnout.graph.model import (
@@ -275,6 +283,13 @@ class _Compiler:
                 return []
             passthrough = isinstance(outcome, Passthrough)
             tls = outcome if isinstance(outcome, TLSTermination) else None
+        if tcp_route.tcp_routes(proxy):
+            # Seed 001's `protocol: tcp`: the whole hostname is a TCP proxy, with no HTTP routes
+            # left to serve (`tcp_route.py`); an error leaves the root unserved.
+            tcp = tcp_route.compile_tcp_route(self, proxy, host, tls, passthrough)
+            if tcp is not None:
+                self.tcp_proxies.append((HTTPS_LISTENER, tcp))
+            return []
         if spec.tcpproxy is not None:
             # The hostname's HTTPS side is the TCP proxy (`tcpproxy.py`); an error there leaves
             # the root unserved, as in Contour.
@@ -541,6 +556,10 @@ class _Compiler:
         if err is not None:
             st.add_error(ROUTE_ERROR, "PathMatchConditionsNotValid", f"route: {err}")
             return None
+        misplaced = tcp_route.misplaced_tcp_service(route)
+        if misplaced is not None:
+            st.add_error(TCPPROXY_ERROR, tcp_route.TCP_ROUTE_NOT_VALID, misplaced)
+            return None
         merged = (*conds, *route.conditions)
         err = header_conditions_error(merged)
         if err is not None:
@@ -738,7 +757,9 @@ class _Compiler:
             settings = dataclasses.replace(
                 settings, idle_connection_timeout_s=idle_connection_timeout_s
             )
-        settings = health_check.with_health_check(settings, route.health_check)
+        settings = health_check.with_health_check(
+            settings, route.health_check, svc.port, svc.health_port
+        )
         if upstream.validation_ignored(svc.upstream, settings):
             st.add_warning(
                 SPEC_ERROR,

@@ -196,6 +196,8 @@ class ServiceSpec:
     # requestHeadersPolicy, responseHeadersPolicy, cookieRewritePolicies (`route_policies.py`)
     backend_policies: ServicePolicySpec = NO_SERVICE_POLICIES
     health_port: int = 0  # 0: unset (`health_check.py`)
+    # The fields written (not null), for rules that depend on what is set (`tcp_route.py`).
+    fields: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +232,8 @@ class RouteSpec:
     route_policies: RoutePolicySpec = NO_ROUTE_POLICIES
     # healthCheckPolicy (`health_check.py`)
     health_check: HealthCheckPolicySpec | None = None
+    # The fields written (not null), for rules that depend on what is set (`tcp_route.py`).
+    fields: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -623,6 +627,7 @@ def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:
         upstream=read_route_upstream(r, m, path),
         route_policies=read_traffic_policies(r, m, path),
         health_check=read_route_health_check(r, m, path, services),
+        fields=_written(m),
     )
 
 
@@ -648,7 +653,12 @@ def _service(r: _Reader, value: Any, path: str) -> ServiceSpec | None:
         upstream=read_service_upstream(r, m, path),
         backend_policies=read_service_policies(r, m, path),
         health_port=read_health_port(r, m, path),
+        fields=_written(m),
     )
+
+
+def _written(m: Mapping[str, Any]) -> frozenset[str]:
+    return frozenset(k for k, v in m.items() if isinstance(k, str) and v is not None)
 
 
 def _redirect(r: _Reader, value: Any, path: str) -> RedirectSpec | None:

@@ -9,7 +9,8 @@ to TCP backends on the HTTPS listener (Contour's `processHTTPProxyTCPProxy`).
   (`includes` is Contour's deprecated spelling; `include` wins when both are set) of a non-root
   HTTPProxy whose own `tcpproxy` is used, followed transitively.
 - `loadBalancerPolicy.strategy` applies to the clusters (Cookie and RequestHash need an HTTP
-  request to hash: ignored with a warning); `healthCheckPolicy` is a TCP connect check.
+  request to hash: ignored with a warning); `healthCheckPolicy` is a TCP connect check, to each
+  service's `healthPort` when it sets one.
 - Errors are Contour's (`TCPProxyError`: `TLSMustBeConfigured`, `NoServicesAndInclude`,
   `NothingDefined`, `ServiceUnresolvedReference`; `TCPProxyIncludeError`: `IncludeNotFound`,
   `RootIncludesRoot`, `IncludeCreatesCycle`), reported on the proxy of the chain that has the
@@ -18,8 +19,9 @@ to TCP backends on the HTTPS listener (Contour's `processHTTPProxyTCPProxy`).
   permit insecure traffic); on the HTTPS listener the hostname belongs to the TCP proxy. A root
   with `passthrough` and no `tcpproxy` serves nothing over TLS.
 
-Seed 001 proposed a `tcp` backend protocol in place of `tcpproxy`; Contour shipped `tcpproxy`, and
-turnout reads what Contour shipped.
+Seed 001 proposed a `tcp` backend protocol in place of `tcpproxy`; Contour shipped `tcpproxy`.
+turnout reads both: `tcp_route.py` turns a root's route to `protocol: tcp` services into the same
+TCP proxy. On a tcpproxy service, `protocol: tcp` is plain TCP to the upstream (the default).
 
 This module is imported by `spec.py`, so it imports nothing from the dialect at module level.
 """
@@ -58,12 +60,12 @@ _HEALTH_FIELDS = frozenset(
 )
 
 # Contour's `loadBalancerPolicy`: any other strategy means RoundRobin.
-_STRATEGIES = {
+STRATEGIES = {
     "RoundRobin": LoadBalancerStrategy.ROUND_ROBIN,
     "WeightedLeastRequest": LoadBalancerStrategy.WEIGHTED_LEAST_REQUEST,
     "Random": LoadBalancerStrategy.RANDOM,
 }
-_HASH_STRATEGIES = ("Cookie", "RequestHash")
+HASH_STRATEGIES = ("Cookie", "RequestHash")
 
 # Contour's defaults for a TCP health check field left at 0 (`internal/envoy/healthcheck.go`).
 HEALTH_INTERVAL_S = 10.0
@@ -116,7 +118,7 @@ def read_tcpproxy(r: Any, value: Any, path: str) -> TCPProxySpec | None:
     services = tuple(
         svc for where, item in r.items(m, "services", path) if (svc := _service(r, item, where))
     )
-    warn_tcp_health_ports(r, services)
+    warn_tcp_health_ports(r, services, checked=m.get("healthCheckPolicy") is not None)
     include: TCPIncludeSpec | None = None
     for key in ("includes", "include"):  # the singular wins (Contour #2218)
         if m.get(key) is not None:
@@ -180,17 +182,27 @@ def compile_tcpproxy(
 ) -> TCPProxy | None:
     """The root's TCP proxy for `host`, or None with the error reported (the root is then not
     served at all)."""
-    if tls is None and not passthrough:
-        compiler.status[root.key].add_error(
-            TCPPROXY_ERROR,
-            "TLSMustBeConfigured",
-            "Spec.TCPProxy requires that either Spec.TLS.Passthrough or Spec.TLS.SecretName be set",
-        )
+    tls_error = compile_tcpproxy_tls_error(tls, passthrough)
+    if tls_error is not None:
+        compiler.status[root.key].add_error(*tls_error)
         return None
     clusters = _clusters(compiler, root)
     if clusters is None:
         return None
     return TCPProxy(name=host, hostname=host, clusters=clusters, owner=root.obj.ref, tls=tls)
+
+
+def compile_tcpproxy_tls_error(
+    tls: TLSTermination | None, passthrough: bool
+) -> tuple[str, str, str] | None:
+    """SNI is the only thing to route a TCP stream by: TLS must be terminated or passed through."""
+    if tls is None and not passthrough:
+        return (
+            TCPPROXY_ERROR,
+            "TLSMustBeConfigured",
+            "Spec.TCPProxy requires that either Spec.TLS.Passthrough or Spec.TLS.SecretName be set",
+        )
+    return None
 
 
 def _clusters(compiler: _Compiler, root: ParsedProxy) -> tuple[WeightedCluster, ...] | None:
@@ -222,7 +234,7 @@ def _clusters(compiler: _Compiler, root: ParsedProxy) -> tuple[WeightedCluster, 
             )
             return None
         strategy = tcp.strategy
-        if strategy in _HASH_STRATEGIES:
+        if strategy in HASH_STRATEGIES:
             st.add_warning(
                 TCPPROXY_ERROR,
                 "IgnoredField",
@@ -270,12 +282,17 @@ def _service_clusters(
 ) -> tuple[WeightedCluster, ...] | None:
     settings = UpstreamSettings(
         protocol=UpstreamProtocol.TCP,
-        lb_strategy=_STRATEGIES.get(tcp.strategy, LoadBalancerStrategy.ROUND_ROBIN),
+        lb_strategy=STRATEGIES.get(tcp.strategy, LoadBalancerStrategy.ROUND_ROBIN),
         tcp_health_check=tcp_health_check(tcp.health_check),
     )
+    from turnout.dialects.httpproxy.health_check import health_port
+
     out: list[WeightedCluster] = []
     for svc in tcp.services:
-        cluster = _service_cluster(compiler, proxy, svc, settings)
+        # The TCP check connects to the service's healthPort when it has one (Contour).
+        checked = settings.tcp_health_check is not None
+        health = health_port(svc.port, svc.health_port, checked)
+        cluster = tcp_service_cluster(compiler, proxy, svc, replace(settings, health_port=health))
         if cluster is None:
             return None
         # Contour gives an unset weight 1 here (not 0 as on HTTP routes).
@@ -283,8 +300,12 @@ def _service_clusters(
     return tuple(out)
 
 
-def _service_cluster(
-    compiler: _Compiler, proxy: ParsedProxy, svc: ServiceSpec, settings: UpstreamSettings
+def tcp_service_cluster(
+    compiler: _Compiler,
+    proxy: ParsedProxy,
+    svc: ServiceSpec,
+    settings: UpstreamSettings,
+    where: str = "Spec.TCPProxy",
 ) -> str | None:
     """The cluster name for one tcpproxy service (in the proxy's own namespace), or None with
     the error reported. Protocol and upstream validation follow the route services' rules
@@ -332,7 +353,7 @@ def _service_cluster(
         st.add_error(
             TCPPROXY_ERROR,
             "ServiceUnresolvedReference",
-            f"Spec.TCPProxy unresolved service reference: {result.message}",
+            f"{where} unresolved service reference: {result.message}",
         )
         return None
     return result.name

@@ -56,6 +56,8 @@ PROTOCOLS: dict[str, UpstreamProtocol] = {
     "https": UpstreamProtocol.TLS,
     "http2": UpstreamProtocol.H2C,
     "https2": UpstreamProtocol.H2,
+    # Seed 001's `tcp`: only a root's TCP route (`tcp_route.py`) or a tcpproxy service gets here.
+    "tcp": UpstreamProtocol.TCP,
 }
 _ANNOTATED = {"h2": UpstreamProtocol.H2, "h2c": UpstreamProtocol.H2C, "tls": UpstreamProtocol.TLS}
 PROTOCOL_ANNOTATION = "projectcontour.io/upstream-protocol."

@@ -144,10 +144,6 @@ def _is_ingress(obj: KubeObject | None) -> bool:
     return obj is not None and obj.group == GROUP and obj.kind == KIND
 
 
-def _describe(obj: KubeObject) -> str:
-    return f"{obj.kind} {obj.namespace}/{obj.name}"
-
-
 def _tls_version(annotations: Mapping[str, str], key: str, default: str) -> str:
     value = annotations.get(key)
     return value if value in _TLS_VERSIONS else default
@@ -165,12 +161,9 @@ class _Compiler:
         self.snapshot = snapshot
         self.ctx = ctx
         self.parsed = parsed
-        self.status: dict[tuple[str, str], IngressStatusAccessor] = {}
-        for ing in parsed:
-            accessor = IngressStatusAccessor(ing.obj)
-            for problem in ing.problems:
-                accessor.add(problem)
-            self.status[ing.key] = accessor
+        self.status = {
+            ing.key: IngressStatusAccessor.with_problems(ing.obj, ing.problems) for ing in parsed
+        }
 
     def run(self) -> DialectOutput:
         admitted = [ing for ing in self.parsed if ing.admitted]
@@ -209,7 +202,7 @@ class _Compiler:
         members = list({e.ingress.key: e.ingress for e in entries}.values())
         owner = self.ctx.ownership.owner(HTTP_LISTENER, host)
         if owner is None or not _is_ingress(owner):
-            what = _describe(owner) if owner is not None else "another object"
+            what = str(owner.ref) if owner is not None else "another object"
             for ing in members:
                 self.status[ing.key].error(
                     ACCEPTED,
@@ -290,7 +283,7 @@ class _Compiler:
             by = (
                 "this Ingress's"
                 if prev.ingress.key == entry.ingress.key
-                else f"{_describe(prev.ingress.obj)}"
+                else str(prev.ingress.obj.ref)
             )
             if entry.path is None:
                 what = "the default backend (every request no rule matches)"
@@ -407,7 +400,7 @@ class _Compiler:
                         "CertificateConflict",
                         f'{tls.field}: host "{host}" already uses Secret '
                         f'"{chosen.secret.namespace}/{chosen.secret.secret}" from '
-                        f"{_describe(chosen.ingress.obj)} {chosen.field}; this entry is "
+                        f"{chosen.ingress.obj.ref} {chosen.field}; this entry is "
                         "ignored for it",
                     )
                 continue
@@ -439,7 +432,7 @@ class _Compiler:
                     ACCEPTED,
                     "HostnameConflict",
                     f'host "{host}" is already owned on the HTTPS listener by '
-                    f"{_describe(https_owner)}; this Ingress's paths for it are not served "
+                    f"{https_owner.ref}; this Ingress's paths for it are not served "
                     "over HTTPS",
                 )
             return None

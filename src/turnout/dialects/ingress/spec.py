@@ -20,6 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.dialects.condition_status import ACCEPTED as ACCEPTED
+from turnout.dialects.condition_status import RESOLVED_REFS as RESOLVED_REFS
+from turnout.dialects.condition_status import Problem as Problem
 from turnout.dialects.fields import FieldReader, describe
 from turnout.objects import KubeObject
 
@@ -32,10 +35,6 @@ EXACT = "Exact"
 PREFIX = "Prefix"
 IMPLEMENTATION_SPECIFIC = "ImplementationSpecific"
 PATH_TYPES = (EXACT, PREFIX, IMPLEMENTATION_SPECIFIC)
-
-# Condition types of turnout's status extension (see status.py).
-ACCEPTED = "Accepted"
-RESOLVED_REFS = "ResolvedRefs"
 
 FIELD_NOT_VALID = "FieldNotValid"
 
@@ -57,16 +56,6 @@ _RULE_FIELDS = frozenset({"host", "http"})
 _HTTP_FIELDS = frozenset({"paths"})
 _PATH_FIELDS = frozenset({"path", "pathType", "backend"})
 _TLS_FIELDS = frozenset({"hosts", "secretName"})
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong with an Ingress: `type` is the status condition it belongs to."""
-
-    type: str  # ACCEPTED | RESOLVED_REFS
-    reason: str
-    message: str
-    warning: bool = False
 
 
 @dataclass(frozen=True, slots=True)

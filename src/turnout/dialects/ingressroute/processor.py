@@ -273,7 +273,7 @@ class _Compiler:
             st.error(
                 OWNERSHIP_ORDER,
                 "DuplicateVhost",
-                f'{what} "{host}" is already owned by {_describe_owner(owner)}',
+                f'{what} "{host}" is already owned by {owner.ref}',
             )
         return owns
 
@@ -547,10 +547,6 @@ def _route_policies(route: RouteSpec) -> RoutePolicies:
         HashSource.COOKIE, SESSION_AFFINITY_COOKIE, cookie_ttl_s=0.0, cookie_path="/"
     )
     return dataclasses.replace(route.policies, hash_policies=(cookie,))
-
-
-def _describe_owner(owner: KubeObject) -> str:
-    return f"{owner.kind} {owner.namespace}/{owner.name}"
 
 
 def _annotated_protocol(

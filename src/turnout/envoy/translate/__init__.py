@@ -9,12 +9,14 @@ What is translated today:
   RouteConfiguration named like the listener (see `listeners`);
 - every HTTPS listener -> a Listener with one TLS filter chain per SNI name, each with its own
   RouteConfiguration `https/<hostname>`, one chain per SNI-routed TCP proxy (see `tcp`) and the
-  fallback-certificate chain (see `listeners`); TLS passthrough and TCP listeners (Gateway API)
-  are skipped until that dialect lands;
+  fallback-certificate chain (see `listeners`); every TLS listener (Gateway API) the same way,
+  and every TCP listener -> a Listener with one `tcp_proxy` chain;
 - every TLS secret -> an SDS Secret named like it (see `secrets`), and every client validation
   -> an SDS Secret holding its validation context (see `client_validation`);
 - every cluster -> an EDS Cluster and its ClusterLoadAssignment, or a DNS cluster for an
-  ExternalName Service (see `clusters`).
+  ExternalName Service (see `clusters`);
+- every (issuer, JWKS URI) that routes validate tokens with -> a provider of the JWT filter on
+  every HTTP connection manager and a cluster for the JWKS host (see `http_filters`).
 
 `translate` never raises. `graph.validate.enforce_envoy_limits` keeps values Envoy would reject out
 of the graph, and each piece is translated under a guard in case one still makes protobuf raise:
@@ -38,9 +40,11 @@ from turnout.envoy.translate.client_validation import (
 )
 from turnout.envoy.translate.clusters import (
     has_load_assignment,
+    jwks_cluster,
     translate_cluster,
     translate_load_assignment,
 )
+from turnout.envoy.translate.http_filters import jwt_providers
 from turnout.envoy.translate.listeners import (
     ListenerResources,
     https_route_name,
@@ -82,6 +86,8 @@ def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> E
     """Translates the whole graph. Pure, deterministic and total; see the module docstring."""
     opts = options if options is not None else TranslateOptions()
     graph = without_unvalidatable(graph)  # client validation fails closed
+    providers = jwt_providers(graph)
+    opts = dataclasses.replace(opts, jwt_providers=providers)
     listeners: list[Any] = []
     routes: list[Any] = []
     for lst in graph.listeners:
@@ -98,6 +104,12 @@ def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> E
             clusters.append(pair[0])
             if pair[1] is not None:  # DNS clusters carry their endpoints themselves
                 endpoints.append(pair[1])
+    jwks_endpoints = {e for e in (j.jwks_endpoint() for j in providers) if e is not None}
+    for tls, host, port in sorted(jwks_endpoints):
+        try:
+            clusters.append(jwks_cluster(tls, host, port, opts))
+        except Exception as err:
+            log_translation_failure(f"JWKS cluster for {host}:{port}", err)
     secrets: list[Any] = []
     for secret in sorted(graph.secrets, key=lambda s: str(s.name)):
         try:
@@ -107,7 +119,7 @@ def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> E
             log_translation_failure(f"secret {secret.name!r}", TypeError(type(err).__name__))
     secrets.extend(client_validation_secrets(graph.listeners, ca_bundles))
     return EnvoyResources(
-        clusters=tuple(clusters),
+        clusters=_by_name(clusters),
         endpoints=tuple(endpoints),
         listeners=_by_name(listeners),
         routes=_by_name(routes),

@@ -12,7 +12,8 @@ socket: ALPN `h2` for H2 (none for TLS, so the server picks HTTP/1.1), TLS 1.2 t
 
 **Upstream validation.** With `Cluster.validation` the context verifies the server's chain against
 the CA bundle, inline (`trusted_ca`, so a cluster is complete on its own and needs no SDS round
-trip before it warms), and requires one of the subject names as a DNS SAN
+trip before it warms) or, for the system trust store, the installation's file
+(`TranslateOptions.system_ca_file`), and requires one of the subject names as a DNS SAN
 (`match_typed_subject_alt_names`, not the deprecated `match_subject_alt_names`). Without
 validation, TLS is encrypted but unauthenticated, as in Contour.
 
@@ -54,7 +55,9 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.v3 import http_pb2
 
+from turnout.config import DEFAULT_SYSTEM_CA_FILE
 from turnout.envoy.translate.common import ads_config_source, duration, pack
+from turnout.envoy.translate.http_filters import jwks_cluster_name
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.route_policies import apply_idle_connection_timeout
 from turnout.envoy.translate.tcp import add_tcp_health_check
@@ -127,7 +130,11 @@ def translate_cluster(
             pack(_http2_protocol_options())
         )
     if cluster.protocol in TLS_PROTOCOLS:
-        out.transport_socket.CopyFrom(upstream_tls_transport_socket(cluster, ca_bundles or {}))
+        out.transport_socket.CopyFrom(
+            upstream_tls_transport_socket(
+                cluster, ca_bundles or {}, system_ca_file=options.system_ca_file
+            )
+        )
     if cluster.health_check is not None:
         out.health_checks.append(translate_health_check(cluster.health_check, cluster.protocol))
         # A Percent of 0 is only sent when the message is present; SetInParent makes it so.
@@ -140,6 +147,10 @@ def translate_cluster(
         out.outlier_detection.CopyFrom(translate_outlier_detection(cluster.outlier_detection))
     if cluster.slow_start is not None:
         _slow_start(out, cluster.slow_start)
+    if cluster.hash_balance_factor is not None:
+        # Bounded loads only mean something to the hashing balancers (ring hash, Maglev).
+        config = out.common_lb_config.consistent_hashing_lb_config
+        config.hash_balance_factor.value = min(max(cluster.hash_balance_factor, 100), 2**32 - 1)
     apply_idle_connection_timeout(out, cluster)  # route_policies.py: timeoutPolicy.idleConnection
     return out
 
@@ -157,6 +168,10 @@ def _dns_discovery(out: Any, cluster: Cluster) -> None:
     lb = out.load_assignment.endpoints.add().lb_endpoints.add()
     lb.endpoint.address.socket_address.address = cluster.dns_name
     lb.endpoint.address.socket_address.port_value = cluster.port
+    if cluster.health_port and cluster.health_port != cluster.port:
+        # Active health checks go to the health port of the name, as they go to the health
+        # target of each EDS endpoint (`translate_load_assignment`).
+        lb.endpoint.health_check_config.port_value = cluster.health_port
 
 
 def upstream_sni(cluster: Cluster) -> str | None:
@@ -187,7 +202,14 @@ def _is_ip(name: str) -> bool:
     return True
 
 
-def upstream_tls_context(cluster: Cluster, ca_bundles: Mapping[str, CABundle]) -> Any:
+def upstream_tls_context(
+    cluster: Cluster,
+    ca_bundles: Mapping[str, CABundle],
+    *,
+    system_ca_file: str = DEFAULT_SYSTEM_CA_FILE,
+) -> Any:
+    """The TLS context towards `cluster`'s endpoints; a validation against the system trust
+    store reads `system_ca_file` (`TranslateOptions.system_ca_file`) where Envoy runs."""
     ctx = tls_pb2.UpstreamTlsContext()
     sni = upstream_sni(cluster)
     if sni is not None:
@@ -202,11 +224,17 @@ def upstream_tls_context(cluster: Cluster, ca_bundles: Mapping[str, CABundle]) -
     if validation is not None:
         vc = common.validation_context
         bundle = ca_bundles.get(validation.ca_secret)
-        if bundle is None or not bundle.ca_certificates:
+        if validation.system_trust_store:
+            # A file, not `system_root_certs` (added to the API for gRPC's xDS clients, not
+            # something Envoy is known to honour): the installation says which CAs are "the
+            # system's", the same file as https JWKS servers are checked against.
+            vc.trusted_ca.filename = system_ca_file
+        elif bundle is None or not bundle.ca_certificates:
             # Envoy refuses SAN matching without a CA, so the pin stands alone.
             vc.verify_certificate_spki.append(_NO_SUCH_SPKI)
             return ctx
-        vc.trusted_ca.inline_string = bundle.ca_certificates
+        else:
+            vc.trusted_ca.inline_string = bundle.ca_certificates
         for name in validation.subject_names:
             san = vc.match_typed_subject_alt_names.add(
                 san_type=common_pb2.SubjectAltNameMatcher.DNS
@@ -215,10 +243,14 @@ def upstream_tls_context(cluster: Cluster, ca_bundles: Mapping[str, CABundle]) -
     return ctx
 
 
-def upstream_tls_transport_socket(cluster: Cluster, ca_bundles: Mapping[str, CABundle]) -> Any:
-    return base_pb2.TransportSocket(
-        name=TLS_TRANSPORT_SOCKET, typed_config=pack(upstream_tls_context(cluster, ca_bundles))
-    )
+def upstream_tls_transport_socket(
+    cluster: Cluster,
+    ca_bundles: Mapping[str, CABundle],
+    *,
+    system_ca_file: str = DEFAULT_SYSTEM_CA_FILE,
+) -> Any:
+    context = upstream_tls_context(cluster, ca_bundles, system_ca_file=system_ca_file)
+    return base_pb2.TransportSocket(name=TLS_TRANSPORT_SOCKET, typed_config=pack(context))
 
 
 def translate_outlier_detection(od: OutlierDetection) -> Any:
@@ -308,5 +340,42 @@ def translate_load_assignment(cluster: Cluster) -> Any:
         lb = endpoint_components_pb2.LbEndpoint()
         lb.endpoint.address.socket_address.address = ep.address
         lb.endpoint.address.socket_address.port_value = ep.port
+        if ep.health_port and ep.health_port != ep.port:
+            # Active health checks (HTTP or TCP) go to this port instead (Contour's healthPort).
+            lb.endpoint.health_check_config.port_value = ep.health_port
         locality.lb_endpoints.append(lb)
     return cla
+
+
+def jwks_cluster(tls: bool, host: str, port: int, options: TranslateOptions) -> Any:
+    """The cluster Envoy's JWT filter fetches a key set from (`http_filters.jwks_cluster_name`):
+    static for an IP address, DNS otherwise. Over https the server's certificate must chain to
+    `options.system_ca_file` and name `host` (a DNS SAN, or an IP SAN for an address): a key set
+    from an unauthenticated server would let whoever answers in its place mint valid tokens."""
+    name = jwks_cluster_name(tls, host, port)
+    out = cluster_pb2.Cluster(name=name, connect_timeout=duration(options.connect_timeout_s))
+    if _is_ip(host):
+        out.type = cluster_pb2.Cluster.STATIC
+        out.load_assignment.cluster_name = name
+        lb = out.load_assignment.endpoints.add().lb_endpoints.add()
+        lb.endpoint.address.socket_address.address = host
+        lb.endpoint.address.socket_address.port_value = port
+    else:
+        _dns_discovery(out, Cluster(name, "", "", port, dns_name=host))
+    if tls:
+        ctx = tls_pb2.UpstreamTlsContext()
+        common = ctx.common_tls_context
+        common.tls_params.tls_minimum_protocol_version = common_pb2.TlsParameters.TLSv1_2
+        common.tls_params.tls_maximum_protocol_version = common_pb2.TlsParameters.TLSv1_3
+        vc = common.validation_context
+        vc.trusted_ca.filename = options.system_ca_file
+        if _is_ip(host):
+            san_type = common_pb2.SubjectAltNameMatcher.IP_ADDRESS
+        else:
+            ctx.sni = host
+            san_type = common_pb2.SubjectAltNameMatcher.DNS
+        vc.match_typed_subject_alt_names.add(san_type=san_type).matcher.exact = host
+        out.transport_socket.CopyFrom(
+            base_pb2.TransportSocket(name=TLS_TRANSPORT_SOCKET, typed_config=pack(ctx))
+        )
+    return out

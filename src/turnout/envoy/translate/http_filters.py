@@ -1,10 +1,22 @@
 """Virtual-host and route policies that Envoy enforces in HTTP filters: CORS, IP allow/deny lists
 (RBAC) and local rate limits.
 
-Every HTTP connection manager carries the three filters, in this order, first in its chain:
+Every HTTP connection manager carries the four filters, in this order, first in its chain:
 
     envoy.filters.http.cors -> envoy.filters.http.rbac -> envoy.filters.http.local_ratelimit
+    -> envoy.filters.http.compressor
     (-> the Lua filter of cookie rewrites -> envoy.filters.http.router)
+
+(the compressor is listed `disabled` and a route that compresses enables it with a
+`FilterConfig`; CORS can also be set per route, replacing the virtual host's)
+
+While some route validates JWTs (`RoutePolicies.jwt`), every connection manager also carries
+`envoy.filters.http.jwt_authn` after the rate limiter (a flood of bad tokens is limited before
+signatures are checked): one provider and one requirement per (issuer, JWKS URI), named by
+`jwt_provider_name`, and no `rules`, so a route checks tokens only when its
+`PerRouteConfig.requirement_name` asks for one and every other route is untouched. The providers
+are listener configuration: the listeners change when the set of issuers changes, not when routes
+using them come and go (see `jwt_authn_filter`).
 
 and each of them does nothing until a virtual host or a route configures it through
 `typed_per_filter_config` (the most specific configuration wins: a route's replaces its virtual
@@ -27,12 +39,16 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from envoy.config.core.v3 import address_pb2, base_pb2
 from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
+from envoy.config.route.v3 import route_components_pb2 as rc
+from envoy.extensions.compression.gzip.compressor.v3 import gzip_pb2
+from envoy.extensions.filters.http.compressor.v3 import compressor_pb2
 from envoy.extensions.filters.http.cors.v3 import cors_pb2
+from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2
 from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -47,17 +63,21 @@ from turnout.graph.model import (
     HeaderValue,
     IPFilter,
     IPFilterSource,
+    JwtValidation,
     LocalRateLimit,
     Route,
+    RoutingGraph,
     VirtualHost,
 )
 
 CORS_FILTER = "envoy.filters.http.cors"
 RBAC_FILTER = "envoy.filters.http.rbac"
 LOCAL_RATELIMIT_FILTER = "envoy.filters.http.local_ratelimit"
+COMPRESSOR_FILTER = "envoy.filters.http.compressor"
+JWT_AUTHN_FILTER = "envoy.filters.http.jwt_authn"
 
 # The order the filters run in; the router comes after them.
-POLICY_FILTERS = (CORS_FILTER, RBAC_FILTER, LOCAL_RATELIMIT_FILTER)
+POLICY_FILTERS = (CORS_FILTER, RBAC_FILTER, LOCAL_RATELIMIT_FILTER, COMPRESSOR_FILTER)
 
 # How `CorsPolicy.allow_origins` marks a regex (anything else is an exact origin, or "*").
 REGEX_ORIGIN_PREFIX = "regex:"
@@ -79,8 +99,10 @@ _STAT_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _MIN_FILL_INTERVAL_S = 0.05
 
 
-def policy_http_filters() -> list[Any]:
-    """The policy filters of every HTTP connection manager, disabled until configured."""
+def policy_http_filters(jwt_providers: Sequence[JwtValidation] = ()) -> list[Any]:
+    """The policy filters of every HTTP connection manager, disabled until configured, with the
+    JWT filter when some route validates tokens (`jwt_providers`, see `jwt_providers`)."""
+    jwt = [jwt_authn_filter(jwt_providers)] if jwt_providers else []
     return [
         hcm_pb2.HttpFilter(name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())),
         # No `rules`: the filter enforces nothing until a virtual host or route sets some (an
@@ -92,7 +114,30 @@ def policy_http_filters() -> list[Any]:
                 local_rate_limit_pb2.LocalRateLimit(stat_prefix=_RATELIMIT_STAT_PREFIX)
             ),
         ),
+        *jwt,
+        # Disabled: only a route that compresses enables it (`route_compression`).
+        hcm_pb2.HttpFilter(
+            name=COMPRESSOR_FILTER, typed_config=pack(gzip_compressor()), disabled=True
+        ),
     ]
+
+
+def gzip_compressor() -> Any:
+    """The compressor filter: gzip, for `COMPRESSIBLE_TYPES`, when the client accepts gzip."""
+    config = compressor_pb2.Compressor()
+    config.compressor_library.name = "gzip"
+    config.compressor_library.typed_config.CopyFrom(pack(gzip_pb2.Gzip()))
+    # No content types: Envoy's defaults are COMPRESSIBLE_TYPES (setting them is deprecated).
+    config.response_direction_config.common_config.SetInParent()
+    return config
+
+
+def route_compression() -> Any:
+    """A per-route `FilterConfig` switching on the compressor the HCM lists as disabled. Envoy
+    wants a configuration in it: overrides that change nothing."""
+    per_route = compressor_pb2.CompressorPerRoute()
+    per_route.overrides.response_direction_config.SetInParent()
+    return rc.FilterConfig(config=pack(per_route), disabled=False)
 
 
 def set_virtual_host_filter_configs(out: Any, vh: VirtualHost) -> None:
@@ -108,14 +153,88 @@ def set_virtual_host_filter_configs(out: Any, vh: VirtualHost) -> None:
 
 
 def set_route_filter_configs(out: Any, route: Route, stat_name: str) -> None:
-    """Adds the route's IP filter and rate limit to `out` (an Envoy Route); each replaces the
-    virtual host's for this route only. `stat_name` names the route's rate-limit stats."""
+    """Adds the route's CORS policy, IP filter, rate limit and compression to `out` (an Envoy
+    Route); each replaces the virtual host's for this route only. `stat_name` names the route's
+    rate-limit stats."""
     policies = route.policies
+    if policies.cors is not None:
+        out.typed_per_filter_config[CORS_FILTER].CopyFrom(pack(cors_policy(policies.cors)))
     if policies.ip_filter is not None:
         out.typed_per_filter_config[RBAC_FILTER].CopyFrom(pack(rbac_per_route(policies.ip_filter)))
     if policies.rate_limit is not None:
         config = local_rate_limit(policies.rate_limit, "route." + _STAT_UNSAFE.sub("_", stat_name))
         out.typed_per_filter_config[LOCAL_RATELIMIT_FILTER].CopyFrom(pack(config))
+    if policies.compression is not None:
+        out.typed_per_filter_config[COMPRESSOR_FILTER].CopyFrom(pack(route_compression()))
+    if policies.jwt is not None and policies.jwt.jwks_endpoint() is not None:
+        per_route = jwt_pb2.PerRouteConfig(requirement_name=jwt_provider_name(policies.jwt))
+        out.typed_per_filter_config[JWT_AUTHN_FILTER].CopyFrom(pack(per_route))
+
+
+# --- JWT validation ------------------------------------------------------------------------------
+
+# Skipper's key set refresh (filters/auth/jwt_validation.go: refreshInterval, refreshTimeout).
+JWKS_CACHE_S = 3600.0
+JWKS_TIMEOUT_S = 10.0
+# A failed key set fetch is tried again this often (Envoy's async_fetch.failed_refetch_duration).
+JWKS_REFETCH_S = 5.0
+JWKS_RETRIES = 3
+
+
+def jwt_providers(graph: RoutingGraph) -> tuple[JwtValidation, ...]:
+    """The distinct JWT validations the graph's routes ask for, sorted: one provider each."""
+    found = {
+        route.policies.jwt
+        for lst in graph.listeners
+        for vh in lst.virtual_hosts
+        for route in vh.routes
+        if route.policies.jwt is not None and route.policies.jwt.jwks_endpoint() is not None
+    }
+    return tuple(sorted(found, key=lambda j: (j.issuer, j.jwks_uri)))
+
+
+def jwt_provider_name(jwt: JwtValidation) -> str:
+    """The provider (and requirement) name of an (issuer, JWKS URI) pair."""
+    return f"{jwt.issuer} {jwt.jwks_uri}"
+
+
+def jwks_cluster_name(tls: bool, host: str, port: int) -> str:
+    """The cluster Envoy fetches a JWKS from (`clusters.jwks_cluster`); Service clusters are
+    `namespace/service/port/hash`, so the names never meet."""
+    return f"turnout-jwks/{'https' if tls else 'http'}/{host}:{port}"
+
+
+def jwt_authn_filter(providers: Sequence[JwtValidation]) -> Any:
+    """`envoy.filters.http.jwt_authn` with one provider per validation, checked as Skipper's
+    `jwtValidation` does: the token from `Authorization: Bearer` only (not Envoy's default
+    `access_token` query parameter), forwarded to the backend unchanged, a non-empty `sub`, and
+    a failure answered with a bare 401 (`strip_failure_response`: no body and no
+    WWW-Authenticate, as Skipper's `unauthorized`). Envoy also requires `iss` to be the issuer.
+
+    The key set is fetched when the listener starts and refreshed in the background
+    (`async_fetch` with `fast_listener`, so one slow issuer never holds a listener update
+    back); until it arrives, tokens fail with 401."""
+    config = jwt_pb2.JwtAuthentication(strip_failure_response=True)
+    for jwt in providers:
+        endpoint = jwt.jwks_endpoint()
+        if endpoint is None:
+            continue
+        name = jwt_provider_name(jwt)
+        provider = config.providers[name]
+        provider.issuer = jwt.issuer
+        provider.forward = True
+        provider.from_headers.add(name="Authorization", value_prefix="Bearer ")
+        provider.subjects.safe_regex.regex = ".+"
+        remote = provider.remote_jwks
+        remote.http_uri.uri = jwt.jwks_uri
+        remote.http_uri.cluster = jwks_cluster_name(*endpoint)
+        remote.http_uri.timeout.CopyFrom(duration(JWKS_TIMEOUT_S))
+        remote.cache_duration.CopyFrom(duration(JWKS_CACHE_S))
+        remote.async_fetch.fast_listener = True
+        remote.async_fetch.failed_refetch_duration.CopyFrom(duration(JWKS_REFETCH_S))
+        remote.retry_policy.num_retries.value = JWKS_RETRIES
+        config.requirement_map[name].provider_name = name
+    return hcm_pb2.HttpFilter(name=JWT_AUTHN_FILTER, typed_config=pack(config))
 
 
 # --- CORS ----------------------------------------------------------------------------------------

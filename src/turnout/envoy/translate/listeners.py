@@ -9,8 +9,10 @@ Each listener protocol has one builder in `_BUILDERS`:
   manager and its own RouteConfiguration `https/<hostname>`; one chain per TCP proxy, also by
   SNI, passing the TLS stream through or terminating it (`tcp`); and, when hosts enable the
   fallback certificate, a chain for every other TLS client (`_fallback_chain`).
-Listeners of the TLS-passthrough and TCP protocols (Gateway API) are skipped until that dialect
-lands and produce no resources.
+- TLS (Gateway API TLS listeners, any port): the HTTPS layout; in practice its chains are the TCP
+  proxies of its TLSRoutes, by SNI, passed through or terminated;
+- TCP (Gateway API TCP listeners, any port): one chain, the `tcp_proxy` of the listener's TCP
+  proxy (the one whose hostname is ""), with no TLS inspection.
 
 Misdirected requests (421). A client may reuse a TLS connection for another host (HTTP/2
 connection coalescing, or a plain mistake); the Host then disagrees with the SNI that chose the
@@ -49,7 +51,7 @@ from turnout.envoy.translate.http_filters import policy_http_filters
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.route_policies import lua_http_filter
 from turnout.envoy.translate.routes import translate_route_configuration
-from turnout.envoy.translate.tcp import tcp_filter_chain
+from turnout.envoy.translate.tcp import tcp_filter_chain, tcp_proxy_filter
 from turnout.graph.model import Listener, ListenerProtocol, TLSTermination, VirtualHost
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
@@ -65,6 +67,8 @@ MISDIRECTED_STATUS = 421
 # Virtual host and route names contain "/" so they can never be mistaken for a hostname.
 MISDIRECTED_VHOST = "turnout/misdirected"
 MISDIRECTED_ROUTE = "turnout/misdirected-request"
+OTHER_LISTENER_VHOST = "turnout/other-listener"
+OTHER_LISTENER_ROUTE = "turnout/other-listener-host"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,16 +104,24 @@ def _http_listener(listener: Listener, options: TranslateOptions) -> ListenerRes
     return ListenerResources(listener=out, route_configurations=(routes,))
 
 
-def https_route_name(hostname: str) -> str:
-    """The RouteConfiguration of one TLS virtual host, named as Contour names it."""
-    return f"https/{hostname.lower()}"
+def https_route_name(hostname: str, listener: str = "ingress_https") -> str:
+    """The RouteConfiguration of one TLS virtual host, named as Contour names it on the shared
+    HTTPS listener; on another listener (a Gateway API port) prefixed with the listener's name,
+    since one hostname may be served on several ports."""
+    if listener == "ingress_https":
+        return f"https/{hostname.lower()}"
+    return f"{listener}/https/{hostname.lower()}"
 
 
 def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerResources | None:
     """The TLS listener: one filter chain per SNI name (a TLS virtual host, or a TCP proxy with
     or without termination), and the fallback-certificate chain when some host enables it."""
     vhosts = _tls_virtual_hosts(listener)
-    taken = {vh.hostname.lower() for vh in vhosts}
+    # One chain per server name: each TLS host (Contour), or each Gateway listener's hosts.
+    groups: dict[str, list[VirtualHost]] = {}
+    for vh in vhosts:
+        groups.setdefault((vh.sni or vh.hostname).lower(), []).append(vh)
+    taken = set(groups)
     stat_prefix = options.stat_prefix + listener.name
     tcp_chains = []
     for proxy in listener.tcp_proxies:
@@ -132,23 +144,58 @@ def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerRe
     )
     # TCP hosts have chains of their own too: a wildcard chain's Host check must send them to 421.
     shadowing = _more_specific_hostnames(sorted(taken))
+    served_names = taken | {vh.hostname.lower() for vh in vhosts}
     route_configs = []
-    for vh in vhosts:
-        assert vh.tls is not None
-        hostname = vh.hostname.lower()
-        name = https_route_name(hostname)
-        chain = _http_tls_chain(name, vh.tls, stat_prefix, options)
-        chain.filter_chain_match.server_names.append(hostname)
-        out.filter_chains.append(chain)
-        config = translate_route_configuration(name, (vh,))
-        config.virtual_hosts.append(misdirected_virtual_host(shadowing.get(hostname, ())))
+    fallback = _fallback_chain(vhosts, shadowing, stat_prefix, options)
+    default_chain = None
+    for sni, members in groups.items():
+        tls = members[0].tls
+        assert tls is not None
+        if sni == "*" and fallback is not None:
+            continue  # both would be the chain without server names
+        name = https_route_name(sni, listener.name)
+        chain = _http_tls_chain(name, tls, stat_prefix, options)
+        config = translate_route_configuration(name, tuple(members))
+        if members[0].sni is None:
+            config.virtual_hosts.append(misdirected_virtual_host(shadowing.get(sni, ())))
+        else:
+            config.virtual_hosts.extend(_other_listener_hosts(sni, members, served_names))
+        if sni == "*":
+            # A Gateway HTTPS listener without hostname: the chain for every SNI (or none) that
+            # no other chain names.
+            chain.filter_chain_match.transport_protocol = "tls"
+            default_chain = chain
+        else:
+            chain.filter_chain_match.server_names.append(sni)
+            out.filter_chains.append(chain)
         route_configs.append(config)
     out.filter_chains.extend(tcp_chains)
-    fallback = _fallback_chain(vhosts, shadowing, stat_prefix, options)
+    if default_chain is not None:
+        out.filter_chains.append(default_chain)
     if fallback is not None:
         out.filter_chains.append(fallback[0])
         route_configs.append(fallback[1])
     return ListenerResources(listener=out, route_configurations=tuple(route_configs))
+
+
+def _other_listener_hosts(
+    sni: str, members: list[VirtualHost], served_names: set[str]
+) -> list[Any]:
+    """What a Gateway listener's chain answers for hosts that are not its own. A listener with
+    a hostname answers 421 for every other host (misdirected: the client must connect again with
+    that host as SNI). The listener without hostname (SNI `*`) takes every other host, but hosts
+    that other listeners of the port serve answer 404 there: they are not its hosts, and the
+    conformance test HTTPRouteHTTPSListener asks 404 for them."""
+    own = {vh.hostname.lower() for vh in members}
+    others = tuple(sorted(served_names - own - {"*"}))
+    if sni != "*":
+        return [misdirected_virtual_host(others)]
+    if not others:
+        return []
+    route = rc.Route(name=OTHER_LISTENER_ROUTE)
+    route.match.prefix = "/"
+    route.direct_response.status = 404
+    return [rc.VirtualHost(name=OTHER_LISTENER_VHOST, domains=list(others), routes=[route])]
 
 
 def _http_tls_chain(
@@ -201,8 +248,10 @@ def _fallback_chain(
 def _tls_virtual_hosts(listener: Listener) -> list[VirtualHost]:
     """The virtual hosts that can have a filter chain, in the graph's order.
 
-    A host without TLS has no certificate to present, and `*` is no SNI name; both are dropped
-    (the graph builder never puts them here). A repeated hostname would make Envoy reject the
+    A host without TLS has no certificate to present and is dropped (the graph builder never
+    puts one here). `*` (a Gateway HTTPS listener without hostname) is no SNI name: it gets the
+    chain without server names, unless the fallback certificate has that chain. A repeated
+    hostname would make Envoy reject the
     listener for two chains with one match; like a repeated domain in a route table, the first
     one stays.
     """
@@ -210,7 +259,7 @@ def _tls_virtual_hosts(listener: Listener) -> list[VirtualHost]:
     out = []
     for vh in listener.virtual_hosts:
         hostname = vh.hostname.lower()
-        if vh.tls is None or hostname == "*" or hostname in seen:
+        if vh.tls is None or hostname in seen:
             continue
         seen.add(hostname)
         out.append(vh)
@@ -247,11 +296,29 @@ def misdirected_virtual_host(domains: tuple[str, ...] = ()) -> Any:
     return rc.VirtualHost(name=MISDIRECTED_VHOST, domains=["*", *domains], routes=[route])
 
 
+def _tcp_listener(listener: Listener, options: TranslateOptions) -> ListenerResources | None:
+    """A plain TCP listener: every connection goes to its TCP proxy (the first one without a
+    hostname; SNI means nothing here). Without one, or when it has no backend that takes
+    connections, the port stays closed: connections are refused, which is how the Gateway API
+    wants a TCP listener without valid backends to reject them."""
+    proxy = next((p for p in listener.tcp_proxies if not p.hostname), None)
+    if proxy is None:
+        return None
+    tcp = tcp_proxy_filter(proxy, options.stat_prefix + listener.name, options)
+    if tcp is None:
+        return None
+    out = listener_pb2.Listener(name=listener.name, address=socket_address(listener))
+    out.filter_chains.append(listener_components_pb2.FilterChain(name="tcp", filters=[tcp]))
+    return ListenerResources(listener=out)
+
+
 _BUILDERS: dict[
     ListenerProtocol, Callable[[Listener, TranslateOptions], ListenerResources | None]
 ] = {
     ListenerProtocol.HTTP: _http_listener,
     ListenerProtocol.HTTPS: _https_listener,
+    ListenerProtocol.TLS_PASSTHROUGH: _https_listener,
+    ListenerProtocol.TCP: _tcp_listener,
 }
 
 
@@ -272,7 +339,7 @@ def http_connection_manager(
     hcm.normalize_path.value = True
     hcm.use_remote_address.value = True
     hcm.xff_num_trusted_hops = options.num_trusted_hops
-    hcm.http_filters.extend(policy_http_filters())
+    hcm.http_filters.extend(policy_http_filters(options.jwt_providers))
     # Idle too until a route names a cookie-rewriting script (`route_policies.py`).
     hcm.http_filters.append(lua_http_filter())
     hcm.http_filters.append(

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from turnout.config import DEFAULT_SYSTEM_CA_FILE
+
+if TYPE_CHECKING:
+    from turnout.graph.model import JwtValidation
 
 # `xff_num_trusted_hops` is a uint32.
 MAX_TRUSTED_HOPS = 2**32 - 1
@@ -22,12 +28,21 @@ class TranslateOptions:
     X-Forwarded-For (the HTTP connection manager's `xff_num_trusted_hops`); the client address
     that `Remote` IP filters see is the one they reported. 0: the peer address, whatever the
     client sends.
+    `system_ca_file`: the PEM bundle on Envoy's host that stands for the system trust store:
+    upstreams validated against it (BackendTLSPolicy `wellKnownCACertificates: System`) and https
+    JWKS servers must chain to it. Envoy is given the file rather than its own notion of a system
+    store, so that the installation decides which CAs that is. The default is Debian's and
+    Ubuntu's system bundle.
+    `jwt_providers`: set by `translate` from the graph (`http_filters.jwt_providers`), not by
+    callers: the JWT providers every HTTP connection manager carries.
     """
 
     connect_timeout_s: float = 2.0
     stat_prefix: str = ""
     access_log: bool = False
     num_trusted_hops: int = 0
+    system_ca_file: str = DEFAULT_SYSTEM_CA_FILE
+    jwt_providers: tuple[JwtValidation, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.connect_timeout_s > 0:

@@ -2,7 +2,8 @@
 
 `apply_route_policies` runs after the route's action is set and only touches routes that forward
 (`Route.route`): a redirect or a direct response has no upstream to time out, retry, mirror or
-rewrite for, as in Contour.
+rewrite for, as in Contour. The one exception is a redirect's response headers, which Envoy adds
+to the redirect it answers (a Gateway API RequestRedirect with a ResponseHeaderModifier).
 
 What goes where (docs/policies.md, "Route policies", has the full table):
 - timeouts -> `RouteAction.timeout` / `idle_timeout` (0 disables; unset is Envoy's default), and a
@@ -81,6 +82,10 @@ def apply_route_policies(out: Any, route: Route) -> None:
     """Sets the policies of `route` on its translated Envoy `out` (a `Route` whose action is
     already set). Routes without a `RouteAction` are left alone."""
     if out.WhichOneof("action") != "route":
+        if out.WhichOneof("action") == "redirect" and route.policies.response_headers is not None:
+            # Envoy adds a route's response headers to the redirect it answers as well.
+            headers = route.policies.response_headers
+            _set_headers(out.response_headers_to_add, out.response_headers_to_remove, headers)
         return
     p = route.policies
     action = out.route

@@ -20,9 +20,11 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
+from envoy.type.v3 import percent_pb2
 
 from turnout.envoy.translate.http_filters import (
     set_route_filter_configs,
@@ -35,6 +37,7 @@ from turnout.graph.evaluate import (
     wildcard_authority_regex,
 )
 from turnout.graph.model import (
+    INVALID_BACKEND,
     DirectResponse,
     Forward,
     HeaderMatch,
@@ -47,6 +50,7 @@ from turnout.graph.model import (
     RouteSource,
     StringMatchKind,
     VirtualHost,
+    invalid_backend_status,
 )
 
 # Envoy rejects a RouteConfiguration whose direct-response bodies exceed this unless
@@ -56,6 +60,12 @@ _DEFAULT_MAX_DIRECT_BODY = 4096
 # Route names only serve tracing a route back to its source; long ones are cut and made unique
 # again with a digest so that stats and admin output stay readable.
 _MAX_ROUTE_NAME = 200
+
+_CLUSTER_NOT_FOUND_CODES = {
+    404: rc.RouteAction.NOT_FOUND,
+    500: rc.RouteAction.INTERNAL_SERVER_ERROR,
+    503: rc.RouteAction.SERVICE_UNAVAILABLE,
+}
 
 _REDIRECT_CODES = {
     301: rc.RedirectAction.MOVED_PERMANENTLY,
@@ -118,6 +128,11 @@ def translate_route_configuration(name: str, virtual_hosts: Iterable[VirtualHost
     config = route_pb2.RouteConfiguration(name=name, ignore_port_in_host_matching=True)
     seen: set[str] = set()
     max_body = 0
+    virtual_hosts = tuple(virtual_hosts)
+    if any(_names_invalid_backend(vh) for vh in virtual_hosts):
+        # The invalid backend is a cluster Envoy does not know. RDS tables are not checked
+        # against the clusters by default, but inline ones are (`envoy --mode validate`): say it.
+        config.validate_clusters.value = False
     for vh in virtual_hosts:
         try:
             domain = vh.hostname.lower()
@@ -218,7 +233,17 @@ def translate_match(route: Route, authority: Any | None = None) -> Any:
         match.headers.append(authority)
     match.headers.extend(translate_header_match(h) for h in route.match.headers)
     match.query_parameters.extend(translate_query_match(q) for q in route.match.query)
+    if route.match.runtime_fraction is not None:
+        # No runtime key: the share is the graph's, not a runtime override's.
+        fraction = match.runtime_fraction.default_value
+        fraction.numerator = runtime_fraction_per_million(route.match.runtime_fraction)
+        fraction.denominator = percent_pb2.FractionalPercent.MILLION
     return match
+
+
+def runtime_fraction_per_million(fraction: float) -> int:
+    """The numerator (over a million) Envoy compares the request's random value with."""
+    return round(min(max(fraction, 0.0), 1.0) * 1_000_000)
 
 
 def _set_path(match: Any, path: PathMatch) -> None:
@@ -239,7 +264,11 @@ def _set_path(match: Any, path: PathMatch) -> None:
 
 def translate_header_match(h: HeaderMatch) -> Any:
     out = rc.HeaderMatcher(name=h.name, invert_match=h.invert)
-    if h.kind is StringMatchKind.PRESENT:
+    if h.kind is StringMatchKind.RANGE:
+        start, end = header_range(h.value)
+        out.range_match.start = start
+        out.range_match.end = end
+    elif h.kind is StringMatchKind.PRESENT:
         # treat_missing_header_as_empty is left out on purpose: Envoy then answers "missing" with
         # `invert`, exactly as the evaluator does for a present match on an absent header.
         out.present_match = True
@@ -247,6 +276,12 @@ def translate_header_match(h: HeaderMatch) -> Any:
         out.string_match.CopyFrom(_string_matcher(h.kind, h.value, h.ignore_case))
         out.treat_missing_header_as_empty = h.treat_missing_as_empty
     return out
+
+
+def header_range(value: str) -> tuple[int, int]:
+    """`StringMatchKind.RANGE`'s value "start,end" as integers; raises ValueError otherwise."""
+    start, end = value.split(",")
+    return int(start), int(end)
 
 
 def translate_query_match(q: QueryMatch) -> Any:
@@ -309,13 +344,20 @@ def _set_forward(out: Any, action: Forward) -> None:
     weights = effective_forward(action)
     if not weights:
         out.direct_response.status = NO_BACKEND_STATUS
-    elif len(weights) == 1:
+        return
+    if len(weights) == 1:
         out.route.cluster = weights[0][0]
     else:
         split = out.route.weighted_clusters
         for cluster, weight in weights:
             entry = split.clusters.add(name=cluster)
             entry.weight.value = weight
+    if any(cluster == INVALID_BACKEND for cluster, _ in weights):
+        # The invalid backend's share reaches a cluster Envoy does not know; the router then
+        # answers this code: 500 for HTTPRoute, 503 (gRPC UNAVAILABLE) for GRPCRoute.
+        out.route.cluster_not_found_response_code = _CLUSTER_NOT_FOUND_CODES[
+            invalid_backend_status(action.invalid_backend_status)
+        ]
 
 
 def _set_direct_response(out: Any, action: DirectResponse) -> None:
@@ -324,6 +366,12 @@ def _set_direct_response(out: Any, action: DirectResponse) -> None:
     out.direct_response.status = action.status if 200 <= action.status < 600 else 500
     if action.body:
         out.direct_response.body.inline_string = action.body
+    for header in action.headers:
+        option = out.response_headers_to_add.add(
+            append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+        )
+        option.header.key = header.name
+        option.header.value = header.value
 
 
 def translate_redirect(action: Redirect) -> Any:
@@ -347,6 +395,14 @@ def translate_redirect(action: Redirect) -> Any:
     elif action.prefix is not None:
         out.prefix_rewrite = action.prefix
     return out
+
+
+def _names_invalid_backend(vh: VirtualHost) -> bool:
+    return any(
+        isinstance(r.action, Forward)
+        and any(wc.cluster == INVALID_BACKEND for wc in r.action.clusters)
+        for r in vh.routes
+    )
 
 
 def _max_direct_body(vh: VirtualHost) -> int:

@@ -1,0 +1,454 @@
+"""The Gateway API dialect (`gateway.networking.k8s.io`): GatewayClass, Gateway, HTTPRoute,
+GRPCRoute, TLSRoute, TCPRoute, ReferenceGrant and BackendTLSPolicy. See
+docs/dialects/gateway-api.md.
+
+A compile:
+1. turnout's GatewayClasses (controllerName = `--gateway-controller-name`) and their Gateways;
+   every other Gateway (and any route attached only to it) is another implementation's: no status;
+2. each Gateway's listeners, read and checked, then checked against the listeners of every
+   other Gateway on the same port (`listeners.py`);
+3. each route, through each of its parentRefs, attaches to listeners (`attachment.py`); its rules
+   are compiled for every listener it attached to (`httproute.py`, `grpcroute.py`, `streams.py`);
+4. one Envoy listener per port: HTTP routes merged into one virtual host per hostname (their
+   rules ordered by the spec's precedence across routes, `order_routes`), TLS and TCP routes into
+   TCP proxies;
+5. status for every GatewayClass, Gateway and route of turnout's (`status.py`).
+
+Gateway listeners have ports of their own and take no part in the hostname ownership the other
+dialects share on `--http-port`/`--https-port` (`claims()` is empty).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from turnout.dialects.base import (
+    CompileContext,
+    CompileOptions,
+    DialectOutput,
+    HostClaim,
+    ListenerDecl,
+)
+from turnout.dialects.gatewayapi.attachment import Attachment, attach, parent_refs
+from turnout.dialects.gatewayapi.classes import (
+    GatewayClassInfo,
+    gateway_class_status,
+    our_classes,
+)
+from turnout.dialects.gatewayapi.conditions import ACCEPTED, RouteProblem
+from turnout.dialects.gatewayapi.grpcroute import compile_grpcroute
+from turnout.dialects.gatewayapi.hostnames import covers, intersect, specificity
+from turnout.dialects.gatewayapi.httproute import ListenerInfo, compile_httproute
+from turnout.dialects.gatewayapi.kinds import (
+    GATEWAY,
+    GROUP,
+    GRPC_ROUTE,
+    HTTP_ROUTE,
+    KINDS,
+    TCP_ROUTE,
+    TLS_ROUTE,
+    mapping,
+    sequence,
+    text,
+)
+from turnout.dialects.gatewayapi.listeners import (
+    GatewayListener,
+    read_listeners,
+    resolve_conflicts,
+)
+from turnout.dialects.gatewayapi.precedence import RankedRoute, order_routes
+from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
+from turnout.dialects.gatewayapi.status import ParentOutcome, gateway_status, route_status
+from turnout.dialects.gatewayapi.streams import (
+    CompiledStream,
+    compile_tcproute,
+    compile_tlsroute,
+)
+from turnout.graph.model import (
+    HostnameMatch,
+    ListenerProtocol,
+    Route,
+    TCPProxy,
+    VirtualHost,
+    WeightedCluster,
+)
+from turnout.objects import KubeObject, ObjectRef
+from turnout.status.model import ObjectStatus
+from turnout.store import Snapshot
+
+__all__ = ["GatewayAPIDialect", "gateway_listener_name"]
+
+
+def gateway_listener_name(port: int) -> str:
+    """The graph (and Envoy) listener serving every Gateway listener on `port`."""
+    return f"gateway_{port}"
+
+
+_ListenerKey = tuple[ObjectRef, int]  # (Gateway, listener index)
+
+
+@dataclass(slots=True)
+class _Served:
+    """What attached routes bring to the listeners, collected over all routes."""
+
+    # listener -> hostname -> ranked routes (HTTP and gRPC)
+    http: dict[_ListenerKey, dict[str, list[RankedRoute]]] = field(default_factory=dict)
+    # listener -> hostname -> (route, clusters), oldest route first (TLS and TCP)
+    streams: dict[_ListenerKey, dict[str, list[tuple[KubeObject, tuple[WeightedCluster, ...]]]]] = (
+        field(default_factory=dict)
+    )
+    attached: dict[_ListenerKey, int] = field(default_factory=dict)
+    # route -> the Gateways it is attached to (BackendTLSPolicy ancestors)
+    gateways_by_route: dict[ObjectRef, set[ObjectRef]] = field(default_factory=dict)
+    # listener -> (hostname, route) of the HTTPRoutes and GRPCRoutes it serves, oldest first
+    http_kinds: dict[_ListenerKey, list[tuple[str, KubeObject]]] = field(default_factory=dict)
+
+
+def _key(listener: GatewayListener) -> _ListenerKey:
+    return (listener.gateway.ref, listener.index)
+
+
+class GatewayAPIDialect:
+    name = "gatewayapi"
+    kinds = KINDS
+
+    def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
+        return []
+
+    def compile(self, snapshot: Snapshot, ctx: CompileContext) -> DialectOutput:
+        options = ctx.options
+        grants = ReferenceGrants.from_snapshot(snapshot)
+        classes = our_classes(snapshot, options.gateway_controller_name)
+        statuses: list[ObjectStatus] = [gateway_class_status(c) for c in classes.values()]
+
+        gateways = sorted(
+            (
+                g
+                for g in snapshot.kind(GROUP, GATEWAY)
+                if text(mapping(g.spec).get("gatewayClassName")) in classes
+            ),
+            key=lambda g: g.age_key,
+        )
+        refused: dict[ObjectRef, tuple[str, str]] = {}
+        for g in gateways:
+            problem = gateway_problem(g, classes, options)
+            if problem is not None:
+                refused[g.ref] = problem
+        read = [
+            read_listeners(g, options=options, secrets=ctx.secrets, grants=grants) for g in gateways
+        ]
+        # A Gateway that is not accepted serves nothing and holds no port.
+        serving = [i for i, g in enumerate(gateways) if g.ref not in refused]
+        settled = resolve_conflicts([read[i] for i in serving])
+        for i, listeners in zip(serving, settled, strict=True):
+            read[i] = listeners
+        by_gateway: dict[tuple[str, str], tuple[KubeObject, list[GatewayListener]]] = {
+            (g.namespace, g.name): (g, read[i]) for i, g in enumerate(gateways)
+        }
+        namespace_labels = {
+            ns.name: {str(k): str(v) for k, v in ns.labels.items()}
+            for ns in snapshot.kind("", "Namespace")
+        }
+
+        served = _Served()
+        # HTTPRoutes and GRPCRoutes oldest first, together: of two that would share a hostname
+        # on a listener, the older one is accepted.
+        http_like = [*snapshot.kind(GROUP, HTTP_ROUTE), *snapshot.kind(GROUP, GRPC_ROUTE)]
+        streams = [*snapshot.kind(GROUP, TLS_ROUTE), *snapshot.kind(GROUP, TCP_ROUTE)]
+        for group in (http_like, streams):
+            for route in sorted(group, key=lambda r: (r.age_key, r.kind)):
+                status = self._route(route, by_gateway, namespace_labels, served, ctx, grants)
+                if status is not None:
+                    statuses.append(status)
+
+        statuses.extend(
+            grants.backend_tls.statuses(
+                served.gateways_by_route, options.gateway_controller_name, ctx
+            )
+        )
+        for g, listeners in ((g, read[i]) for i, g in enumerate(gateways)):
+            statuses.append(
+                gateway_status(
+                    g,
+                    listeners,
+                    {idx: n for (ref, idx), n in served.attached.items() if ref == g.ref},
+                    address=options.address,
+                    refused=refused.get(g.ref),
+                )
+            )
+        ready = [lst for i in serving for lst in read[i] if lst.ready and lst.port > 0]
+        decls, vhosts, proxies = _assemble(ready, served)
+        return DialectOutput(
+            virtual_hosts=tuple(vhosts),
+            statuses=tuple(statuses),
+            tcp_proxies=tuple(proxies),
+            listeners=tuple(decls),
+        )
+
+    def _route(
+        self,
+        route: KubeObject,
+        by_gateway: Mapping[tuple[str, str], tuple[KubeObject, list[GatewayListener]]],
+        namespace_labels: Mapping[str, Mapping[str, str]],
+        served: _Served,
+        ctx: CompileContext,
+        grants: ReferenceGrants,
+    ) -> ObjectStatus | None:
+        outcomes: list[ParentOutcome] = []
+        compiled: dict[
+            tuple[int, str], tuple[tuple[RankedRoute, ...], tuple[RouteProblem, ...], bool]
+        ]
+        compiled = {}
+        stream: CompiledStream | None = None
+        contributed: set[_ListenerKey] = set()
+        for parent in parent_refs(route):
+            if parent.group != GROUP or parent.kind != GATEWAY:
+                continue
+            entry = by_gateway.get((parent.namespace, parent.name))
+            if entry is None:
+                continue
+            gateway, listeners = entry
+            attachment = attach(route, parent, gateway, listeners, namespace_labels)
+            if attachment.problem is not None:
+                outcomes.append(ParentOutcome(attachment))
+                continue
+            problems: list[RouteProblem] = []
+            notes: list[str] = []
+            rejected = False
+            streamed = route.kind in (TLS_ROUTE, TCP_ROUTE)
+            clash = None if streamed else _kind_clash(route, attachment, served)
+            if clash is not None:
+                outcomes.append(ParentOutcome(replace(attachment, problem=clash)))
+                continue
+            if streamed:
+                if stream is None:
+                    stream = _compile_stream(route, ctx, grants)
+                problems.extend(stream.problems)
+                # An invalid route serves nothing: it must not take a listener (or an SNI name)
+                # from a valid route, even an older one.
+                rejected = not stream.accepted
+                for listener, hostnames in attachment.listeners if stream.accepted else ():
+                    if _key(listener) in contributed:
+                        continue
+                    contributed.add(_key(listener))
+                    by_host = served.streams.setdefault(_key(listener), {})
+                    for hostname in hostnames if route.kind == TLS_ROUTE else ("",):
+                        holders = by_host.setdefault(hostname, [])
+                        if holders:
+                            notes.append(_not_served(listener, hostname, holders[0][0]))
+                        holders.append((route, stream.clusters))
+            else:
+                for listener, hostnames in attachment.listeners:
+                    info = (listener.port, listener.scheme)
+                    if info not in compiled:
+                        compiled[info] = _compile_http(route, listener, ctx, grants)
+                    ranked, route_problems, accepted = compiled[info]
+                    problems.extend(p for p in route_problems if p not in problems)
+                    if not accepted:
+                        rejected = True
+                        continue
+                    if _key(listener) in contributed:
+                        continue
+                    contributed.add(_key(listener))
+                    by_host_http = served.http.setdefault(_key(listener), {})
+                    kinds = served.http_kinds.setdefault(_key(listener), [])
+                    for hostname in hostnames:
+                        by_host_http.setdefault(hostname, []).extend(ranked)
+                        kinds.append((hostname, route))
+            outcome = ParentOutcome(attachment, tuple(problems), rejected, tuple(notes))
+            outcomes.append(outcome)
+            if outcome.accepted:
+                served.gateways_by_route.setdefault(route.ref, set()).add(gateway.ref)
+                for listener, _ in attachment.listeners:
+                    served.attached[_key(listener)] = served.attached.get(_key(listener), 0) + 1
+        return route_status(route, outcomes, ctx.options.gateway_controller_name)
+
+
+def gateway_problem(
+    gateway: KubeObject, classes: Mapping[str, GatewayClassInfo], options: CompileOptions
+) -> tuple[str, str] | None:
+    """Why the Gateway as a whole is not accepted (Accepted reason, message), or None."""
+    spec = mapping(gateway.spec)
+    info = classes[str(spec.get("gatewayClassName"))]
+    if not info.accepted:
+        return (
+            "Invalid",
+            f"spec.gatewayClassName: GatewayClass {info.obj.name} is not accepted: {info.message}",
+        )
+    params = mapping(spec.get("infrastructure")).get("parametersRef")
+    if params is not None:
+        ref = mapping(params)
+        what = f"{ref.get('group', '')}/{ref.get('kind', '')} {ref.get('name', '')}"
+        return (
+            "InvalidParameters",
+            f"spec.infrastructure.parametersRef: turnout supports no Gateway parameters (got "
+            f"{what}); remove parametersRef",
+        )
+    for i, raw in enumerate(sequence(spec.get("addresses"))):
+        address = mapping(raw)
+        kind = address.get("type", "IPAddress")
+        value = address.get("value")
+        if kind != "IPAddress" or (value is not None and value != options.address):
+            return (
+                "UnsupportedAddress",
+                f"spec.addresses[{i}]: turnout binds every Gateway on its --address "
+                f"{options.address}; {kind} {value or '(any)'} cannot be assigned",
+            )
+    return None
+
+
+def _kind_clash(route: KubeObject, attachment: Attachment, served: _Served) -> RouteProblem | None:
+    """Why `route` may not attach through `attachment`: an older route of the other kind
+    (HTTPRoute or GRPCRoute) already serves an intersecting hostname on one of its listeners.
+    The spec: "the implementation MUST accept exactly one of these two routes" and never merge
+    them; it names no reason, turnout reports NotAllowedByListeners."""
+    for listener, hostnames in attachment.listeners:
+        for theirs, other in served.http_kinds.get(_key(listener), ()):
+            if other.kind == route.kind:
+                continue
+            for hostname in hostnames:
+                if intersect(
+                    None if theirs == "*" else theirs, None if hostname == "*" else hostname
+                ):
+                    return RouteProblem(
+                        ACCEPTED,
+                        "NotAllowedByListeners",
+                        f"{attachment.parent.field}: listener {listener.name!r} of Gateway "
+                        f"{listener.gateway.namespace}/{listener.gateway.name} already serves "
+                        f"{other.kind} {other.namespace}/{other.name} on {theirs}, which "
+                        f"intersects {hostname}; an HTTPRoute and a GRPCRoute never share a "
+                        "hostname on a listener, the older one is accepted",
+                    )
+    return None
+
+
+def _compile_http(
+    route: KubeObject, listener: GatewayListener, ctx: CompileContext, grants: ReferenceGrants
+) -> tuple[tuple[RankedRoute, ...], tuple[RouteProblem, ...], bool]:
+    info = ListenerInfo(port=listener.port, scheme=listener.scheme)
+    if route.kind == GRPC_ROUTE:
+        result = compile_grpcroute(route, info, ctx, grants)
+    else:
+        assert route.kind == HTTP_ROUTE
+        result = compile_httproute(route, info, ctx, grants)
+    return tuple(result.routes), tuple(result.problems), result.accepted
+
+
+def _compile_stream(
+    route: KubeObject, ctx: CompileContext, grants: ReferenceGrants
+) -> CompiledStream:
+    if route.kind == TLS_ROUTE:
+        return compile_tlsroute(route, ctx, grants)
+    return compile_tcproute(route, ctx, grants)
+
+
+def _not_served(listener: GatewayListener, hostname: str, older: KubeObject) -> str:
+    """Why an accepted TLS or TCP route gets no connections on `listener`. The spec (and the
+    conformance test TCPRouteMultipleRoutesAttachment) keeps such a route Accepted True and
+    counted in attachedRoutes; only the oldest route is bound, the message says so."""
+    what = f"the connections for SNI {hostname}" if hostname else "its connections"
+    return (
+        f"listener {listener.name!r} of Gateway {listener.gateway.namespace}/"
+        f"{listener.gateway.name}: the older {older.kind} {older.namespace}/{older.name} "
+        f"serves {what}; this route receives none of them"
+    )
+
+
+def _most_specific(listeners: Sequence[GatewayListener], hostname: str) -> GatewayListener | None:
+    """The listener a request (or TLS connection) for `hostname` belongs to: the most specific
+    listener hostname covering it (listener isolation: never a less specific one as well)."""
+    best: GatewayListener | None = None
+    for lst in listeners:
+        if hostname != "*" and not covers(lst.hostname, hostname):
+            continue
+        if hostname == "*" and lst.hostname is not None:
+            continue
+        if best is None or specificity(lst.hostname) > specificity(best.hostname):
+            best = lst
+    return best
+
+
+def _covers_vhost(pattern: str, hostname: str) -> bool:
+    return pattern != hostname and (pattern == "*" or covers(pattern, hostname))
+
+
+def _port_protocol(listeners: Sequence[GatewayListener]) -> ListenerProtocol:
+    protocols = {lst.protocol for lst in listeners}
+    if "HTTP" in protocols:
+        return ListenerProtocol.HTTP
+    if "TCP" in protocols:
+        return ListenerProtocol.TCP
+    if "HTTPS" in protocols:
+        return ListenerProtocol.HTTPS
+    return ListenerProtocol.TLS_PASSTHROUGH
+
+
+def _assemble(
+    ready: Sequence[GatewayListener], served: _Served
+) -> tuple[list[ListenerDecl], list[tuple[str, VirtualHost]], list[tuple[str, TCPProxy]]]:
+    by_port: dict[int, list[GatewayListener]] = {}
+    for lst in ready:
+        by_port.setdefault(lst.port, []).append(lst)
+    decls: list[ListenerDecl] = []
+    vhosts: list[tuple[str, VirtualHost]] = []
+    proxies: list[tuple[str, TCPProxy]] = []
+    for port in sorted(by_port):
+        listeners = by_port[port]
+        name = gateway_listener_name(port)
+        decls.append(ListenerDecl(name=name, port=port, protocol=_port_protocol(listeners)))
+        http_listeners = [lst for lst in listeners if lst.protocol in ("HTTP", "HTTPS")]
+        stream_listeners = [lst for lst in listeners if lst.protocol in ("TLS", "TCP")]
+        hosts_done: set[str] = set()
+        for lst in http_listeners:
+            buckets = served.http.get(_key(lst), {})
+            hostnames = sorted(set(buckets) | {lst.hostname or "*"})
+            for hostname in hostnames:
+                if _most_specific(http_listeners, hostname) is not lst or hostname in hosts_done:
+                    continue
+                hosts_done.add(hostname)
+                # Rules of routes for wider hostnames of the same listener also match this host:
+                # they come after its own, most specific hostname first.
+                wider = sorted(
+                    (h for h in buckets if _covers_vhost(h, hostname)),
+                    key=lambda h: specificity(None if h == "*" else h),
+                    reverse=True,
+                )
+                routes: list[Route] = list(order_routes(buckets.get(hostname, [])))
+                for h in wider:
+                    routes.extend(order_routes(buckets[h]))
+                vhosts.append(
+                    (
+                        name,
+                        VirtualHost(
+                            name=hostname,
+                            hostname=hostname,
+                            routes=tuple(routes),
+                            owner=lst.gateway.ref,
+                            hostname_match=HostnameMatch.WILDCARD_ANY_LABELS
+                            if hostname.startswith("*.")
+                            else HostnameMatch.EXACT,
+                            tls=lst.tls if lst.protocol == "HTTPS" else None,
+                            sni=(lst.hostname or "*") if lst.protocol == "HTTPS" else None,
+                        ),
+                    )
+                )
+        for lst in stream_listeners:
+            for hostname, entries in sorted(served.streams.get(_key(lst), {}).items()):
+                if lst.protocol == "TLS" and _most_specific(stream_listeners, hostname) is not lst:
+                    continue
+                # Several routes on one name (or one TCP listener): the oldest serves it.
+                route, clusters = entries[0]
+                proxies.append(
+                    (
+                        name,
+                        TCPProxy(
+                            name=hostname or "tcp",
+                            hostname=hostname,
+                            clusters=clusters,
+                            owner=route.ref,
+                            tls=lst.tls if lst.tls_mode == "Terminate" else None,
+                        ),
+                    )
+                )
+    return decls, vhosts, proxies

@@ -1,0 +1,385 @@
+"""BackendTLSPolicy (`gateway.networking.k8s.io/v1`): TLS from Envoy to a Service, validated.
+
+A policy targets Services (`targetRefs`, core group, kind Service; `sectionName` narrows it to the
+Service port of that name) and says how to validate the backend's certificate
+(`spec.validation`):
+
+- `caCertificateRefs`: ConfigMaps (Core) or Secrets (the `ca.crt` key, PEM) in the policy's
+  namespace. turnout validates with one bundle: the first reference that resolves (the Core
+  support level is one ConfigMap); the others are reported when they do not resolve.
+- `wellKnownCACertificates: System`: the installation's system trust store, which for turnout is
+  one PEM file where Envoy runs (`--system-ca-file`, default Debian's bundle; the same file https
+  JWKS servers are checked against). The compile names it (`UpstreamValidation.system_trust_store`)
+  and the translator points Envoy at the file, so the compile reads no file. The CRD allows only
+  `System`, and exactly one of the two fields: any other value, or both fields, is `Accepted`
+  False `Invalid`.
+- `hostname` (a PreciseHostname): the SNI sent to the backend, and the name its certificate must
+  carry unless `subjectAltNames` lists others (`Hostname` entries, a hostname whose first label
+  may be `*`; `URI` entries are refused: the graph validates DNS names only). A value the CRD
+  refuses makes the policy `Accepted` False `Invalid`.
+
+What a route's backendRef to a targeted Service port gets (`validation`): the upstream speaks TLS
+(HTTP/1.1, or HTTP/2 for h2c and gRPC backends) and verifies the backend against the bundle and
+names. When the policy cannot be honoured (no CA bundle resolves, URI SANs, an invalid spec) the ref
+is invalid: its share answers 500, as the spec requires a 5xx. The route reports it `ResolvedRefs`
+False `BackendNotFound` (of the spec's four route reasons, the one for a backend Envoy cannot
+use), with the policy's own condition and reason in the message.
+
+Conflicts (two policies for the same Service and `sectionName`): the oldest wins, then
+`{namespace}/{name}` (`age_key`); the others are `Accepted` False `Conflicted` and apply nowhere,
+so they take no target from a newer policy. A policy naming the port wins over one naming the
+whole Service.
+
+Status is `PolicyStatus`: one `ancestors` entry per Gateway that a route using a targeted Service
+is attached to (`statuses`), with `Accepted` and `ResolvedRefs`, for this controller only; a
+conflicted policy reports `Accepted` False `Conflicted` to the same Gateways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from turnout.dialects.base import CompileContext
+from turnout.dialects.gatewayapi.conditions import (
+    ACCEPTED,
+    RESOLVED_REFS,
+    Condition,
+    RouteProblem,
+    conditions_json,
+)
+from turnout.dialects.gatewayapi.filters import MAX_HOSTNAME, precise_hostname_problem
+from turnout.dialects.gatewayapi.refgrants import GATEWAY_GROUP, core_group
+from turnout.graph.model import CABundle, UpstreamValidation
+from turnout.graph.services import ServicePort
+from turnout.objects import KubeObject, ObjectRef
+from turnout.status.model import ObjectStatus, State
+from turnout.store import Snapshot
+
+BACKEND_TLS_POLICY = "BackendTLSPolicy"
+
+CONFLICTED = "Conflicted"
+INVALID = "Invalid"
+INVALID_KIND = "InvalidKind"
+INVALID_CA_CERTIFICATE_REF = "InvalidCACertificateRef"
+BACKEND_NOT_FOUND = "BackendNotFound"
+NO_VALID_CA_CERTIFICATE = "NoValidCACertificate"
+
+# `wellKnownCACertificates`: the one value the CRD allows.
+SYSTEM = "System"
+
+
+@dataclass(frozen=True, slots=True)
+class _CARef:
+    group: str
+    kind: str
+    name: str
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    """A BackendTLSPolicy as read."""
+
+    obj: KubeObject
+    targets: tuple[tuple[str, str], ...]  # (Service name, sectionName or "")
+    ca_refs: tuple[_CARef, ...]
+    well_known: str
+    hostname: str
+    subject_names: tuple[str, ...]
+    invalid: tuple[str, ...]  # why the spec cannot be honoured (Accepted False Invalid)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a policy amounts to in this compile."""
+
+    validation: UpstreamValidation | None  # None: the policy cannot be honoured
+    conditions: tuple[Condition, ...]
+
+
+def _str(m: Mapping[str, Any], key: str) -> str:
+    value = m.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _list(m: Mapping[str, Any], key: str) -> tuple[Any, ...]:
+    value = m.get(key)
+    return tuple(value) if isinstance(value, list | tuple) else ()
+
+
+def _read(obj: KubeObject) -> PolicySpec:
+    spec = obj.spec if isinstance(obj.spec, Mapping) else {}
+    targets: list[tuple[str, str]] = []
+    for ref in _list(spec, "targetRefs"):
+        if not isinstance(ref, Mapping):
+            continue
+        service = (core_group(_str(ref, "group")), _str(ref, "kind"), _str(ref, "name"))
+        if service[:2] == ("", "Service") and service[2]:
+            targets.append((service[2], _str(ref, "sectionName")))
+    validation = spec.get("validation")
+    validation = validation if isinstance(validation, Mapping) else {}
+    invalid: list[str] = []
+    ca_refs = tuple(
+        _CARef(
+            core_group(_str(ref, "group")),
+            _str(ref, "kind"),
+            _str(ref, "name"),
+            f"spec.validation.caCertificateRefs[{i}]",
+        )
+        for i, ref in enumerate(_list(validation, "caCertificateRefs"))
+        if isinstance(ref, Mapping)
+    )
+    well_known = _str(validation, "wellKnownCACertificates")
+    if well_known and ca_refs:
+        invalid.append(
+            "spec.validation: caCertificateRefs and wellKnownCACertificates must not both be set"
+        )
+    elif well_known and well_known != SYSTEM:
+        invalid.append(
+            f"spec.validation.wellKnownCACertificates: {well_known!r} is not supported; the only "
+            f"value is {SYSTEM!r}"
+        )
+    elif not well_known and not ca_refs:
+        invalid.append("spec.validation: caCertificateRefs or wellKnownCACertificates is required")
+    hostname = _str(validation, "hostname")
+    if not hostname:
+        invalid.append("spec.validation.hostname is required")
+    elif (problem := precise_hostname_problem(hostname)) is not None:
+        invalid.append(f"spec.validation.hostname: {hostname!r} {problem}")
+        hostname = ""
+    names: list[str] = []
+    for i, san in enumerate(_list(validation, "subjectAltNames")):
+        where = f"spec.validation.subjectAltNames[{i}]"
+        if not isinstance(san, Mapping):
+            invalid.append(f"{where}: is not an object")
+        elif _str(san, "type") == "Hostname" and _str(san, "hostname"):
+            name = _str(san, "hostname")
+            if (problem := _san_hostname_problem(name)) is not None:
+                invalid.append(f"{where}.hostname: {name!r} {problem}")
+            else:
+                names.append(name)
+        elif _str(san, "type") == "URI":
+            invalid.append(f"{where}: URI subject alternative names are not supported")
+        else:
+            invalid.append(f"{where}: type must be Hostname (with hostname) or URI")
+    return PolicySpec(
+        obj=obj,
+        targets=tuple(targets),
+        ca_refs=ca_refs,
+        well_known=well_known,
+        hostname=hostname,
+        subject_names=tuple(names) or ((hostname,) if hostname else ()),
+        invalid=tuple(invalid),
+    )
+
+
+def _san_hostname_problem(value: str) -> str | None:
+    """The CRD's `Hostname` (a subject alternative name): a precise hostname, or one whose first
+    label is `*`."""
+    if len(value) > MAX_HOSTNAME:
+        return f"must be at most {MAX_HOSTNAME} characters"
+    problem = precise_hostname_problem(value[2:] if value.startswith("*.") else value)
+    if problem is not None:
+        return "must be a hostname (lower-case RFC 1123 labels, optionally a first label '*')"
+    return None
+
+
+class BackendTLSPolicies:
+    """The BackendTLSPolicies of one snapshot, for one compile (like `BackendResolver`, it
+    collects what the compile asks of it).
+
+    `validation` is asked for each Service port a route resolves; it remembers which routes
+    referenced which Service, so that `statuses` can name the Gateways (ancestors) those routes
+    are attached to.
+    """
+
+    def __init__(self, policies: tuple[PolicySpec, ...] = ()) -> None:
+        self.policies = policies
+        # (namespace, Service, sectionName) -> the policy in force
+        self._winners: dict[tuple[str, str, str], PolicySpec] = {}
+        self._conflicted: dict[ObjectRef, str] = {}
+        # (namespace, Service) -> the routes with a backendRef to it
+        self._used_by: dict[tuple[str, str], set[ObjectRef]] = {}
+        self._outcomes: dict[ObjectRef, Outcome] = {}
+
+    @staticmethod
+    def from_snapshot(snapshot: Snapshot) -> BackendTLSPolicies:
+        policies = tuple(_read(o) for o in snapshot.kind(GATEWAY_GROUP, BACKEND_TLS_POLICY))
+        out = BackendTLSPolicies(policies)
+        # Oldest first, each policy against the older ones in force: a conflicted policy applies
+        # nowhere, not even to its other targets (one policy is either in force or not), so it
+        # takes no target from a newer policy either. One pass in age order is the fixed point:
+        # whether a policy is in force depends only on the older ones.
+        for policy in sorted(policies, key=lambda p: p.obj.age_key):
+            keys = list(dict.fromkeys((policy.obj.namespace, s, n) for s, n in policy.targets))
+            taken = [(k, out._winners[k]) for k in keys if k in out._winners]
+            if taken:
+                (_, service, section), winner = taken[0]
+                out._conflicted[policy.obj.ref] = (
+                    f"spec.targetRefs: Service {service}"
+                    + (f" port {section}" if section else "")
+                    + f" is already targeted by the older BackendTLSPolicy {winner.obj.name}"
+                )
+                continue
+            for key in keys:
+                out._winners[key] = policy
+        return out
+
+    def policy_for(self, namespace: str, service: str, port_name: str) -> PolicySpec | None:
+        """The policy in force for a Service port: one naming the port, else the Service."""
+        if port_name:
+            policy = self._winners.get((namespace, service, port_name))
+            if policy is not None:
+                return policy
+        return self._winners.get((namespace, service, ""))
+
+    def outcome(self, policy: PolicySpec, ctx: CompileContext) -> Outcome:
+        cached = self._outcomes.get(policy.obj.ref)
+        if cached is None:
+            cached = _evaluate(policy, ctx)
+            self._outcomes[policy.obj.ref] = cached
+        return cached
+
+    def validation(
+        self,
+        service: KubeObject,
+        port: ServicePort,
+        ctx: CompileContext,
+        used_by: ObjectRef | None = None,
+    ) -> UpstreamValidation | RouteProblem | None:
+        """The upstream validation for a route's backend (None: no policy applies), or the
+        problem that makes the backend invalid."""
+        if used_by is not None:
+            self._used_by.setdefault((service.namespace, service.name), set()).add(used_by)
+        policy = self.policy_for(service.namespace, service.name, port.name)
+        if policy is None:
+            return None
+        outcome = self.outcome(policy, ctx)
+        if outcome.validation is not None:
+            return outcome.validation
+        reasons = [c for c in outcome.conditions if c.status is False]
+        reason = reasons[0] if reasons else Condition(ACCEPTED, False, INVALID, "")
+        # The route's reasons are the spec's four; a backend whose TLS cannot be set up is
+        # one Envoy cannot reach, as if not found. The policy's own reason is in the message.
+        return RouteProblem(
+            RESOLVED_REFS,
+            BACKEND_NOT_FOUND,
+            f"Service {service.namespace}/{service.name} is targeted by BackendTLSPolicy "
+            f"{policy.obj.name}, which cannot be honoured ({reason.type} {reason.reason}): "
+            f"{reason.message}",
+        )
+
+    def users(self, policy: PolicySpec) -> frozenset[ObjectRef]:
+        """The routes with a backendRef to a Service the policy targets (so far in this
+        compile), whether or not the policy is in force."""
+        ns = policy.obj.namespace
+        return frozenset(
+            r for service, _ in policy.targets for r in self._used_by.get((ns, service), ())
+        )
+
+    def statuses(
+        self,
+        gateways_by_route: Mapping[ObjectRef, Iterable[ObjectRef]],
+        controller_name: str,
+        ctx: CompileContext,
+    ) -> tuple[ObjectStatus, ...]:
+        """One status per policy: an `ancestors` entry per Gateway that a route using the
+        policy is attached to (`gateways_by_route`, from the Gateway dialect), after every
+        route was compiled."""
+        out: list[ObjectStatus] = []
+        for policy in self.policies:
+            ref = policy.obj.ref
+            conditions = self.conditions(policy, ctx)
+            gateways = sorted(
+                {g for route in self.users(policy) for g in gateways_by_route.get(route, ())}
+            )
+            generation = policy.obj.generation
+            ancestors = [
+                {
+                    "ancestorRef": {
+                        "group": g.group,
+                        "kind": g.kind,
+                        "namespace": g.namespace,
+                        "name": g.name,
+                    },
+                    "controllerName": controller_name,
+                    "conditions": conditions_json(list(conditions), generation),
+                }
+                for g in gateways
+            ]
+            problems = [c for c in conditions if c.status is False]
+            out.append(
+                ObjectStatus(
+                    ref=ref,
+                    api_version=policy.obj.api_version,
+                    state=State.INVALID if problems else State.VALID,
+                    summary=problems[0].message if problems else "Accepted",
+                    body={"ancestors": ancestors},
+                )
+            )
+        return tuple(out)
+
+    def conditions(self, policy: PolicySpec, ctx: CompileContext) -> tuple[Condition, ...]:
+        conflict = self._conflicted.get(policy.obj.ref)
+        if conflict is not None:
+            return (Condition(ACCEPTED, False, CONFLICTED, conflict),)
+        return self.outcome(policy, ctx).conditions
+
+
+def _evaluate(policy: PolicySpec, ctx: CompileContext) -> Outcome:
+    namespace = policy.obj.namespace
+    bundle: CABundle | None = None
+    invalid_kind: list[str] = []
+    invalid_ref: list[str] = []
+    for ref in policy.ca_refs:
+        if ref.group != "" or ref.kind not in ("ConfigMap", "Secret"):
+            shown = f"{ref.group}/{ref.kind}" if ref.group else ref.kind
+            invalid_kind.append(f"{ref.field}: kind {shown} is not ConfigMap or Secret")
+            continue
+        ca = ctx.secrets.ca_bundles
+        found = (
+            ca.config_map_ca_bundle(namespace, ref.name)
+            if ref.kind == "ConfigMap"
+            else ca.ca_bundle(namespace, ref.name, for_namespace=namespace)
+        )
+        if isinstance(found, CABundle):
+            bundle = bundle or found
+        else:
+            invalid_ref.append(f"{ref.field}: {found.message}")
+    if invalid_kind:
+        resolved = Condition(RESOLVED_REFS, False, INVALID_KIND, "; ".join(invalid_kind))
+    elif invalid_ref:
+        resolved = Condition(
+            RESOLVED_REFS, False, INVALID_CA_CERTIFICATE_REF, "; ".join(invalid_ref)
+        )
+    else:
+        resolved = Condition(RESOLVED_REFS, True, RESOLVED_REFS, "Resolved all the references")
+    system = policy.well_known == SYSTEM
+    if policy.invalid:
+        accepted = Condition(ACCEPTED, False, INVALID, "; ".join(policy.invalid))
+    elif system:
+        accepted = Condition(ACCEPTED, True, ACCEPTED, "Policy is accepted")
+    elif bundle is None:
+        accepted = Condition(
+            ACCEPTED,
+            False,
+            NO_VALID_CA_CERTIFICATE,
+            "no caCertificateRefs entry resolves to a CA certificate bundle",
+        )
+    else:
+        accepted = Condition(ACCEPTED, True, ACCEPTED, "Policy is accepted")
+    validation = None
+    if accepted.status and system:
+        validation = UpstreamValidation(
+            ca_secret="",
+            subject_names=policy.subject_names,
+            sni=policy.hostname,
+            system_trust_store=True,
+        )
+    elif accepted.status and bundle is not None:
+        validation = UpstreamValidation(
+            ca_secret=bundle.name, subject_names=policy.subject_names, sni=policy.hostname
+        )
+    return Outcome(validation, (accepted, resolved))

@@ -1,0 +1,231 @@
+"""Gateway and route status bodies (reference notes §1.3, §1.5), and the Programmed update the
+controller makes once Envoy acknowledged a configuration.
+
+A compile cannot know whether Envoy will accept what it produced, so it reports an accepted
+Gateway (and each listener that is configured) as `Programmed: False, reason Pending`. The
+running controller, once every connected Envoy acknowledged the version holding it, reports
+`Programmed: True` (`programmed_statuses`). `turnout check`, which runs no Envoy, shows Pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from turnout.dialects.gatewayapi.attachment import Attachment
+from turnout.dialects.gatewayapi.conditions import (
+    ACCEPTED,
+    PENDING,
+    PROGRAMMED,
+    RESOLVED_REFS,
+    Condition,
+    RouteProblem,
+    conditions_json,
+)
+from turnout.dialects.gatewayapi.kinds import GATEWAY, GROUP, mapping, sequence, text
+from turnout.dialects.gatewayapi.listeners import GatewayListener
+from turnout.objects import KubeObject, thaw
+from turnout.status.model import ObjectStatus, State
+
+
+def gateway_status(
+    gateway: KubeObject,
+    listeners: Sequence[GatewayListener],
+    attached: Mapping[int, int],
+    *,
+    address: str,
+    refused: tuple[str, str] | None,
+) -> ObjectStatus:
+    """`attached`: listener index -> number of accepted routes attached to it."""
+    generation = gateway.generation
+    valid = [lst for lst in listeners if lst.ready]
+    conditions: list[Condition] = []
+    if refused is not None:
+        conditions.append(Condition(ACCEPTED, False, *refused))
+    elif not listeners:
+        conditions.append(Condition(ACCEPTED, False, "Invalid", "spec.listeners: none"))
+    elif len(valid) == len(listeners):
+        conditions.append(Condition(ACCEPTED, True, "Accepted", "Gateway is accepted"))
+    else:
+        bad = ", ".join(lst.name for lst in listeners if not lst.ready)
+        conditions.append(
+            Condition(
+                ACCEPTED,
+                bool(valid),
+                "ListenersNotValid",
+                f"listeners not valid: {bad}"
+                + ("; the others are served" if valid else "; no listener is served"),
+            )
+        )
+    accepted = bool(conditions[0].status)
+    if not accepted:
+        reason = "AddressNotAssigned" if conditions[0].reason == "UnsupportedAddress" else "Invalid"
+        conditions.append(Condition(PROGRAMMED, False, reason, "Gateway is not accepted"))
+    else:
+        conditions.append(
+            Condition(
+                PROGRAMMED, False, PENDING, "Waiting for Envoy to acknowledge the configuration"
+            )
+        )
+    listener_status = [
+        {
+            "name": lst.name,
+            "supportedKinds": [{"group": GROUP, "kind": k} for k in lst.kinds],
+            "attachedRoutes": attached.get(lst.index, 0),
+            "conditions": conditions_json(
+                lst.conditions(programmed=False)
+                if accepted
+                else [
+                    replace(c, status=False, reason="Invalid", message="Gateway is not accepted")
+                    if c.type == PROGRAMMED
+                    else c
+                    for c in lst.conditions(programmed=False)
+                ],
+                generation,
+            ),
+        }
+        for lst in listeners
+    ]
+    # Listeners that are not valid make the Gateway invalid for `turnout check`, even when the
+    # others are served (Accepted True, reason ListenersNotValid).
+    first_problem = None if conditions[0].reason == "Accepted" else conditions[0].message
+    return ObjectStatus(
+        ref=gateway.ref,
+        api_version=gateway.api_version,
+        state=State.VALID if first_problem is None else State.INVALID,
+        summary=first_problem or "Gateway is accepted",
+        body={
+            "addresses": [{"type": "IPAddress", "value": address}],
+            "conditions": conditions_json(conditions, generation),
+            "listeners": listener_status,
+        },
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ParentOutcome:
+    """One parentRef's result for a route: how it attached and what the route's rules reported."""
+
+    attachment: Attachment
+    problems: tuple[RouteProblem, ...] = ()
+    rejected: bool = False  # the route compiler refused the whole route
+    # What an accepted route should know, said in its Accepted True message: e.g. an older
+    # TCPRoute serves the listener, so this one gets no connections.
+    notes: tuple[str, ...] = ()
+
+    @property
+    def accepted(self) -> bool:
+        return self.attachment.problem is None and not self.rejected
+
+
+def _route_conditions(outcome: ParentOutcome) -> list[Condition]:
+    if outcome.attachment.problem is not None:
+        p = outcome.attachment.problem
+        accepted = Condition(ACCEPTED, False, p.reason, p.message)
+    else:
+        rejections = [p for p in outcome.problems if p.condition == ACCEPTED]
+        if rejections and outcome.rejected:
+            accepted = Condition(
+                ACCEPTED,
+                False,
+                rejections[0].reason,
+                "; ".join(p.message for p in rejections),
+            )
+        elif outcome.rejected:
+            accepted = Condition(ACCEPTED, False, "UnsupportedValue", "the route is not valid")
+        else:
+            accepted = Condition(
+                ACCEPTED, True, "Accepted", "; ".join(("Route is accepted", *outcome.notes))
+            )
+    unresolved = [p for p in outcome.problems if p.condition == RESOLVED_REFS]
+    if unresolved:
+        resolved = Condition(
+            RESOLVED_REFS, False, unresolved[0].reason, "; ".join(p.message for p in unresolved)
+        )
+    else:
+        resolved = Condition(RESOLVED_REFS, True, "ResolvedRefs", "References are resolved")
+    return [accepted, resolved]
+
+
+def route_status(
+    route: KubeObject, outcomes: Iterable[ParentOutcome], controller_name: str
+) -> ObjectStatus | None:
+    """The route's `status.parents`: one entry per parentRef of turnout's, after the entries of
+    other controllers that the object already carries (only turnout's own are written). None
+    when no parentRef is turnout's."""
+    ours = list(outcomes)
+    if not ours:
+        return None
+    generation = route.generation
+    parents: list[dict[str, Any]] = [
+        thaw(entry)
+        for entry in sequence(mapping(route.raw.get("status")).get("parents"))
+        if isinstance(entry, Mapping) and text(entry.get("controllerName")) != controller_name
+    ]
+    summaries: list[str] = []
+    for outcome in ours:
+        conditions = _route_conditions(outcome)
+        summaries.extend(c.message for c in conditions if c.status is not True)
+        parents.append(
+            {
+                "parentRef": outcome.attachment.parent.to_json(),
+                "controllerName": controller_name,
+                "conditions": conditions_json(conditions, generation),
+            }
+        )
+    return ObjectStatus(
+        ref=route.ref,
+        api_version=route.api_version,
+        state=State.INVALID if summaries else State.VALID,
+        summary=summaries[0] if summaries else "Route is accepted",
+        body={"parents": parents},
+    )
+
+
+def _programmed(conditions: Any, message: str) -> list[Any]:
+    out = []
+    for c in sequence(conditions):
+        if (
+            isinstance(c, Mapping)
+            and c.get("type") == PROGRAMMED
+            and c.get("reason") == PENDING
+            and c.get("status") == "False"
+        ):
+            c = {**c, "status": "True", "reason": "Programmed", "message": message}
+        out.append(c)
+    return out
+
+
+def programmed_statuses(
+    statuses: Iterable[ObjectStatus], message: str = "Envoy acknowledged the configuration"
+) -> tuple[ObjectStatus, ...]:
+    """The statuses with every Pending Programmed condition of Gateways (and their listeners)
+    turned True: for a controller whose Envoys acknowledged the compiled configuration."""
+    out: list[ObjectStatus] = []
+    for status in statuses:
+        if status.ref.group != GROUP or status.ref.kind != GATEWAY:
+            out.append(status)
+            continue
+        body = dict(status.body)
+        body["conditions"] = _programmed(body.get("conditions"), message)
+        body["listeners"] = [
+            {**lst, "conditions": _programmed(lst.get("conditions"), message)}
+            for lst in sequence(body.get("listeners"))
+            if isinstance(lst, Mapping)
+        ]
+        out.append(replace(status, body=body))
+    return tuple(out)
+
+
+def programmed_counts(statuses: Iterable[ObjectStatus]) -> dict[str, int]:
+    """How many Gateways have `Programmed` True, False and Unknown (for metrics)."""
+    counts = {"True": 0, "False": 0, "Unknown": 0}
+    for status in statuses:
+        if status.ref.group != GROUP or status.ref.kind != GATEWAY:
+            continue
+        for c in sequence(status.body.get("conditions")):
+            if isinstance(c, Mapping) and c.get("type") == PROGRAMMED:
+                value = str(c.get("status"))
+                counts[value] = counts.get(value, 0) + 1
+    return counts

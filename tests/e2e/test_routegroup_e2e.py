@@ -1,0 +1,584 @@
+"""Skipper RouteGroups (seed 003) through a real Envoy: the seed's use cases, Skipper's priority,
+weighted traffic switching measured as a distribution, and statuses naming what is refused."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections import Counter
+
+import httpx
+import pytest
+
+from tests.e2e.certs import CA, tls_secret_yaml
+from tests.e2e.harness import Harness
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+def routegroup(name: str, spec: str, namespace: str = "default", annotations: str = "") -> str:
+    ann = f"\n  annotations: {annotations}" if annotations else ""
+    return (
+        "apiVersion: zalando.org/v1\nkind: RouteGroup\n"
+        f"metadata:\n  name: {name}\n  namespace: {namespace}{ann}\n"
+        f"spec:\n{textwrap.indent(textwrap.dedent(spec).strip(), '  ')}\n"
+    )
+
+
+def service_backend(name: str, service: str) -> str:
+    return f"- {{name: {name}, type: service, serviceName: {service}, servicePort: 80}}"
+
+
+def condition(status: dict[str, object], type_: str) -> dict[str, object]:
+    conditions = status["conditions"]
+    assert isinstance(conditions, list)
+    found = [c for c in conditions if c["type"] == type_]
+    assert len(found) == 1, conditions
+    return dict(found[0])
+
+
+def within_sigmas(count: int, n: int, p: float, sigmas: float = 4.0) -> bool:
+    """Whether `count` successes in `n` draws is within `sigmas` standard deviations of n*p."""
+    return abs(count - n * p) <= sigmas * math.sqrt(n * p * (1 - p))
+
+
+async def test_simplicity(harness: Harness) -> None:
+    """Seed 003 "Simplicity", verbatim: two hosts, one Service, `path: /`."""
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "myapp-svc")),
+            "rg.yaml": routegroup(
+                "myapp",
+                """
+                hosts:
+                - example.org
+                - myapp.example.org
+                backends:
+                - name: myapp
+                  type: service
+                  serviceName: myapp-svc
+                  servicePort: 80
+                routes:
+                - path: /
+                  backends:
+                  - backendName: myapp
+                """,
+            ),
+        }
+    )
+    assert await harness.served_by("example.org", "/") == "default/myapp-svc"
+    assert await harness.served_by("myapp.example.org", "/") == "default/myapp-svc"
+    # Skipper's Path is exact: nothing else of the host is routed.
+    assert await harness.served_by("example.org", "/other") == "404"
+    status = harness.status_of("RouteGroup", "default", "myapp")
+    assert status["loadBalancer"] == {"routegroup": [{"ip": "127.0.0.1"}]}
+    assert condition(dict(status), "Accepted")["status"] == "True"
+    assert condition(dict(status), "ResolvedRefs")["status"] == "True"
+
+
+async def test_several_paths_with_default_backends(harness: Harness) -> None:
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "myapp-svc")),
+            "rg.yaml": routegroup(
+                "myapp",
+                """
+                hosts: [example.org, myapp.example.org]
+                backends:
+                - name: myapp
+                  type: service
+                  serviceName: myapp-svc
+                  servicePort: 80
+                defaultBackends:
+                - backendName: myapp
+                routes:
+                - path: /articles
+                - path: /articles/shoes
+                - path: /order
+                """,
+            ),
+        }
+    )
+    for path in ("/articles", "/articles/shoes", "/order"):
+        assert await harness.served_by("myapp.example.org", path) == "default/myapp-svc"
+    assert await harness.served_by("example.org", "/articles/boots") == "404"
+    assert await harness.served_by("example.org", "/") == "404"
+
+
+async def test_redirect_and_migration(harness: Harness) -> None:
+    """Seed 003's redirect-and-migration example in the shipped CRD's terms: the redirect is
+    served, and the loopback migration sends /api, rewritten to /, round again to the route for
+    "/" and its Service; the status says the RouteGroup is served."""
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "my-service-v1")),
+            "rg.yaml": routegroup(
+                "my-routes",
+                """
+                hosts: [www.complex.example.org, complex.example.org]
+                backends:
+                - name: my-service
+                  type: service
+                  serviceName: my-service-v1
+                  servicePort: 80
+                - name: redirect
+                  type: shunt
+                - name: migration
+                  type: loopback
+                defaultBackends:
+                - backendName: my-service
+                routes:
+                - path: /
+                - path: /api
+                  backends:
+                  - backendName: migration
+                  filters:
+                  - modPath("/api", "/")
+                - path: /login
+                  methods: [GET]
+                  backends:
+                  - backendName: redirect
+                  filters:
+                  - redirectTo(308, "https://login.example.org/")
+                """,
+            ),
+        }
+    )
+    assert await harness.served_by("complex.example.org", "/") == "default/my-service-v1"
+    r = await harness.get("www.complex.example.org", "/login")
+    assert r.status_code == 308
+    assert r.headers["location"] == "https://login.example.org/"
+    assert (await harness.get("complex.example.org", "/login", method="POST")).status_code == 404
+    # The migration: modPath turns /api into /, and the loopback routes it again, to the route
+    # for "/" and its Service.
+    r = await harness.get("complex.example.org", "/api")
+    assert r.status_code == 200
+    assert (r.json()["service"], r.json()["path"]) == ("my-service-v1", "/")
+    # Path("/api") takes /api only: /api/x matches no route.
+    assert (await harness.get("complex.example.org", "/api/x")).status_code == 404
+    status = harness.status_of("RouteGroup", "default", "my-routes")
+    assert condition(dict(status), "Accepted")["status"] == "True"
+
+
+async def test_loopback_comes_round_once(harness: Harness) -> None:
+    """A loopback route the looped request meets again answers 500 (Skipper: after 9 loops)."""
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "app")),
+            "rg.yaml": routegroup(
+                "loops",
+                f"""
+                hosts: [loops.example.org]
+                backends:
+                {service_backend("app", "app")}
+                - {{name: again, type: loopback}}
+                defaultBackends: [{{backendName: app}}]
+                routes:
+                - pathSubtree: /
+                - pathSubtree: /v1
+                  filters: ['modPath("^/v1", "/v2")']
+                  backends: [{{backendName: again}}]
+                - pathSubtree: /v2
+                  filters: ['setRequestHeader("X-Migrated", "yes")']
+                - pathSubtree: /forever
+                  backends: [{{backendName: again}}]
+                """,
+            ),
+        }
+    )
+    r = await harness.get("loops.example.org", "/v1/items")
+    assert r.status_code == 200
+    assert r.json()["path"] == "/v2/items"
+    assert r.json()["headers"].get("x-migrated") == "yes"
+    r = await harness.get("loops.example.org", "/forever")
+    assert r.status_code == 500
+    assert r.text == "max loopbacks reached"
+
+
+async def test_seed_example_as_written_is_refused_with_reasons(harness: Harness) -> None:
+    """The same seed example as written: `method`, `backend` and an unterminated string."""
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "my-service-v1")),
+            "rg.yaml": routegroup(
+                "my-routes",
+                """
+                hosts: [complex.example.org]
+                backends:
+                - name: my-service
+                  type: service
+                  serviceName: my-service-v1
+                  servicePort: 80
+                - name: redirect
+                  type: shunt
+                defaultBackends:
+                - backendName: my-service
+                routes:
+                - path: /
+                - path: /login
+                  method:
+                  - GET
+                  backend: redirect
+                  filters:
+                  - redirectTo(308, "https://login.example.org/)
+                """,
+            ),
+        }
+    )
+    assert await harness.served_by("complex.example.org", "/") == "404"
+    status = harness.status_of("RouteGroup", "default", "my-routes")
+    accepted = condition(dict(status), "Accepted")
+    message = str(accepted["message"])
+    assert accepted["status"] == "False"
+    assert 'spec.routes[1].method: unknown field "method"' in message
+    assert 'spec.routes[1].backend: unknown field "backend"' in message
+    assert "spec.routes[1].filters[0]: " in message
+    assert status["loadBalancer"] == {}
+
+
+async def test_traffic_switching_80_20(harness: Harness) -> None:
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "api-v1"), ("default", "api-v2")),
+            "rg.yaml": routegroup(
+                "switch",
+                f"""
+                hosts: [api.example.org]
+                backends:
+                {service_backend("v1", "api-v1")}
+                {service_backend("v2", "api-v2")}
+                defaultBackends:
+                - {{backendName: v1, weight: 80}}
+                - {{backendName: v2, weight: 20}}
+                routes:
+                - pathSubtree: /api
+                - path: /api/resource
+                  predicates: ['Header("X-Team", "a")']
+                """,
+            ),
+        }
+    )
+    n = 500
+    counts = await harness.distribution("api.example.org", "/api/items", n)
+    assert counts["default/api-v1"] + counts["default/api-v2"] == n, counts
+    assert within_sigmas(counts["default/api-v2"], n, 0.2), counts
+    # Every route of the RouteGroup switches together.
+    counts = await harness.distribution("api.example.org", "/api/resource", 200)
+    assert counts["default/api-v2"] > 0 and counts["default/api-v1"] > 0, counts
+
+
+async def test_ab_test_with_canary_cookie(harness: Harness) -> None:
+    """Seed 003's A/B test: 10% of the requests without a cookie go to variant A and get
+    `canary=A`, the others `canary=B`; `canary=A` keeps a client on A."""
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "service-a"), ("default", "service-b")),
+            "rg.yaml": routegroup(
+                "my-routes",
+                f"""
+                hosts: [ab.example.org]
+                backends:
+                {service_backend("variant-a", "service-a")}
+                {service_backend("variant-b", "service-b")}
+                defaultBackends:
+                - backendName: variant-b
+                routes:
+                - path: /
+                  filters:
+                  - responseCookie("canary", "A")
+                  predicates:
+                  - Traffic(.1)
+                  backends:
+                  - backendName: variant-a
+                - path: /
+                  filters:
+                  - responseCookie("canary", "B")
+                - path: /
+                  predicates:
+                  - Cookie("canary", "team-foo")
+                - path: /
+                  predicates:
+                  - Cookie("canary", "A")
+                  backends:
+                  - backendName: variant-a
+                - path: /
+                  predicates:
+                  - Cookie("canary", "B")
+                """,
+            ),
+        }
+    )
+    n = 400
+    seen: Counter[tuple[str, str]] = Counter()
+    async with httpx.AsyncClient(base_url=harness.base_url, timeout=5.0) as client:
+        for _ in range(n):
+            client.cookies.clear()  # each request is a new client
+            r = await client.get("/", headers={"Host": "ab.example.org"})
+            answer = str(r.json()["service"]) if r.status_code == 200 else str(r.status_code)
+            seen[(answer, r.cookies.get("canary") or "")] += 1
+    # The cookie a client gets names the variant that answered.
+    assert set(seen) <= {("service-a", "A"), ("service-b", "B")}, seen
+    assert within_sigmas(seen[("service-a", "A")], n, 0.1), seen
+    for _ in range(20):
+        assert (
+            await harness.served_by("ab.example.org", "/", {"Cookie": "canary=A"})
+            == "default/service-a"
+        )
+    # The Traffic(.1) route weighs as much as the Cookie routes and is written first: it comes
+    # first for every client, so one in ten with canary=B moves to A, as in Skipper.
+    n = 300
+    moved: Counter[str] = Counter()
+    async with httpx.AsyncClient(base_url=harness.base_url, timeout=5.0) as client:
+        for _ in range(n):
+            client.cookies.clear()
+            r = await client.get("/", headers={"Host": "ab.example.org", "Cookie": "canary=B"})
+            moved[str(r.json()["service"]) if r.status_code == 200 else str(r.status_code)] += 1
+    assert moved["service-a"] + moved["service-b"] == n, moved
+    assert within_sigmas(moved["service-a"], n, 0.1), moved
+
+
+async def test_chained_traffic_predicates_split_as_skipper_does(harness: Harness) -> None:
+    """Traffic(.2) then Traffic(.3) at one node: Skipper gives the second 30% of the remaining
+    80% (24%), the rest goes on; Envoy's single draw is given chained thresholds for it."""
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(
+                ("default", "first"), ("default", "second"), ("default", "rest")
+            ),
+            "rg.yaml": routegroup(
+                "chain",
+                f"""
+                hosts: [chain.example.org]
+                backends:
+                {service_backend("first", "first")}
+                {service_backend("second", "second")}
+                {service_backend("rest", "rest")}
+                defaultBackends: [{{backendName: rest}}]
+                routes:
+                - pathSubtree: /
+                  predicates: ["Traffic(.2)"]
+                  backends: [{{backendName: first}}]
+                - pathSubtree: /
+                  predicates: ["Traffic(.3)"]
+                  backends: [{{backendName: second}}]
+                - pathSubtree: /
+                """,
+            ),
+        }
+    )
+    n = 600
+    counts = await harness.distribution("chain.example.org", "/x", n)
+    assert sum(counts.values()) == n and len(counts) == 3, counts
+    assert within_sigmas(counts["default/first"], n, 0.2), counts
+    assert within_sigmas(counts["default/second"], n, 0.8 * 0.3), counts
+
+
+async def test_read_write_method_split(harness: Harness) -> None:
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "reader"), ("default", "writer")),
+            "rg.yaml": routegroup(
+                "rw",
+                f"""
+                hosts: [rw.example.org]
+                backends:
+                {service_backend("read", "reader")}
+                {service_backend("write", "writer")}
+                defaultBackends: [{{backendName: read}}]
+                routes:
+                - pathSubtree: /
+                  methods: [GET, HEAD]
+                - pathSubtree: /
+                  methods: [POST, PUT, PATCH, DELETE]
+                  backends: [{{backendName: write}}]
+                """,
+            ),
+        }
+    )
+    for method, expected in (("GET", "reader"), ("POST", "writer"), ("DELETE", "writer")):
+        r = await harness.get("rw.example.org", "/items/1", method=method)
+        assert r.status_code == 200
+        assert r.json()["service"] == expected, method
+    assert (await harness.get("rw.example.org", "/items", method="HEAD")).status_code == 200
+    assert (await harness.get("rw.example.org", "/items", method="OPTIONS")).status_code == 404
+
+
+async def test_path_subtree_vs_path(harness: Harness) -> None:
+    """Route order in the object does not matter: the deeper Path wins over the PathSubtree
+    above it, PathSubtree is segment-wise, and a route without a path comes last."""
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(
+                ("default", "root"), ("default", "api"), ("default", "health")
+            ),
+            "rg.yaml": routegroup(
+                "tree",
+                f"""
+                hosts: [tree.example.org]
+                backends:
+                {service_backend("root", "root")}
+                {service_backend("api", "api")}
+                {service_backend("health", "health")}
+                defaultBackends: [{{backendName: root}}]
+                routes:
+                - pathSubtree: /
+                - pathSubtree: /api
+                  backends: [{{backendName: api}}]
+                - path: /api/health
+                  backends: [{{backendName: health}}]
+                - pathRegexp: ^/api
+                  predicates: ['Weight(100)']
+                  backends: [{{backendName: health}}]
+                """,
+            ),
+        }
+    )
+    host = "tree.example.org"
+    assert await harness.served_by(host, "/api/health") == "default/health"
+    assert await harness.served_by(host, "/api") == "default/api"
+    assert await harness.served_by(host, "/api/users") == "default/api"
+    assert await harness.served_by(host, "/apis") == "default/root"
+    r = await harness.get(host, "/api/users?page=2")
+    assert r.json()["path"] == "/api/users?page=2"
+
+
+async def test_tree_nodes_shared_by_path_and_path_subtree(harness: Harness) -> None:
+    """Skipper's tree nodes through Envoy: Path("/a/") and PathSubtree("/a") with a method meet
+    at the node /a/, where the method's weight wins; /a and below stay the subtree's. The free
+    wildcard of Path("/b/*rest") takes a non-empty rest, so /b goes to the static Path("/b")."""
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(
+                ("default", "slash"), ("default", "subtree"), ("default", "static")
+            ),
+            "rg.yaml": routegroup(
+                "nodes",
+                f"""
+                hosts: [nodes.example.org]
+                backends:
+                {service_backend("slash", "slash")}
+                {service_backend("subtree", "subtree")}
+                {service_backend("static", "static")}
+                - {{name: s, type: shunt}}
+                defaultBackends: [{{backendName: s}}]
+                routes:
+                - path: /a/
+                  backends: [{{backendName: slash}}]
+                - pathSubtree: /a
+                  methods: [GET]
+                  backends: [{{backendName: subtree}}]
+                - path: /b
+                  backends: [{{backendName: static}}]
+                - path: /b/*rest
+                  filters: ['status(202)', 'inlineContent("rest")']
+                """,
+            ),
+        }
+    )
+    host = "nodes.example.org"
+    for path in ("/a", "/a/", "/a/x/y"):
+        assert await harness.served_by(host, path) == "default/subtree", path
+    r = await harness.get(host, "/a/", method="POST")
+    assert (r.status_code, r.json()["service"]) == (200, "slash")
+    assert (await harness.get(host, "/a/x", method="POST")).status_code == 404
+    assert await harness.served_by(host, "/b") == "default/static"
+    r = await harness.get(host, "/b/x")
+    assert (r.status_code, r.text) == (202, "rest")
+    assert (await harness.get(host, "/b/")).status_code == 404
+
+
+async def test_unsupported_filter_reported_in_status(harness: Harness) -> None:
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "app")),
+            "rg.yaml": routegroup(
+                "guarded",
+                f"""
+                hosts: [guarded.example.org]
+                backends:
+                {service_backend("app", "app")}
+                defaultBackends: [{{backendName: app}}]
+                routes:
+                - pathSubtree: /
+                - pathSubtree: /admin
+                  filters:
+                  - oauthTokeninfoAllScope("admin")
+                """,
+            ),
+        }
+    )
+    # The route that needs the filter answers 500: its requests never reach the route for "/".
+    assert (await harness.get("guarded.example.org", "/admin/users")).status_code == 500
+    assert await harness.served_by("guarded.example.org", "/shop") == "default/app"
+    accepted = condition(dict(harness.status_of("RouteGroup", "default", "guarded")), "Accepted")
+    assert accepted["status"] == "False"
+    assert accepted["reason"] == "FilterNotSupported"
+    assert "spec.routes[1].filters[0]" in str(accepted["message"])
+    assert "oauthTokeninfoAllScope" in str(accepted["message"])
+
+
+async def test_lb_and_network_backends(harness: Harness) -> None:
+    """`lb` endpoints and a `network` address reach the echo backends directly."""
+    one = await harness.backend("default", "pool-1")
+    two = await harness.backend("default", "pool-2")
+    direct = await harness.backend("default", "direct")
+    await harness.apply(
+        {
+            "rg.yaml": routegroup(
+                "static",
+                f"""
+                hosts: [static.example.org]
+                backends:
+                - name: pool
+                  type: lb
+                  algorithm: roundRobin
+                  endpoints: ["http://127.0.0.1:{one}", "http://127.0.0.1:{two}"]
+                - name: direct
+                  type: network
+                  address: "http://127.0.0.1:{direct}"
+                defaultBackends: [{{backendName: pool}}]
+                routes:
+                - pathSubtree: /
+                - pathSubtree: /direct
+                  backends: [{{backendName: direct}}]
+                """,
+            ),
+        }
+    )
+    counts = await harness.distribution("static.example.org", "/x", 40)
+    assert set(counts) == {"default/pool-1", "default/pool-2"}, counts
+    r = await harness.get("static.example.org", "/direct/y")
+    assert r.json()["service"] == "direct"
+    # Skipper sends a network backend the address's host.
+    assert r.json()["host"] == f"127.0.0.1:{direct}"
+
+
+async def test_tls_termination_from_the_routegroup_secret(harness: Harness) -> None:
+    ca = CA()
+    issued = ca.issue("secure.example.org")
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "app")),
+            "secret.yaml": tls_secret_yaml(
+                "default", "secure-cert", issued.cert_pem, issued.key_pem
+            ),
+            "rg.yaml": routegroup(
+                "secure",
+                f"""
+                hosts: [secure.example.org]
+                backends:
+                {service_backend("app", "app")}
+                defaultBackends: [{{backendName: app}}]
+                tls:
+                - hosts: [secure.example.org]
+                  secretName: secure-cert
+                """,
+            ),
+        }
+    )
+    r = await harness.https_get("secure.example.org", "/x", verify=ca.client_context())
+    assert r.status_code == 200
+    assert r.json()["headers"]["x-forwarded-proto"] == "https"
+    assert await harness.peer_certificate("secure.example.org", ca.client_context()) == issued.der
+    # Skipper serves the same routes on plain HTTP.
+    assert await harness.served_by("secure.example.org", "/x") == "default/app"

@@ -1,0 +1,487 @@
+"""Gateway API core: hostname intersection, listener conflicts, the Programmed condition after
+Envoy's ACK (controller and status), and the compile's Envoy listeners per Gateway port."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.test_xds import AdsClient, FakeEnvoy
+from turnout.config import ServeConfig
+from turnout.controller import Controller
+from turnout.dialects.base import CompileOptions
+from turnout.dialects.gatewayapi.hostnames import covers, intersect, route_hostnames
+from turnout.dialects.gatewayapi.status import programmed_statuses
+from turnout.graph.build import compile_snapshot
+from turnout.graph.evaluate import evaluate, make_request
+from turnout.graph.model import ListenerProtocol
+from turnout.objects import KubeObject, freeze
+from turnout.sources.parse import parse_text
+from turnout.status.model import ObjectStatus
+from turnout.store import Snapshot
+
+# --- hostnames (the table of the spec's hostnames concept page, and more) ---------------------
+
+
+@pytest.mark.parametrize(
+    ("listener", "route", "expected"),
+    [
+        (None, None, "*"),
+        (None, "www.example.com", "www.example.com"),
+        (None, "*.example.com", "*.example.com"),
+        ("www.example.com", None, "www.example.com"),
+        ("www.example.com", "www.example.com", "www.example.com"),
+        ("www.example.com", "api.example.com", None),
+        ("*.example.com", "sub.domain.example.com", "sub.domain.example.com"),
+        ("*.example.com", "example.com", None),
+        ("*.example.com", "test.example.net", None),
+        ("www.example.com", "*.example.com", "www.example.com"),
+        ("example.com", "*.example.com", None),
+        ("*.com", "*.example.com", "*.example.com"),
+        ("*.example.com", "*.com", "*.example.com"),
+        ("*.example.com", "*.example.com", "*.example.com"),
+        ("*.example.com", "*.example.net", None),
+        ("*.a.example.com", "*.b.example.com", None),
+    ],
+)
+def test_intersect(listener: str | None, route: str | None, expected: str | None) -> None:
+    assert intersect(listener, route) == expected
+
+
+def test_route_hostnames_drops_the_ones_that_do_not_intersect() -> None:
+    assert route_hostnames("*.example.com", ["test.example.com", "test.example.net"]) == (
+        "test.example.com",
+    )
+    assert route_hostnames("*.example.com", ["Test.Example.com", "test.example.com"]) == (
+        "test.example.com",
+    )
+    assert route_hostnames("*.example.com", []) == ("*.example.com",)
+    assert route_hostnames(None, []) == ("*",)
+    assert route_hostnames("a.example.com", ["b.example.com"]) == ()
+
+
+def test_a_wildcard_covers_one_or_more_labels_but_not_its_suffix() -> None:
+    assert covers("*.example.com", "a.example.com")
+    assert covers("*.example.com", "a.b.example.com")
+    assert covers("*.example.com", "*.b.example.com")
+    assert not covers("*.example.com", "example.com")
+    assert not covers("*.example.com", "aexample.com")
+    assert not covers("a.example.com", "*.example.com")
+    assert covers(None, "anything.org")
+
+
+# --- compile: listeners per port ------------------------------------------------------------
+
+CLASS = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: turnout}
+spec: {controllerName: turnout.dev/gateway-controller}
+"""
+
+
+def _compile(text: str, options: CompileOptions | None = None) -> Any:
+    parsed = parse_text(text, "test.yaml")
+    assert not parsed.problems
+    return compile_snapshot(Snapshot.of(parsed.objects), options)
+
+
+def _status(result: Any, kind: str, namespace: str, name: str) -> Mapping[str, Any]:
+    for s in result.statuses:
+        if (s.ref.kind, s.ref.namespace, s.ref.name) == (kind, namespace, name):
+            return dict(s.body)
+    raise AssertionError(f"no status for {kind} {namespace}/{name}")
+
+
+def _conditions(conditions: Any) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in conditions}
+
+
+GATEWAYS = (
+    CLASS
+    + """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: a, namespace: app}
+spec:
+  gatewayClassName: turnout
+  listeners:
+  - {name: web, port: 8081, protocol: HTTP, hostname: a.example.com}
+  - {name: secure, port: 9443, protocol: TLS, tls: {mode: Passthrough}}
+  - {name: stream, port: 9000, protocol: TCP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: b, namespace: app}
+spec:
+  gatewayClassName: turnout
+  listeners:
+  - {name: web, port: 8081, protocol: HTTP, hostname: b.example.com}
+"""
+)
+
+
+def test_one_envoy_listener_per_port_shared_by_gateways_on_the_address() -> None:
+    result = _compile(GATEWAYS, CompileOptions(address="127.0.0.2"))
+    by_name = {lst.name: lst for lst in result.graph.listeners}
+    assert sorted(by_name) == ["gateway_8081", "gateway_9000", "gateway_9443", "ingress_http"]
+    http = by_name["gateway_8081"]
+    assert (http.address, http.port, http.protocol) == ("127.0.0.2", 8081, ListenerProtocol.HTTP)
+    # Each listener's hostname has its virtual host even without routes (requests answer 404
+    # there instead of reaching another listener's routes).
+    assert [vh.name for vh in http.virtual_hosts] == ["a.example.com", "b.example.com"]
+    assert by_name["gateway_9443"].protocol is ListenerProtocol.TLS_PASSTHROUGH
+    assert by_name["gateway_9000"].protocol is ListenerProtocol.TCP
+    assert _status(result, "Gateway", "app", "a")["addresses"] == [
+        {"type": "IPAddress", "value": "127.0.0.2"}
+    ]
+
+
+def test_gateway_ports_that_are_turnouts_own_are_refused_with_the_flag_named() -> None:
+    result = _compile(GATEWAYS, CompileOptions(http_port=8081, https_port=9000))
+    for gateway, listener, flag in (("a", 0, "--http-port"), ("b", 0, "--http-port")):
+        status = _status(result, "Gateway", "app", gateway)["listeners"][listener]
+        accepted = next(c for c in status["conditions"] if c["type"] == "Accepted")
+        assert (accepted["status"], accepted["reason"]) == ("False", "PortUnavailable")
+        assert flag in accepted["message"]
+    stream = _status(result, "Gateway", "app", "a")["listeners"][2]
+    assert "--https-port" in stream["conditions"][0]["message"]
+    names = sorted(lst.name for lst in result.graph.listeners)
+    assert names == ["gateway_9443", "ingress_http"]
+    assert next(lst for lst in result.graph.listeners if lst.name == "ingress_http").port == 8081
+
+
+def test_ports_turnout_itself_listens_on_are_refused() -> None:
+    result = _compile(GATEWAYS, CompileOptions(reserved_ports=((9000, "--admin-port"),)))
+    stream = _status(result, "Gateway", "app", "a")["listeners"][2]
+    accepted = next(c for c in stream["conditions"] if c["type"] == "Accepted")
+    assert (accepted["status"], accepted["reason"]) == ("False", "PortUnavailable")
+    assert "--admin-port" in accepted["message"]
+    assert "gateway_9000" not in {lst.name for lst in result.graph.listeners}
+    serve = ServeConfig(paths=(), admin_port=1, xds_port=2, envoy_admin_port=3)
+    assert dict(serve.compile_options.reserved_ports) == {
+        1: "--admin-port",
+        2: "--xds-port",
+        3: "--envoy-admin-port",
+    }
+
+
+def test_a_gateway_of_another_controller_name_is_not_turnouts() -> None:
+    result = _compile(GATEWAYS, CompileOptions(gateway_controller_name="example.com/x"))
+    assert not [s for s in result.statuses if s.ref.group == "gateway.networking.k8s.io"]
+    assert [lst.name for lst in result.graph.listeners] == ["ingress_http"]
+
+
+def test_bad_listener_values_never_raise() -> None:
+    text = (
+        CLASS
+        + """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: odd, namespace: app}
+spec:
+  gatewayClassName: turnout
+  listeners:
+  - "not a listener"
+  - {name: [x], port: "80", protocol: 7, hostname: 5}
+  - {name: sel, port: 8081, protocol: HTTP,
+     allowedRoutes: {namespaces: {from: Selector, selector: {matchExpressions: [{key: a}]}}}}
+  - {name: kinds, port: 8082, protocol: HTTP, allowedRoutes: {kinds: ["HTTPRoute"]}}
+  - {name: tls, port: 8443, protocol: HTTPS, tls: {certificateRefs: ["x", {name: 3}]}}
+"""
+    )
+    result = _compile(text, CompileOptions(https_port=10443))
+    status = _status(result, "Gateway", "app", "odd")
+    reasons = [_conditions(lst["conditions"]) for lst in status["listeners"]]
+    assert reasons[0]["Accepted"] == ("False", "UnsupportedValue")
+    assert reasons[1]["Accepted"][0] == "False"
+    assert reasons[2]["Accepted"] == ("False", "UnsupportedValue")
+    assert reasons[3]["ResolvedRefs"] == ("False", "InvalidRouteKinds")
+    assert reasons[4]["ResolvedRefs"] == ("False", "InvalidCertificateRef")
+
+
+# --- Programmed after ACK -------------------------------------------------------------------
+
+
+def _gateway_status(programmed_reason: str) -> ObjectStatus:
+    from turnout.objects import ObjectRef
+    from turnout.status.model import State
+
+    def cond(type_: str, status: str, reason: str) -> dict[str, Any]:
+        return {"type": type_, "status": status, "reason": reason, "message": "m"}
+
+    return ObjectStatus(
+        ref=ObjectRef("gateway.networking.k8s.io", "Gateway", "app", "gw"),
+        api_version="gateway.networking.k8s.io/v1",
+        state=State.VALID,
+        summary="",
+        body={
+            "conditions": [
+                cond("Accepted", "True", "Accepted"),
+                cond("Programmed", "False", programmed_reason),
+            ],
+            "listeners": [
+                {"name": "ok", "conditions": [cond("Programmed", "False", "Pending")]},
+                {"name": "bad", "conditions": [cond("Programmed", "False", "Invalid")]},
+            ],
+        },
+    )
+
+
+def test_programmed_statuses_turn_only_pending_true() -> None:
+    (out,) = programmed_statuses([_gateway_status("Pending")])
+    assert _conditions(out.body["conditions"])["Programmed"] == ("True", "Programmed")
+    listeners = out.body["listeners"]
+    assert _conditions(listeners[0]["conditions"])["Programmed"] == ("True", "Programmed")
+    assert _conditions(listeners[1]["conditions"])["Programmed"] == ("False", "Invalid")
+    (invalid,) = programmed_statuses([_gateway_status("Invalid")])
+    assert _conditions(invalid.body["conditions"])["Programmed"] == ("False", "Invalid")
+
+
+GATEWAY_FILE = (
+    CLASS
+    + """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: app}
+spec:
+  gatewayClassName: turnout
+  listeners:
+  - {name: web, port: 18081, protocol: HTTP}
+"""
+)
+
+
+def _programmed(controller: Controller) -> tuple[str, str]:
+    status = next(s for s in controller.statuses() if s.ref.kind == "Gateway")
+    listener = _conditions(status.body["listeners"][0]["conditions"])["Programmed"]
+    gateway = _conditions(status.body["conditions"])["Programmed"]
+    assert listener == gateway
+    return gateway
+
+
+async def _controller(tmp_path: Path) -> Controller:
+    (tmp_path / "gw.yaml").write_text(GATEWAY_FILE)
+    controller = Controller(
+        ServeConfig(
+            paths=(tmp_path,), run_envoy=False, watch=False, demo_backends=False, xds_port=0
+        )
+    )
+    await controller.start()
+    return controller
+
+
+async def test_controller_reports_programmed_once_envoy_acked(tmp_path: Path) -> None:
+    controller = await _controller(tmp_path)
+    fake: FakeEnvoy | None = None
+    try:
+        # No Envoy connected yet: the compile's Pending stands.
+        assert _programmed(controller) == ("False", "Pending")
+        fake = FakeEnvoy(AdsClient(controller.xds_port)).start()
+        applied = controller.applied
+        assert applied is not None
+        assert await controller.xds.wait_acked(applied.version, 5.0)
+        assert _programmed(controller) == ("True", "Programmed")
+        # A new configuration is Pending again until Envoy acknowledges it too.
+        (tmp_path / "gw.yaml").write_text(GATEWAY_FILE.replace("18081", "18082"))
+        newer = await controller.reload()
+        assert newer is not None and newer.version != applied.version
+        if not await controller.xds.wait_acked(newer.version, 0.0):
+            assert _programmed(controller) == ("False", "Pending")
+        assert await controller.xds.wait_acked(newer.version, 5.0)
+        assert _programmed(controller) == ("True", "Programmed")
+    finally:
+        if fake is not None:
+            await fake.stop()
+        await controller.stop()
+
+
+async def test_controller_keeps_pending_when_envoy_rejects(tmp_path: Path) -> None:
+    controller = await _controller(tmp_path)
+    fake = FakeEnvoy(
+        AdsClient(controller.xds_port),
+        reject=lambda r: "no" if r.type_url.endswith("Listener") else None,
+    ).start()
+    try:
+        applied = controller.applied
+        assert applied is not None
+        assert not await controller.xds.wait_acked(applied.version, 1.0)
+        assert _programmed(controller) == ("False", "Pending")
+    finally:
+        await fake.stop()
+        await controller.stop()
+
+
+# --- bad input never raises, never disturbs another Gateway --------------------------------
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 70000),
+    st.sampled_from(["", "*", "HTTP", "TLS", "TCP", "Same", "All", "Selector", "a.example.com"]),
+    st.text(max_size=8),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+_listener = st.fixed_dictionaries(
+    {},
+    optional={
+        "name": _values,
+        "port": st.one_of(st.sampled_from([8081, 9000, 9443]), _values),
+        "protocol": st.one_of(st.sampled_from(["HTTP", "HTTPS", "TLS", "TCP", "UDP"]), _values),
+        "hostname": _values,
+        "tls": st.one_of(
+            st.fixed_dictionaries(
+                {}, optional={"mode": _values, "certificateRefs": _values, "options": _values}
+            ),
+            _values,
+        ),
+        "allowedRoutes": st.one_of(
+            st.fixed_dictionaries({}, optional={"namespaces": _values, "kinds": _values}),
+            _values,
+        ),
+    },
+)
+_parent_ref = st.fixed_dictionaries(
+    {},
+    optional={
+        "name": st.one_of(st.just("bad"), _values),
+        "namespace": _values,
+        "sectionName": _values,
+        "port": _values,
+        "group": _values,
+        "kind": _values,
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    listeners=st.one_of(st.lists(_listener, max_size=4), _values),
+    parents=st.one_of(st.lists(_parent_ref, max_size=3), _values),
+    hostnames=_values,
+    addresses=_values,
+)
+def test_malformed_gateways_and_parent_refs_never_raise_nor_disturb_others(
+    listeners: Any, parents: Any, hostnames: Any, addresses: Any
+) -> None:
+    good = (
+        CLASS
+        + """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: good, namespace: app, creationTimestamp: "2020-01-01T00:00:00Z"}
+spec:
+  gatewayClassName: turnout
+  listeners: [{name: http, port: 8081, protocol: HTTP, hostname: good.example.com}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: good, namespace: app}
+spec:
+  parentRefs: [{name: good}]
+  rules: [{backendRefs: [{name: web, port: 80}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: app}
+spec: {ports: [{port: 80}]}
+"""
+    )
+    parsed = parse_text(good, "good.yaml")
+    bad_gateway = KubeObject(
+        "gateway.networking.k8s.io/v1",
+        "Gateway",
+        "app",
+        "bad",
+        freeze(
+            {
+                "metadata": {"name": "bad", "namespace": "app"},
+                "spec": {
+                    "gatewayClassName": "turnout",
+                    "listeners": listeners,
+                    "addresses": addresses,
+                },
+            }
+        ),
+    )
+    bad_route = KubeObject(
+        "gateway.networking.k8s.io/v1",
+        "HTTPRoute",
+        "app",
+        "bad",
+        freeze(
+            {
+                "metadata": {"name": "bad", "namespace": "app"},
+                "spec": {"parentRefs": parents, "hostnames": hostnames},
+            }
+        ),
+    )
+    result = compile_snapshot(Snapshot.of([*parsed.objects, bad_gateway, bad_route]))
+    decision = evaluate(
+        result.graph, make_request(host="good.example.com", listener="gateway_8081")
+    )
+    assert decision.route is not None
+    assert decision.route.source.object.name == "good"
+    assert _status(result, "Gateway", "app", "good")["listeners"][0]["attachedRoutes"] == 1
+
+
+def test_supported_features_are_sorted_and_match_the_documented_table() -> None:
+    from turnout.dialects.gatewayapi.classes import SUPPORTED_FEATURES
+
+    assert list(SUPPORTED_FEATURES) == sorted(SUPPORTED_FEATURES)
+    doc = (Path(__file__).resolve().parents[2] / "docs/dialects/gateway-api.md").read_text()
+    table = doc.split("## Features", 1)[1]
+    documented: set[str] = set()
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[2].startswith("yes") or " " in cells[0]:
+            continue
+        name = cells[0]
+        if name == "HTTPRoute303/307/308RedirectStatusCode":
+            documented |= {f"HTTPRoute{code}RedirectStatusCode" for code in (303, 307, 308)}
+        else:
+            documented.add(name)
+    assert documented == set(SUPPORTED_FEATURES)
+    result = _compile(GATEWAYS)
+    features = _status(result, "GatewayClass", "default", "turnout")["supportedFeatures"]
+    assert [f["name"] for f in features] == list(SUPPORTED_FEATURES)
+
+
+# --- the CLI -------------------------------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gateway-api"
+
+
+def test_check_and_explain_the_example(capsys: pytest.CaptureFixture[str]) -> None:
+    from turnout.cli import main
+
+    assert main(["check", str(EXAMPLE), "-o", "json"]) == 0
+    objects = json.loads(capsys.readouterr().out)["objects"]
+    gateway = next(o for o in objects if o["kind"] == "Gateway")
+    assert _conditions(gateway["status"]["conditions"])["Programmed"] == ("False", "Pending")
+    args = ["explain", str(EXAMPLE), "--host", "shop.gateway.local", "--path", "/api/x"]
+    assert main([*args, "--gateway-port", "8081", "-H", "x-canary: true"]) == 0
+    out = capsys.readouterr().out
+    assert "HTTPRoute store/shop spec.rules[0].matches[0]" in out
+    assert "store/api-canary/80/" in out
+    # The shared HTTP port knows nothing of the Gateway's routes.
+    assert main(args) == 1
+    # Another controller name: nothing is turnout's, nothing routes.
+    assert main(["check", str(EXAMPLE), "--gateway-controller-name", "example.com/x"]) == 0
+    assert "Gateway" not in capsys.readouterr().out

@@ -1,0 +1,389 @@
+"""The RouteGroup dialect beyond its fixtures: Skipper's path-tree order, robustness against any
+spec, determinism, the example, and the class option."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turnout.cli import _compile_options, build_parser
+from turnout.dialects.base import CompileOptions
+from turnout.dialects.routegroup.backends import Target, parse_target
+from turnout.dialects.routegroup.eskip import parse_filters, parse_predicates
+from turnout.dialects.routegroup.filters import SUPPORTED_FILTERS, go_duration, translate_filters
+from turnout.dialects.routegroup.predicates import SUPPORTED_PREDICATES, translate_predicates
+from turnout.dialects.routegroup.priority import Node, path_key, priority, tree_nodes
+from turnout.envoy.translate import translate
+from turnout.graph.build import compile_snapshot
+from turnout.graph.evaluate import evaluate, make_request
+from turnout.graph.model import PathMatch, PathMatchKind, Redirect, UpstreamProtocol
+from turnout.objects import KubeObject, Origin, freeze
+from turnout.sources.files import discover, load_file
+from turnout.status.model import State
+from turnout.store import Snapshot
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "routegroup"
+
+
+def obj(kind: str, name: str, body: dict[str, Any], api_version: str = "v1") -> KubeObject:
+    meta = {"name": name, "namespace": "shop", "creationTimestamp": "2024-01-01T00:00:00Z"}
+    raw = {"apiVersion": api_version, "kind": kind, "metadata": meta, **body}
+    return KubeObject(api_version, kind, "shop", name, freeze(raw), Origin("test"))
+
+
+def routegroup(name: str, spec: Any) -> KubeObject:
+    return obj("RouteGroup", name, {"spec": spec}, "zalando.org/v1")
+
+
+def web_service() -> list[KubeObject]:
+    return [
+        obj("Service", "web", {"spec": {"ports": [{"name": "http", "port": 80}]}}),
+        KubeObject(
+            "discovery.k8s.io/v1",
+            "EndpointSlice",
+            "shop",
+            "web-1",
+            freeze(
+                {
+                    "apiVersion": "discovery.k8s.io/v1",
+                    "kind": "EndpointSlice",
+                    "metadata": {
+                        "name": "web-1",
+                        "namespace": "shop",
+                        "labels": {"kubernetes.io/service-name": "web"},
+                    },
+                    "ports": [{"name": "http", "port": 8080}],
+                    "endpoints": [{"addresses": ["10.0.0.1"]}],
+                }
+            ),
+            Origin("test"),
+        ),
+    ]
+
+
+def test_path_tree_order() -> None:
+    """Skipper's lookup: static before :param before catch-all at the first segment that differs;
+    where a path ends (a node that takes only that path) sorts before its trailing-slash node and
+    its catch-all; a route without a path comes last."""
+    paths = ["/", "/a", "/a/", "/a/:id", "/a/b", "/a/b/c", "/:x", "/:x/b", "/a/*rest", "/b", "/*x"]
+    shuffled = paths[:]
+    random.Random(7).shuffle(shuffled)
+    ordered = sorted(shuffled, key=path_key)
+    assert ordered.index("/a/b/c") < ordered.index("/a/b") < ordered.index("/a/:id")
+    assert ordered.index("/a/:id") < ordered.index("/a") < ordered.index("/a/")
+    assert ordered.index("/a/") < ordered.index("/a/*rest")
+    assert ordered.index("/a/*rest") < ordered.index("/:x/b") < ordered.index("/:x")
+    assert ordered.index("/b") < ordered.index("/:x")
+    assert ordered[-2:] == ["/", "/*x"]
+    # A free wildcard is the catch-all node PathSubtree registers below its base.
+    assert path_key("/a/*rest") == path_key("/a/**") == tree_nodes("/a", True)[2][1]
+    assert tree_nodes("/a/*rest", True) == tree_nodes("/a/", True) == tree_nodes("/a", True)
+    assert [n for n, _ in tree_nodes("/a", True)] == [Node.BASE, Node.SLASH, Node.CATCH_ALL]
+    assert [k for _, k in tree_nodes("/", True)] == [path_key("/"), path_key("/*rest")]
+    # Same node: the weight decides, then the input order.
+    assert priority("/a", 2, (1,)) < priority("/a", 1, (0,)) < priority("/a", 1, (1,))
+    assert priority("/", 0, (9,)) < priority(None, 50, (0,))
+
+
+def test_class_option_reaches_the_compile_options() -> None:
+    args = build_parser().parse_args(["check", "x.yaml", "--routegroup-class", "^edge-.*"])
+    assert _compile_options(args).routegroup_class == "^edge-.*"
+    assert CompileOptions().routegroup_class == "skipper"
+
+
+def test_class_option_that_is_not_a_regex_is_compared_literally() -> None:
+    rg = routegroup(
+        "odd",
+        {
+            "hosts": ["odd.example.com"],
+            "backends": [{"name": "s", "type": "shunt"}],
+            "defaultBackends": [{"backendName": "s"}],
+        },
+    )
+    annotated = KubeObject(
+        rg.api_version,
+        rg.kind,
+        rg.namespace,
+        rg.name,
+        freeze(
+            {
+                **rg.raw,
+                "metadata": {**rg.metadata, "annotations": {"zalando.org/routegroup.class": "a[b"}},
+            }
+        ),
+        rg.origin,
+    )
+    result = compile_snapshot(Snapshot.of([annotated]), CompileOptions(routegroup_class="a[b"))
+    assert [s.state for s in result.statuses] == [State.VALID]
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 70000) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+_keys = st.sampled_from(
+    [
+        "name", "type", "serviceName", "servicePort", "address", "endpoints", "algorithm",
+        "backendName", "weight", "path", "pathSubtree", "pathRegexp", "methods", "predicates",
+        "filters", "backends", "hosts", "secretName",
+    ]
+)  # fmt: skip
+_values = _json | st.sampled_from(
+    ["service", "shunt", "lb", "network", "web", "/a", "GET", 'Header("a", "b")', "status(418)",
+     "http://10.0.0.9:80", "Traffic(.5)", "modPath(/x/, \"y\")", "False()", "shop.example.com"]
+)  # fmt: skip
+_entries = st.lists(st.dictionaries(_keys, _values, max_size=6), max_size=4)
+_specs = st.fixed_dictionaries(
+    {},
+    optional={
+        "hosts": st.lists(
+            st.sampled_from(["shop.example.com", "x.example.com", "BAD"]), max_size=3
+        ),
+        "backends": _entries,
+        "defaultBackends": _entries,
+        "routes": _entries,
+        "tls": _entries,
+        "extra": _json,
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec=_specs | _json)
+def test_any_spec_compiles_without_raising_and_leaves_others_alone(spec: Any) -> None:
+    """Whatever a RouteGroup holds, the compile does not raise, the RouteGroup gets a status, the
+    translator takes the graph, and an HTTPProxy's host keeps routing."""
+    proxy = obj(
+        "HTTPProxy",
+        "proxy",
+        {
+            "spec": {
+                "virtualhost": {"fqdn": "proxy.example.com"},
+                "routes": [{"services": [{"name": "web", "port": 80}]}],
+            }
+        },
+        "projectcontour.io/v1",
+    )
+    result = compile_snapshot(Snapshot.of([*web_service(), proxy, routegroup("any", spec)]))
+    assert any(s.ref.kind == "RouteGroup" for s in result.statuses)
+    translate(result.graph)
+    decision = evaluate(result.graph, make_request(host="proxy.example.com", path="/"))
+    assert decision.status == 200
+
+
+def test_compile_is_deterministic_whatever_the_object_order() -> None:
+    objects = [
+        *web_service(),
+        routegroup(
+            "a",
+            {
+                "hosts": ["shop.example.com"],
+                "backends": [
+                    {"name": "web", "type": "service", "serviceName": "web", "servicePort": 80}
+                ],
+                "defaultBackends": [{"backendName": "web"}],
+                "routes": [
+                    {"pathSubtree": "/"},
+                    {"path": "/x", "methods": ["GET", "PUT"], "predicates": ['Header("A", "1")']},
+                ],
+            },
+        ),
+        routegroup(
+            "b",
+            {
+                "hosts": ["shop.example.com"],
+                "backends": [{"name": "s", "type": "shunt"}],
+                "defaultBackends": [{"backendName": "s"}],
+                "routes": [
+                    {"pathSubtree": "/x"},
+                    {"path": "/x", "predicates": ['Header("B", "1")']},
+                ],
+            },
+        ),
+    ]
+    first = compile_snapshot(Snapshot.of(objects))
+    again = compile_snapshot(Snapshot.of(list(reversed(objects))))
+    assert first.graph == again.graph
+    assert first.statuses == again.statuses
+    routes = first.graph.listeners[0].virtual_hosts[0].routes
+    # Header routes at /x first (equal weights: RouteGroup a before b), then the plain ones.
+    assert [(r.source.object.name, r.source.field) for r in routes] == [
+        ("a", "spec.routes[1]"),
+        ("a", "spec.routes[1]"),
+        ("b", "spec.routes[1]"),
+        ("b", "spec.routes[0]"),
+        ("a", "spec.routes[0]"),
+    ]
+
+
+def test_the_example_is_valid_and_routes_as_documented() -> None:
+    objects: list[KubeObject] = []
+    for path in discover([EXAMPLE]):
+        loaded = load_file(path)
+        assert not loaded.problems
+        objects.extend(loaded.objects)
+    result = compile_snapshot(Snapshot.of(objects))
+    assert {(s.ref.name, s.state) for s in result.statuses if s.ref.kind == "RouteGroup"} == {
+        ("shop", State.VALID),
+        ("ab-test", State.VALID),
+    }
+
+    def decide(host: str, path: str, method: str = "GET", **headers: str) -> Any:
+        return evaluate(
+            result.graph, make_request(host=host, path=path, method=method, headers=headers)
+        )
+
+    split = decide("shop.turnout.local", "/cart")
+    assert [(c.split("/")[1], w) for c, w in split.clusters] == [("shop-v1", 80), ("shop-v2", 20)]
+    write = decide("shop.turnout.local", "/cart", "POST")
+    assert [c.split("/")[1] for c, w in write.clusters if w] == ["shop-v1"]
+    assert decide("shop.turnout.local", "/login").status == 308
+    canary = decide("ab.turnout.local", "/", cookie="canary=A")
+    assert [c.split("/")[1] for c, _ in canary.clusters] == ["service-a"]
+    stays = decide("ab.turnout.local", "/", cookie="canary=B")
+    assert [c.split("/")[1] for c, _ in stays.clusters] == ["shop-v1"]
+    assert stays.route is not None and stays.route.source.field == "spec.routes[2]"
+
+
+def test_fixture_set_covers_every_seed_use_case() -> None:
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "routegroup"
+    cases = {p.name for p in fixtures.iterdir() if (p / "input.yaml").is_file()}
+    assert len(cases) >= 40
+    # Seed 003's use cases: each as written (where it is not valid RouteGroup) and as served.
+    for use_case in (
+        "seed-simplicity",
+        "seed-simplicity-default-backends",
+        "seed-redirect-migration",
+        "seed-authnz",
+        "seed-ratelimits",
+        "seed-traffic-switching",
+        "seed-ab-test",
+        "seed-ab-step1",
+        "seed-ab-step3",
+        "seed-minimal",
+        "seed-ingress-and-redirect",
+    ):
+        assert use_case in cases
+
+
+def test_traffic_routes_at_one_node_chain_their_shares() -> None:
+    """Skipper draws anew for each Traffic predicate; Envoy draws once per request, so the second
+    route's threshold covers what the first left: 0.2, then 0.2 + 0.8 * 0.3."""
+    backends = [{"name": "s", "type": "shunt"}]
+    routes = [
+        {
+            "path": "/",
+            "predicates": ["Traffic(.2)"],
+            "filters": ["status(201)", 'inlineContent("a")'],
+        },
+        {
+            "path": "/",
+            "predicates": ["Traffic(.3)"],
+            "filters": ["status(202)", 'inlineContent("b")'],
+        },
+        {"path": "/", "predicates": ["Traffic(.5)", 'Header("X-Other", "1")']},
+        {"path": "/"},
+    ]
+    spec = {
+        "hosts": ["t.example.com"],
+        "backends": backends,
+        "defaultBackends": [{"backendName": "s"}],
+        "routes": routes,
+    }
+    result = compile_snapshot(Snapshot.of([routegroup("t", spec)]))
+    vhost = result.graph.listeners[0].virtual_hosts[0]
+    fractions = [(r.source.field, r.match.runtime_fraction) for r in vhost.routes]
+    assert fractions[0] == ("spec.routes[2]", 0.5)  # heavier, and its own match
+    assert fractions[1] == ("spec.routes[0]", 0.2)
+    assert fractions[2][0] == "spec.routes[1]"
+    assert abs((fractions[2][1] or 0) - 0.44) < 1e-9
+    assert fractions[3] == ("spec.routes[3]", None)
+
+
+def test_traffic_segments_share_one_draw() -> None:
+    """Skipper compares one draw per request with every TrafficSegment: segments [0, .3) and
+    [0, .6) at one node are the thresholds .3 and .6 as written. A Traffic route after them takes
+    its chance of what they left."""
+    spec = {
+        "hosts": ["t.example.com"],
+        "backends": [{"name": "s", "type": "shunt"}],
+        "defaultBackends": [{"backendName": "s"}],
+        "routes": [
+            {"path": "/", "predicates": [f"TrafficSegment(0, {m})", "Weight(2)"]}
+            for m in (".3", ".6", ".5")
+        ]
+        + [
+            {"path": "/", "predicates": ["Traffic(.5)"]},
+            {"path": "/"},
+        ],
+    }
+    result = compile_snapshot(Snapshot.of([routegroup("t", spec)]))
+    vhost = result.graph.listeners[0].virtual_hosts[0]
+    fractions = [(r.source.field, r.match.runtime_fraction) for r in vhost.routes]
+    assert fractions[:3] == [
+        ("spec.routes[0]", 0.3),
+        ("spec.routes[1]", 0.6),
+        ("spec.routes[2]", 0.6),
+    ]
+    assert fractions[3][0] == "spec.routes[3]"
+    assert abs((fractions[3][1] or 0) - (0.6 + 0.4 * 0.5)) < 1e-9
+    assert fractions[4] == ("spec.routes[4]", None)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "dialects" / "routegroup.md"
+
+
+def test_not_supported_names_the_call_and_points_to_the_docs_that_list_the_supported() -> None:
+    """The message stays the same as filters are added: it names the call and the docs, whose
+    tables list every supported predicate and filter."""
+    filters = translate_filters(parse_filters('oauthTokeninfoAnyScope("x")'))
+    predicates = translate_predicates(parse_predicates('Cron("* * * * *")'))
+    assert [p.message for p in filters.problems] == [
+        "filter oauthTokeninfoAnyScope is not supported: turnout translates only filters Envoy "
+        "can express, listed in docs/dialects/routegroup.md"
+    ]
+    assert [p.message for p in predicates.problems] == [
+        "predicate Cron is not supported: turnout translates only predicates Envoy can express, "
+        "listed in docs/dialects/routegroup.md"
+    ]
+    docs = DOCS.read_text()
+    for name in (*SUPPORTED_FILTERS, *SUPPORTED_PREDICATES):
+        assert f"`{name}" in docs, name
+
+
+def test_values_go_refuses_are_refused() -> None:
+    assert go_duration("2562047h") == 2562047 * 3600
+    assert go_duration("999999999h") is None  # time: invalid duration (int64 nanoseconds)
+    for location in ("ht tp://x y", "http://x y", ":x", "http://a.org:x/"):
+        problems = translate_filters(parse_filters(f'redirectTo(308, "{location}")')).problems
+        assert [p.message.split(" is not a URL")[0] for p in problems] == [
+            f"filter redirectTo: invalid filter parameters: {location!r}"
+        ], location
+    ok = translate_filters(parse_filters('redirectTo(308, "https://a.org:8443/b c?d=1")'))
+    assert not ok.problems and isinstance(ok.action, Redirect) and ok.action.port == 8443
+
+
+def test_backend_addresses_envoy_cannot_use_are_refused() -> None:
+    assert (
+        parse_target("http://10.1.1.1:0")
+        == '"http://10.1.1.1:0": port 0 is not a port a backend can listen on'
+    )
+    assert "Envoy has no FastCGI upstream" in str(parse_target("fastcgi://10.1.1.1:9000"))
+    assert parse_target("http://10.1.1.1:1") == Target(UpstreamProtocol.HTTP, "10.1.1.1", 1)
+
+
+def test_a_free_wildcard_takes_a_non_empty_rest_only() -> None:
+    """Skipper's Path("/a/*rest") is the catch-all node below /a/: not /a, not /a/."""
+    (match,) = translate_predicates(parse_predicates('Path("/a/*rest")')).route_matches()
+    assert match.path == PathMatch(PathMatchKind.REGEX, "/a/.+")
+    refused = translate_predicates(parse_predicates('PathSubtree("/a/*rest/b")')).problems
+    assert [p.message for p in refused] == [
+        "predicate PathSubtree: invalid predicate parameters: free wildcard param should be last"
+    ]
