@@ -15,7 +15,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from turnout.dialects.base import (
     CompileOptions,
 )
 from turnout.dialects.gatewayapi import gateway_listener_name
+from turnout.dialects.routegroup.filters import routegroup_issuers
 from turnout.graph.build import CompileResult, compile_snapshot
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, ListenerProtocol, Redirect
@@ -40,6 +41,9 @@ from turnout.store import Store
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_UNREADABLE = 2
+
+# `check --discover` in CI must end even when an issuer never answers.
+DISCOVER_TIMEOUT_S = 30.0
 
 log = logging.getLogger("turnout")
 
@@ -136,6 +140,34 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _discover_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds <= 3600:  # NaN fails the comparison too
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, at most 3600, got {value!r}")
+    return seconds
+
+
+def _add_discover_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--discover",
+        action="store_true",
+        help="run OpenID discovery (GET <issuer>/.well-known/openid-configuration) for the "
+        "issuers of RouteGroup jwtValidation filters before compiling, as `serve` does; without "
+        "it no network call is made and those routes show IssuerDiscoveryPending",
+    )
+    p.add_argument(
+        "--discover-timeout",
+        type=_discover_seconds,
+        default=DISCOVER_TIMEOUT_S,
+        metavar="SECONDS",
+        help="with --discover, the most the discovery of all issuers may take; an issuer "
+        "without an answer by then is IssuerDiscoveryFailed (default: %(default)g)",
+    )
+
+
 def _compile_options(args: argparse.Namespace) -> CompileOptions:
     return CompileOptions(
         root_namespaces=args.root_namespaces,
@@ -185,10 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="validate files and print every object's status")
     _add_compile_flags(check)
+    _add_discover_flags(check)
     check.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
 
     explain = sub.add_parser("explain", help="show which route serves a request, and why")
     _add_compile_flags(explain)
+    _add_discover_flags(explain)
     explain.add_argument("--host", required=True)
     explain.add_argument("--path", default="/")
     explain.add_argument("--method", default="GET")
@@ -235,7 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 # -- compile from files ------------------------------------------------------------------------
 
 
-def _load(paths: Sequence[Path], options: CompileOptions) -> tuple[CompileResult | None, str]:
+def _load(
+    paths: Sequence[Path], options: CompileOptions, discover_timeout_s: float | None = None
+) -> tuple[CompileResult | None, str]:
+    """Compiles `paths`; with `discover_timeout_s`, after OpenID discovery of the issuers the
+    RouteGroups' jwtValidation filters name, as the controller runs it for `serve`."""
     # One-shot commands print every problem themselves; the sources' log lines would repeat them
     # through logging's last-resort handler.
     logging.getLogger("turnout").addHandler(logging.NullHandler())
@@ -244,7 +282,46 @@ def _load(paths: Sequence[Path], options: CompileOptions) -> tuple[CompileResult
         return None, f"no such file or directory: {', '.join(missing)}"
     store = Store()
     FileSource(list(paths), store).load_all()
-    return compile_snapshot(store.snapshot(), options), ""
+    snapshot = store.snapshot()
+    if discover_timeout_s is not None:
+        from turnout.sources.oidc import discover_once
+
+        issuers = routegroup_issuers(snapshot, options.routegroup_class)
+        if issuers:
+            answers = asyncio.run(discover_once(issuers, discover_timeout_s))
+            options = dataclasses.replace(options, issuer_discovery=answers)
+    return compile_snapshot(snapshot, options), ""
+
+
+def _discover_timeout(args: argparse.Namespace) -> float | None:
+    return float(args.discover_timeout) if args.discover else None
+
+
+# The reason RouteGroup jwtValidation routes carry until OpenID discovery answers: in `check` and
+# `explain` without --discover it is never run, so the status says how to run it.
+ISSUER_DISCOVERY_PENDING = "IssuerDiscoveryPending"
+
+
+def with_discover_hint(status: ObjectStatus, command: str) -> ObjectStatus:
+    """`status` with its IssuerDiscoveryPending messages (and summary) telling how to resolve
+    the issuer from `turnout <command>`; other statuses unchanged."""
+    conditions = status.body.get("conditions")
+    if not isinstance(conditions, Sequence) or not any(
+        isinstance(c, Mapping) and c.get("reason") == ISSUER_DISCOVERY_PENDING for c in conditions
+    ):
+        return status
+    hint = f"; run `turnout {command} --discover` to resolve the issuer"
+    body = thaw(status.body)
+    summary = status.summary
+    for cond in body["conditions"]:
+        if isinstance(cond, dict) and cond.get("reason") == ISSUER_DISCOVERY_PENDING:
+            message = str(cond.get("message") or "")
+            cond["message"] = message + hint
+            if message and message in summary:
+                summary = summary.replace(message, message + hint, 1)
+    if hint not in summary:
+        summary += hint
+    return dataclasses.replace(status, summary=summary, body=body)
 
 
 def _dump(data: Any, fmt: str) -> str:
@@ -269,27 +346,28 @@ def _status_lines(status: ObjectStatus) -> list[str]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    result, error = _load(args.paths, _compile_options(args))
+    result, error = _load(args.paths, _compile_options(args), _discover_timeout(args))
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
     unreadable = [p for p in result.problems if p.severity == "unreadable"]
+    statuses = result.statuses
+    if not args.discover:
+        statuses = tuple(with_discover_hint(s, "check") for s in statuses)
     if args.output == "text":
-        for status in result.statuses:
+        for status in statuses:
             print("\n".join(_status_lines(status)))
         for problem in result.problems:
             print(f"{problem}", file=sys.stderr)
     else:
         doc = {
-            "objects": [thaw(s.to_json()) for s in result.statuses],
+            "objects": [thaw(s.to_json()) for s in statuses],
             "problems": [p.to_json() for p in result.problems],
         }
         print(_dump(doc, args.output), end="" if args.output == "yaml" else "\n")
     if unreadable:
         return EXIT_UNREADABLE
-    if any(p.severity == "error" for p in result.problems) or any(
-        not s.state.ok for s in result.statuses
-    ):
+    if any(p.severity == "error" for p in result.problems) or any(not s.state.ok for s in statuses):
         return EXIT_INVALID
     return EXIT_OK
 
@@ -356,10 +434,20 @@ def _explain(args: argparse.Namespace) -> int:
     if isinstance(headers, str):
         print(f"turnout: {headers}", file=sys.stderr)
         return EXIT_UNREADABLE
-    result, error = _load(args.paths, _compile_options(args))
+    result, error = _load(args.paths, _compile_options(args), _discover_timeout(args))
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
+    if not args.discover:
+        for status in result.statuses:
+            hinted = with_discover_hint(status, "explain")
+            if hinted is not status:
+                # stderr, so that -o json|yaml stays one document on stdout.
+                ref = hinted.ref
+                print(
+                    f"turnout: note: {ref.kind} {ref.namespace}/{ref.name}: {hinted.summary}",
+                    file=sys.stderr,
+                )
     listener = HTTPS_LISTENER if args.https else HTTP_LISTENER
     if args.gateway_port is not None:
         listener = gateway_listener_name(args.gateway_port)

@@ -44,6 +44,7 @@ class Applied:
     result: CompileResult
     version: str
     compiled_at: float
+    snapshot: Snapshot | None = None  # the compiled input (Gateway listeners name their ports)
 
 
 class Controller:
@@ -110,7 +111,7 @@ class Controller:
             elapsed = time.perf_counter() - started
             self.metrics.compile_seconds.observe(elapsed)
             self.metrics.compiles.inc()
-            self.applied = Applied(result, version, time.time())
+            self.applied = Applied(result, version, time.time(), snapshot)
             self._publish(result)
             log.debug(
                 "compiled %d objects in %.1f ms (version %s)",
@@ -147,14 +148,30 @@ class Controller:
         self.applied_problems = result.problems
 
     def statuses(self) -> tuple[ObjectStatus, ...]:
-        """The compiled statuses; Gateways are Programmed once every connected Envoy (at least
-        one) acknowledged the configuration compiled with them, Pending until then."""
-        if self.applied is None:
+        """The compiled statuses, each Gateway listener Programmed once every connected Envoy (at
+        least one) has the current content of its port's Envoy listener (and the route
+        configurations and secrets it loads), Invalid with Envoy's message when one rejected it,
+        Pending until then; a Gateway by its listeners. Changes and rejections elsewhere do not
+        touch them."""
+        applied = self.applied
+        if applied is None:
             return ()
-        statuses = self.applied.result.statuses
-        if self.applied.version == self.xds.version and self.xds.readiness()[0]:
-            return programmed_statuses(statuses)
-        return statuses
+        statuses = applied.result.statuses
+        if applied.version != self.xds.version:
+            return statuses
+        snapshot = applied.snapshot
+
+        def probe(name: str) -> tuple[str, str]:
+            state = self.xds.listener_state(name)
+            if not state.exists:
+                return "absent", state.message
+            if state.programmed is None:
+                return "pending", state.message
+            return ("programmed" if state.programmed else "rejected"), state.message
+
+        return programmed_statuses(
+            statuses, probe, snapshot.get_ref if snapshot is not None else None
+        )
 
     def problems(self) -> tuple[SourceProblem, ...]:
         return self.applied.result.problems if self.applied else ()

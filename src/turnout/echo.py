@@ -25,7 +25,9 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import math
 import ssl
+import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +55,7 @@ class EchoServer:
     _remaining: dict[str, int] = field(default_factory=dict, repr=False)
     # path -> requests received, counted when they arrive.
     _counts: Counter[str] = field(default_factory=Counter, repr=False)
+    tls: bool = False
 
     def answer(self, path: str, status: int | None, times: int | None = None) -> None:
         """From now on, answer requests for `path` (the path without the query) with `status`,
@@ -76,7 +79,7 @@ class EchoServer:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     async def close(self) -> None:
         await self._runner.cleanup()
@@ -120,7 +123,7 @@ def _handler(
     statuses: MutableMapping[str, int],
     remaining: MutableMapping[str, int] | None = None,
     counts: Counter[str] | None = None,
-    server_names: MutableMapping[int, str] | None = None,
+    server_names: MutableMapping[ssl.SSLObject, str] | None = None,
 ) -> _Handler:
     remaining = remaining if remaining is not None else {}
     counts = counts if counts is not None else Counter()
@@ -150,7 +153,7 @@ def _handler(
         sslobj = request.transport.get_extra_info("ssl_object") if request.transport else None
         if sslobj is not None and server_names is not None:
             # As echo-basic's `tls.serverName`: the SNI the proxy sent (BackendTLSPolicy hostname).
-            tls: dict[str, str | None] = {"serverName": server_names.get(id(sslobj))}
+            tls: dict[str, str | None] = {"serverName": server_names.get(sslobj)}
             body["tls"] = tls
         status = _status(request.path, statuses, remaining)
         delay = _delay(request.query.get("delay"))
@@ -159,8 +162,9 @@ def _handler(
         response = web.json_response(body, status=status)
         for cookie in request.query.getall("set-cookie", []):
             response.headers.add("Set-Cookie", cookie)
-        for header, header_value in _echo_set_headers(request.headers.get(ECHO_SET_HEADER, "")):
-            response.headers.add(header, header_value)
+        for value in request.headers.getall(ECHO_SET_HEADER, []):
+            for header, header_value in _echo_set_headers(value):
+                response.headers.add(header, header_value)
         return response
 
     return handle
@@ -199,6 +203,8 @@ def _delay(value: str | None) -> float:
         seconds = float(text) * scale if text else 0.0
     except ValueError:
         return 0.0
+    if math.isnan(seconds):
+        return 0.0
     return min(max(seconds, 0.0), _MAX_DELAY_S)
 
 
@@ -212,16 +218,27 @@ async def start_echo(
 ) -> EchoServer:
     """Starts an echo server; `port` 0 picks a free port, which `EchoServer.port` then tells.
     With `ssl_context` it speaks HTTPS (a TLS passthrough or BackendTLSPolicy target) and reports
-    the server name each connection asked for; the context's `sni_callback` is taken for that."""
+    the server name each connection asked for (`tls.serverName` in the answer, null without
+    SNI); that takes the context's `sni_callback`, and runs a callback already set there."""
     statuses: dict[str, int] = {}
     remaining: dict[str, int] = {}
     counts: Counter[str] = Counter()
-    server_names: dict[int, str] = {}
+    # Keyed by the connection's own SSLObject, weakly: an id() could be reused by a later
+    # connection that sent no SNI and would then report a stale name.
+    server_names: weakref.WeakKeyDictionary[ssl.SSLObject, str] = weakref.WeakKeyDictionary()
     if ssl_context is not None:
+        chained = ssl_context.sni_callback
 
-        def remember(sslobj: ssl.SSLObject, server_name: str | None, _: ssl.SSLContext) -> None:
+        def remember(
+            sslobj: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext
+        ) -> int | None:
             if server_name is not None:
-                server_names[id(sslobj)] = server_name
+                server_names[sslobj] = server_name
+            if chained is None:
+                return None
+            # A caller's own callback (e.g. picking a certificate by name) still runs; typeshed
+            # says str, but Python passes None for a client without SNI, as it does here.
+            return chained(sslobj, server_name, context)  # type: ignore[arg-type]
 
         ssl_context.sni_callback = remember
     handler = _handler(name, namespace, statuses, remaining, counts, server_names)
@@ -236,7 +253,17 @@ async def start_echo(
         raise
     bound = runner.addresses[0][1]
     log.info("echo %s/%s listening on %s:%d", namespace, name, host, bound)
-    return EchoServer(host, int(bound), name, namespace, runner, statuses, remaining, counts)
+    return EchoServer(
+        host,
+        int(bound),
+        name,
+        namespace,
+        runner,
+        statuses,
+        remaining,
+        counts,
+        tls=ssl_context is not None,
+    )
 
 
 def _is_loopback(address: str) -> bool:

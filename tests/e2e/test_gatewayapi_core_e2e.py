@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -508,3 +509,65 @@ def test_turnout_serve_routes_the_gateway_api_example(tmp_path: Path) -> None:
             proc.kill()
             output = proc.communicate()[0].decode()
     assert proc.returncode == 0, output
+
+
+@session_loop
+async def test_listener_envoy_cannot_bind_is_invalid_and_the_rest_programmed(
+    harness: Harness,
+) -> None:
+    """Envoy rejects a listener whose port another process holds and adds the others: that
+    listener is Programmed False (Invalid, Envoy's message), the Gateway says which listener
+    failed, another Gateway is Programmed, and the Gateway's other port serves."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    busy = holder.getsockname()[1]
+    good, other = free_port(), free_port()
+    services = await harness.services(("app", "web"))
+    listeners = f"""  - name: busy
+    port: {busy}
+    protocol: HTTP
+  - name: good
+    port: {good}
+    protocol: HTTP"""
+    other_listener = f"""  - name: web
+    port: {other}
+    protocol: HTTP"""
+    try:
+        harness.write(
+            {
+                "gw.yaml": docs(
+                    CLASS,
+                    gateway("gw", "app", listeners),
+                    gateway("other", "app", other_listener),
+                    http_route("web", "app", "{name: gw}", "web"),
+                    http_route("other", "app", "{name: other}", "web"),
+                ),
+                "svc.yaml": services,
+            }
+        )
+        applied = await harness.controller.reload()
+        assert applied is not None
+
+        def programmed(gateway_name: str) -> tuple[str, str]:
+            status = harness.status_of("Gateway", "app", gateway_name)
+            c = condition(status["conditions"], "Programmed")
+            return c["status"], c["reason"]
+
+        async def settled() -> tuple[tuple[str, str], tuple[str, str]]:
+            return programmed("gw"), programmed("other")
+
+        expected = (("False", "Invalid"), ("True", "Programmed"))
+        assert await harness.eventually(settled, expected) == expected
+        status = harness.status_of("Gateway", "app", "gw")
+        refused = condition(listener_status(status, "busy")["conditions"], "Programmed")
+        assert (refused["status"], refused["reason"]) == ("False", "Invalid")
+        assert f"gateway_{busy}" in refused["message"]
+        assert "Address already in use" in refused["message"]
+        assert refused["message"] in condition(status["conditions"], "Programmed")["message"]
+        fine = condition(listener_status(status, "good")["conditions"], "Programmed")
+        assert (fine["status"], fine["reason"]) == ("True", "Programmed")
+        assert await served_on(good, "a.example.com") == "app/web"
+        assert await served_on(other, "a.example.com") == "app/web"
+    finally:
+        holder.close()

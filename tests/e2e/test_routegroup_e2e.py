@@ -25,6 +25,16 @@ def routegroup(name: str, spec: str, namespace: str = "default", annotations: st
     )
 
 
+async def apply_routegroup(harness: Harness, name: str, spec: str, *services: str) -> None:
+    """Applies RouteGroup `name` of `spec` and an echo Service of each name, all in `default`."""
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(*(("default", s) for s in services)),
+            "rg.yaml": routegroup(name, spec),
+        }
+    )
+
+
 def service_backend(name: str, service: str) -> str:
     return f"- {{name: {name}, type: service, serviceName: {service}, servicePort: 80}}"
 
@@ -44,27 +54,24 @@ def within_sigmas(count: int, n: int, p: float, sigmas: float = 4.0) -> bool:
 
 async def test_simplicity(harness: Harness) -> None:
     """Seed 003 "Simplicity", verbatim: two hosts, one Service, `path: /`."""
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(("default", "myapp-svc")),
-            "rg.yaml": routegroup(
-                "myapp",
-                """
-                hosts:
-                - example.org
-                - myapp.example.org
-                backends:
-                - name: myapp
-                  type: service
-                  serviceName: myapp-svc
-                  servicePort: 80
-                routes:
-                - path: /
-                  backends:
-                  - backendName: myapp
-                """,
-            ),
-        }
+    await apply_routegroup(
+        harness,
+        "myapp",
+        """
+        hosts:
+        - example.org
+        - myapp.example.org
+        backends:
+        - name: myapp
+          type: service
+          serviceName: myapp-svc
+          servicePort: 80
+        routes:
+        - path: /
+          backends:
+          - backendName: myapp
+        """,
+        "myapp-svc",
     )
     assert await harness.served_by("example.org", "/") == "default/myapp-svc"
     assert await harness.served_by("myapp.example.org", "/") == "default/myapp-svc"
@@ -77,27 +84,24 @@ async def test_simplicity(harness: Harness) -> None:
 
 
 async def test_several_paths_with_default_backends(harness: Harness) -> None:
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(("default", "myapp-svc")),
-            "rg.yaml": routegroup(
-                "myapp",
-                """
-                hosts: [example.org, myapp.example.org]
-                backends:
-                - name: myapp
-                  type: service
-                  serviceName: myapp-svc
-                  servicePort: 80
-                defaultBackends:
-                - backendName: myapp
-                routes:
-                - path: /articles
-                - path: /articles/shoes
-                - path: /order
-                """,
-            ),
-        }
+    await apply_routegroup(
+        harness,
+        "myapp",
+        """
+        hosts: [example.org, myapp.example.org]
+        backends:
+        - name: myapp
+          type: service
+          serviceName: myapp-svc
+          servicePort: 80
+        defaultBackends:
+        - backendName: myapp
+        routes:
+        - path: /articles
+        - path: /articles/shoes
+        - path: /order
+        """,
+        "myapp-svc",
     )
     for path in ("/articles", "/articles/shoes", "/order"):
         assert await harness.served_by("myapp.example.org", path) == "default/myapp-svc"
@@ -109,40 +113,37 @@ async def test_redirect_and_migration(harness: Harness) -> None:
     """Seed 003's redirect-and-migration example in the shipped CRD's terms: the redirect is
     served, and the loopback migration sends /api, rewritten to /, round again to the route for
     "/" and its Service; the status says the RouteGroup is served."""
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(("default", "my-service-v1")),
-            "rg.yaml": routegroup(
-                "my-routes",
-                """
-                hosts: [www.complex.example.org, complex.example.org]
-                backends:
-                - name: my-service
-                  type: service
-                  serviceName: my-service-v1
-                  servicePort: 80
-                - name: redirect
-                  type: shunt
-                - name: migration
-                  type: loopback
-                defaultBackends:
-                - backendName: my-service
-                routes:
-                - path: /
-                - path: /api
-                  backends:
-                  - backendName: migration
-                  filters:
-                  - modPath("/api", "/")
-                - path: /login
-                  methods: [GET]
-                  backends:
-                  - backendName: redirect
-                  filters:
-                  - redirectTo(308, "https://login.example.org/")
-                """,
-            ),
-        }
+    await apply_routegroup(
+        harness,
+        "my-routes",
+        """
+        hosts: [www.complex.example.org, complex.example.org]
+        backends:
+        - name: my-service
+          type: service
+          serviceName: my-service-v1
+          servicePort: 80
+        - name: redirect
+          type: shunt
+        - name: migration
+          type: loopback
+        defaultBackends:
+        - backendName: my-service
+        routes:
+        - path: /
+        - path: /api
+          backends:
+          - backendName: migration
+          filters:
+          - modPath("/api", "/")
+        - path: /login
+          methods: [GET]
+          backends:
+          - backendName: redirect
+          filters:
+          - redirectTo(308, "https://login.example.org/")
+        """,
+        "my-service-v1",
     )
     assert await harness.served_by("complex.example.org", "/") == "default/my-service-v1"
     r = await harness.get("www.complex.example.org", "/login")
@@ -162,29 +163,26 @@ async def test_redirect_and_migration(harness: Harness) -> None:
 
 async def test_loopback_comes_round_once(harness: Harness) -> None:
     """A loopback route the looped request meets again answers 500 (Skipper: after 9 loops)."""
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(("default", "app")),
-            "rg.yaml": routegroup(
-                "loops",
-                f"""
-                hosts: [loops.example.org]
-                backends:
-                {service_backend("app", "app")}
-                - {{name: again, type: loopback}}
-                defaultBackends: [{{backendName: app}}]
-                routes:
-                - pathSubtree: /
-                - pathSubtree: /v1
-                  filters: ['modPath("^/v1", "/v2")']
-                  backends: [{{backendName: again}}]
-                - pathSubtree: /v2
-                  filters: ['setRequestHeader("X-Migrated", "yes")']
-                - pathSubtree: /forever
-                  backends: [{{backendName: again}}]
-                """,
-            ),
-        }
+    await apply_routegroup(
+        harness,
+        "loops",
+        f"""
+        hosts: [loops.example.org]
+        backends:
+        {service_backend("app", "app")}
+        - {{name: again, type: loopback}}
+        defaultBackends: [{{backendName: app}}]
+        routes:
+        - pathSubtree: /
+        - pathSubtree: /v1
+          filters: ['modPath("^/v1", "/v2")']
+          backends: [{{backendName: again}}]
+        - pathSubtree: /v2
+          filters: ['setRequestHeader("X-Migrated", "yes")']
+        - pathSubtree: /forever
+          backends: [{{backendName: again}}]
+        """,
+        "app",
     )
     r = await harness.get("loops.example.org", "/v1/items")
     assert r.status_code == 200
@@ -197,33 +195,30 @@ async def test_loopback_comes_round_once(harness: Harness) -> None:
 
 async def test_seed_example_as_written_is_refused_with_reasons(harness: Harness) -> None:
     """The same seed example as written: `method`, `backend` and an unterminated string."""
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(("default", "my-service-v1")),
-            "rg.yaml": routegroup(
-                "my-routes",
-                """
-                hosts: [complex.example.org]
-                backends:
-                - name: my-service
-                  type: service
-                  serviceName: my-service-v1
-                  servicePort: 80
-                - name: redirect
-                  type: shunt
-                defaultBackends:
-                - backendName: my-service
-                routes:
-                - path: /
-                - path: /login
-                  method:
-                  - GET
-                  backend: redirect
-                  filters:
-                  - redirectTo(308, "https://login.example.org/)
-                """,
-            ),
-        }
+    await apply_routegroup(
+        harness,
+        "my-routes",
+        """
+        hosts: [complex.example.org]
+        backends:
+        - name: my-service
+          type: service
+          serviceName: my-service-v1
+          servicePort: 80
+        - name: redirect
+          type: shunt
+        defaultBackends:
+        - backendName: my-service
+        routes:
+        - path: /
+        - path: /login
+          method:
+          - GET
+          backend: redirect
+          filters:
+          - redirectTo(308, "https://login.example.org/)
+        """,
+        "my-service-v1",
     )
     assert await harness.served_by("complex.example.org", "/") == "404"
     status = harness.status_of("RouteGroup", "default", "my-routes")
@@ -237,26 +232,24 @@ async def test_seed_example_as_written_is_refused_with_reasons(harness: Harness)
 
 
 async def test_traffic_switching_80_20(harness: Harness) -> None:
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(("default", "api-v1"), ("default", "api-v2")),
-            "rg.yaml": routegroup(
-                "switch",
-                f"""
-                hosts: [api.example.org]
-                backends:
-                {service_backend("v1", "api-v1")}
-                {service_backend("v2", "api-v2")}
-                defaultBackends:
-                - {{backendName: v1, weight: 80}}
-                - {{backendName: v2, weight: 20}}
-                routes:
-                - pathSubtree: /api
-                - path: /api/resource
-                  predicates: ['Header("X-Team", "a")']
-                """,
-            ),
-        }
+    await apply_routegroup(
+        harness,
+        "switch",
+        f"""
+        hosts: [api.example.org]
+        backends:
+        {service_backend("v1", "api-v1")}
+        {service_backend("v2", "api-v2")}
+        defaultBackends:
+        - {{backendName: v1, weight: 80}}
+        - {{backendName: v2, weight: 20}}
+        routes:
+        - pathSubtree: /api
+        - path: /api/resource
+          predicates: ['Header("X-Team", "a")']
+        """,
+        "api-v1",
+        "api-v2",
     )
     n = 500
     counts = await harness.distribution("api.example.org", "/api/items", n)
@@ -270,43 +263,41 @@ async def test_traffic_switching_80_20(harness: Harness) -> None:
 async def test_ab_test_with_canary_cookie(harness: Harness) -> None:
     """Seed 003's A/B test: 10% of the requests without a cookie go to variant A and get
     `canary=A`, the others `canary=B`; `canary=A` keeps a client on A."""
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(("default", "service-a"), ("default", "service-b")),
-            "rg.yaml": routegroup(
-                "my-routes",
-                f"""
-                hosts: [ab.example.org]
-                backends:
-                {service_backend("variant-a", "service-a")}
-                {service_backend("variant-b", "service-b")}
-                defaultBackends:
-                - backendName: variant-b
-                routes:
-                - path: /
-                  filters:
-                  - responseCookie("canary", "A")
-                  predicates:
-                  - Traffic(.1)
-                  backends:
-                  - backendName: variant-a
-                - path: /
-                  filters:
-                  - responseCookie("canary", "B")
-                - path: /
-                  predicates:
-                  - Cookie("canary", "team-foo")
-                - path: /
-                  predicates:
-                  - Cookie("canary", "A")
-                  backends:
-                  - backendName: variant-a
-                - path: /
-                  predicates:
-                  - Cookie("canary", "B")
-                """,
-            ),
-        }
+    await apply_routegroup(
+        harness,
+        "my-routes",
+        f"""
+        hosts: [ab.example.org]
+        backends:
+        {service_backend("variant-a", "service-a")}
+        {service_backend("variant-b", "service-b")}
+        defaultBackends:
+        - backendName: variant-b
+        routes:
+        - path: /
+          filters:
+          - responseCookie("canary", "A")
+          predicates:
+          - Traffic(.1)
+          backends:
+          - backendName: variant-a
+        - path: /
+          filters:
+          - responseCookie("canary", "B")
+        - path: /
+          predicates:
+          - Cookie("canary", "team-foo")
+        - path: /
+          predicates:
+          - Cookie("canary", "A")
+          backends:
+          - backendName: variant-a
+        - path: /
+          predicates:
+          - Cookie("canary", "B")
+        """,
+        "service-a",
+        "service-b",
     )
     n = 400
     seen: Counter[tuple[str, str]] = Counter()
@@ -340,31 +331,28 @@ async def test_ab_test_with_canary_cookie(harness: Harness) -> None:
 async def test_chained_traffic_predicates_split_as_skipper_does(harness: Harness) -> None:
     """Traffic(.2) then Traffic(.3) at one node: Skipper gives the second 30% of the remaining
     80% (24%), the rest goes on; Envoy's single draw is given chained thresholds for it."""
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(
-                ("default", "first"), ("default", "second"), ("default", "rest")
-            ),
-            "rg.yaml": routegroup(
-                "chain",
-                f"""
-                hosts: [chain.example.org]
-                backends:
-                {service_backend("first", "first")}
-                {service_backend("second", "second")}
-                {service_backend("rest", "rest")}
-                defaultBackends: [{{backendName: rest}}]
-                routes:
-                - pathSubtree: /
-                  predicates: ["Traffic(.2)"]
-                  backends: [{{backendName: first}}]
-                - pathSubtree: /
-                  predicates: ["Traffic(.3)"]
-                  backends: [{{backendName: second}}]
-                - pathSubtree: /
-                """,
-            ),
-        }
+    await apply_routegroup(
+        harness,
+        "chain",
+        f"""
+        hosts: [chain.example.org]
+        backends:
+        {service_backend("first", "first")}
+        {service_backend("second", "second")}
+        {service_backend("rest", "rest")}
+        defaultBackends: [{{backendName: rest}}]
+        routes:
+        - pathSubtree: /
+          predicates: ["Traffic(.2)"]
+          backends: [{{backendName: first}}]
+        - pathSubtree: /
+          predicates: ["Traffic(.3)"]
+          backends: [{{backendName: second}}]
+        - pathSubtree: /
+        """,
+        "first",
+        "second",
+        "rest",
     )
     n = 600
     counts = await harness.distribution("chain.example.org", "/x", n)
@@ -374,26 +362,24 @@ async def test_chained_traffic_predicates_split_as_skipper_does(harness: Harness
 
 
 async def test_read_write_method_split(harness: Harness) -> None:
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(("default", "reader"), ("default", "writer")),
-            "rg.yaml": routegroup(
-                "rw",
-                f"""
-                hosts: [rw.example.org]
-                backends:
-                {service_backend("read", "reader")}
-                {service_backend("write", "writer")}
-                defaultBackends: [{{backendName: read}}]
-                routes:
-                - pathSubtree: /
-                  methods: [GET, HEAD]
-                - pathSubtree: /
-                  methods: [POST, PUT, PATCH, DELETE]
-                  backends: [{{backendName: write}}]
-                """,
-            ),
-        }
+    await apply_routegroup(
+        harness,
+        "rw",
+        f"""
+        hosts: [rw.example.org]
+        backends:
+        {service_backend("read", "reader")}
+        {service_backend("write", "writer")}
+        defaultBackends: [{{backendName: read}}]
+        routes:
+        - pathSubtree: /
+          methods: [GET, HEAD]
+        - pathSubtree: /
+          methods: [POST, PUT, PATCH, DELETE]
+          backends: [{{backendName: write}}]
+        """,
+        "reader",
+        "writer",
     )
     for method, expected in (("GET", "reader"), ("POST", "writer"), ("DELETE", "writer")):
         r = await harness.get("rw.example.org", "/items/1", method=method)
@@ -406,32 +392,29 @@ async def test_read_write_method_split(harness: Harness) -> None:
 async def test_path_subtree_vs_path(harness: Harness) -> None:
     """Route order in the object does not matter: the deeper Path wins over the PathSubtree
     above it, PathSubtree is segment-wise, and a route without a path comes last."""
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(
-                ("default", "root"), ("default", "api"), ("default", "health")
-            ),
-            "rg.yaml": routegroup(
-                "tree",
-                f"""
-                hosts: [tree.example.org]
-                backends:
-                {service_backend("root", "root")}
-                {service_backend("api", "api")}
-                {service_backend("health", "health")}
-                defaultBackends: [{{backendName: root}}]
-                routes:
-                - pathSubtree: /
-                - pathSubtree: /api
-                  backends: [{{backendName: api}}]
-                - path: /api/health
-                  backends: [{{backendName: health}}]
-                - pathRegexp: ^/api
-                  predicates: ['Weight(100)']
-                  backends: [{{backendName: health}}]
-                """,
-            ),
-        }
+    await apply_routegroup(
+        harness,
+        "tree",
+        f"""
+        hosts: [tree.example.org]
+        backends:
+        {service_backend("root", "root")}
+        {service_backend("api", "api")}
+        {service_backend("health", "health")}
+        defaultBackends: [{{backendName: root}}]
+        routes:
+        - pathSubtree: /
+        - pathSubtree: /api
+          backends: [{{backendName: api}}]
+        - path: /api/health
+          backends: [{{backendName: health}}]
+        - pathRegexp: ^/api
+          predicates: ['Weight(100)']
+          backends: [{{backendName: health}}]
+        """,
+        "root",
+        "api",
+        "health",
     )
     host = "tree.example.org"
     assert await harness.served_by(host, "/api/health") == "default/health"
@@ -446,34 +429,31 @@ async def test_tree_nodes_shared_by_path_and_path_subtree(harness: Harness) -> N
     """Skipper's tree nodes through Envoy: Path("/a/") and PathSubtree("/a") with a method meet
     at the node /a/, where the method's weight wins; /a and below stay the subtree's. The free
     wildcard of Path("/b/*rest") takes a non-empty rest, so /b goes to the static Path("/b")."""
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(
-                ("default", "slash"), ("default", "subtree"), ("default", "static")
-            ),
-            "rg.yaml": routegroup(
-                "nodes",
-                f"""
-                hosts: [nodes.example.org]
-                backends:
-                {service_backend("slash", "slash")}
-                {service_backend("subtree", "subtree")}
-                {service_backend("static", "static")}
-                - {{name: s, type: shunt}}
-                defaultBackends: [{{backendName: s}}]
-                routes:
-                - path: /a/
-                  backends: [{{backendName: slash}}]
-                - pathSubtree: /a
-                  methods: [GET]
-                  backends: [{{backendName: subtree}}]
-                - path: /b
-                  backends: [{{backendName: static}}]
-                - path: /b/*rest
-                  filters: ['status(202)', 'inlineContent("rest")']
-                """,
-            ),
-        }
+    await apply_routegroup(
+        harness,
+        "nodes",
+        f"""
+        hosts: [nodes.example.org]
+        backends:
+        {service_backend("slash", "slash")}
+        {service_backend("subtree", "subtree")}
+        {service_backend("static", "static")}
+        - {{name: s, type: shunt}}
+        defaultBackends: [{{backendName: s}}]
+        routes:
+        - path: /a/
+          backends: [{{backendName: slash}}]
+        - pathSubtree: /a
+          methods: [GET]
+          backends: [{{backendName: subtree}}]
+        - path: /b
+          backends: [{{backendName: static}}]
+        - path: /b/*rest
+          filters: ['status(202)', 'inlineContent("rest")']
+        """,
+        "slash",
+        "subtree",
+        "static",
     )
     host = "nodes.example.org"
     for path in ("/a", "/a/", "/a/x/y"):
@@ -488,24 +468,21 @@ async def test_tree_nodes_shared_by_path_and_path_subtree(harness: Harness) -> N
 
 
 async def test_unsupported_filter_reported_in_status(harness: Harness) -> None:
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(("default", "app")),
-            "rg.yaml": routegroup(
-                "guarded",
-                f"""
-                hosts: [guarded.example.org]
-                backends:
-                {service_backend("app", "app")}
-                defaultBackends: [{{backendName: app}}]
-                routes:
-                - pathSubtree: /
-                - pathSubtree: /admin
-                  filters:
-                  - oauthTokeninfoAllScope("admin")
-                """,
-            ),
-        }
+    await apply_routegroup(
+        harness,
+        "guarded",
+        f"""
+        hosts: [guarded.example.org]
+        backends:
+        {service_backend("app", "app")}
+        defaultBackends: [{{backendName: app}}]
+        routes:
+        - pathSubtree: /
+        - pathSubtree: /admin
+          filters:
+          - oauthTokeninfoAllScope("admin")
+        """,
+        "app",
     )
     # The route that needs the filter answers 500: its requests never reach the route for "/".
     assert (await harness.get("guarded.example.org", "/admin/users")).status_code == 500

@@ -8,15 +8,15 @@ deprecation warning; the others go through RouteGroups on the session's Envoy.""
 from __future__ import annotations
 
 import gzip
-import math
 import textwrap
 from collections import Counter
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.e2e.harness import Harness
+from tests.e2e.test_routegroup_e2e import within_sigmas
+from tests.e2e.test_upstream_policies_e2e import envoy_clusters
 from turnout.dialects.routegroup.eskip import parse_filters, parse_predicates
 from turnout.dialects.routegroup.filters import translate_filters
 from turnout.dialects.routegroup.predicates import translate_predicates
@@ -166,20 +166,20 @@ def routegroup(name: str, host: str, routes: str, backends: str = "") -> str:
     )
 
 
-async def apply(harness: Harness, name: str, host: str, routes: str) -> None:
+async def apply(
+    harness: Harness, name: str, host: str, routes: str, backends: str = "", accepted: bool = True
+) -> None:
+    """Applies the RouteGroup and its Services; with `accepted`, checks that it is Accepted."""
     await harness.apply(
         {
             "svc.yaml": await harness.services(("default", "rgf-a"), ("default", "rgf-b")),
-            "rg.yaml": routegroup(name, host, routes),
+            "rg.yaml": routegroup(name, host, routes, backends),
         }
     )
-    status = harness.status_of("RouteGroup", "default", name)
-    conditions = {c["type"]: c for c in status["conditions"]}
-    assert conditions["Accepted"]["status"] == "True", status
-
-
-def within_sigmas(count: int, n: int, p: float, sigmas: float = 4.0) -> bool:
-    return abs(count - n * p) <= sigmas * math.sqrt(n * p * (1 - p))
+    if accepted:
+        status = harness.status_of("RouteGroup", "default", name)
+        conditions = {c["type"]: c for c in status["conditions"]}
+        assert conditions["Accepted"]["status"] == "True", status
 
 
 async def test_traffic_takes_its_share_of_requests(harness: Harness) -> None:
@@ -399,18 +399,15 @@ async def test_content_length_and_client_address_predicates(harness: Harness) ->
 
 async def test_unsupported_filter_is_reported_and_not_installed(harness: Harness) -> None:
     host = "refused.rgf.example.org"
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(("default", "rgf-a"), ("default", "rgf-b")),
-            "rg.yaml": routegroup(
-                "refused",
-                host,
-                """\
-                - pathSubtree: /
-                  filters: ['clusterRatelimit("group", 10, "1m")']
-                """,
-            ),
-        }
+    await apply(
+        harness,
+        "refused",
+        host,
+        """\
+        - pathSubtree: /
+          filters: ['clusterRatelimit("group", 10, "1m")']
+        """,
+        accepted=False,
     )
     status = harness.status_of("RouteGroup", "default", "refused")
     text = str(status["conditions"])
@@ -418,40 +415,25 @@ async def test_unsupported_filter_is_reported_and_not_installed(harness: Harness
     assert (await harness.get(host, "/")).status_code != 200
 
 
-async def envoy_clusters(harness: Harness) -> list[dict[str, Any]]:
-    config = harness.controller.config
-    async with httpx.AsyncClient(timeout=5.0) as client:
-        r = await client.get(
-            f"http://{config.address}:{config.envoy_admin_port}"
-            "/config_dump?resource=dynamic_active_clusters"
-        )
-        r.raise_for_status()
-        return [entry.get("cluster", {}) for entry in r.json().get("configs", [])]
-
-
 async def test_upstream_filters_reach_the_clusters(harness: Harness) -> None:
     host = "upstream.rgf.example.org"
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(("default", "rgf-a"), ("default", "rgf-b")),
-            "rg.yaml": routegroup(
-                "upstream",
-                host,
-                """\
-                - pathSubtree: /fade
-                  filters: ['fadeIn("30s", 2)', 'consecutiveBreaker(3, "20s")']
-                  backends: [{backendName: a}]
-                - pathSubtree: /hash
-                  filters:
-                  - 'consistentHashKey("${request.header.X-User}")'
-                  - 'consistentHashBalanceFactor(1.5)'
-                  backends: [{backendName: hashed}]
-                - pathSubtree: /
-                """,
-                backends="- {name: hashed, type: service, serviceName: rgf-a, servicePort: 80, "
-                "algorithm: consistentHash}",
-            ),
-        }
+    await apply(
+        harness,
+        "upstream",
+        host,
+        """\
+        - pathSubtree: /fade
+          filters: ['fadeIn("30s", 2)', 'consecutiveBreaker(3, "20s")']
+          backends: [{backendName: a}]
+        - pathSubtree: /hash
+          filters:
+          - 'consistentHashKey("${request.header.X-User}")'
+          - 'consistentHashBalanceFactor(1.5)'
+          backends: [{backendName: hashed}]
+        - pathSubtree: /
+        """,
+        backends="- {name: hashed, type: service, serviceName: rgf-a, servicePort: 80, "
+        "algorithm: consistentHash}",
     )
     assert await harness.served_by(host, "/fade") == "default/rgf-a"
     assert await harness.served_by(host, "/hash", {"X-User": "u1"}) == "default/rgf-a"

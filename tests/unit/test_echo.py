@@ -2,13 +2,18 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import sys
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
+from tests.e2e.certs import CA
 from turnout.echo import EchoServer, demo_backends, start_demo_backends, start_echo
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
@@ -216,3 +221,102 @@ async def test_echo_can_be_told_to_fail_one_path(echo: EchoServer) -> None:
     assert failed.json()["service"] == "foo"  # still the echo body, so tests see who failed
     assert other.status_code == 200
     assert restored.status_code == 200
+
+
+# --- what the Gateway API conformance suite asks of its echo backend -----------------------------
+
+
+@pytest.fixture
+def tls_context(tmp_path: Path) -> tuple[ssl.SSLContext, CA]:
+    ca = CA()
+    leaf = ca.issue("backend.example.com")
+    (tmp_path / "tls.crt").write_text(leaf.cert_pem)
+    (tmp_path / "tls.key").write_text(leaf.key_pem)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    return ctx, ca
+
+
+async def test_https_echo_reports_the_server_name_each_connection_sent(
+    tls_context: tuple[ssl.SSLContext, CA],
+) -> None:
+    server_ctx, ca = tls_context
+    asked: list[str | None] = []
+    # A callback the caller had set keeps running.
+    server_ctx.sni_callback = lambda _obj, name, _ctx: asked.append(name)
+    server = await start_echo("127.0.0.1", 0, name="secure", ssl_context=server_ctx)
+    try:
+        assert server.url == f"https://127.0.0.1:{server.port}"
+        client_ctx = ca.client_context()
+        # The name goes in the TLS handshake; the connection itself goes to 127.0.0.1.
+        transport = httpx.AsyncHTTPTransport(verify=client_ctx)
+        async with httpx.AsyncClient(transport=transport) as client:
+            resp = await client.get(
+                f"{server.url}/x",
+                headers={"Host": "backend.example.com"},
+                extensions={"sni_hostname": "backend.example.com"},
+            )
+        assert resp.status_code == 200
+        body = resp.json()
+        assert body["service"] == "secure"
+        assert body["tls"] == {"serverName": "backend.example.com"}
+        # Without SNI (an address as the host), no name: never one another connection sent.
+        no_sni = ca.client_context()
+        no_sni.check_hostname = False
+        async with httpx.AsyncClient(verify=no_sni) as client:
+            bare = (await client.get(f"{server.url}/y")).json()
+        assert bare["tls"] == {"serverName": None}
+        assert asked == ["backend.example.com", None]
+    finally:
+        await server.close()
+
+
+async def test_plain_echo_has_no_tls_field(echo: EchoServer) -> None:
+    async with httpx.AsyncClient() as client:
+        body = (await client.get(echo.url)).json()
+    assert "tls" not in body
+    assert echo.url.startswith("http://")
+
+
+async def test_echo_set_header_adds_response_headers(echo: EchoServer) -> None:
+    async with httpx.AsyncClient() as client:
+        resp = await client.get(
+            echo.url,
+            headers=[
+                ("X-Echo-Set-Header", "X-Header-Set: set, X-Other:a:b ,broken, :empty"),
+                ("X-Echo-Set-Header", "X-Second-Line: 2"),
+            ],
+        )
+    assert resp.status_code == 200
+    assert resp.headers["x-header-set"] == "set"
+    assert resp.headers["x-other"] == "a:b"  # only the first colon separates name and value
+    assert resp.headers["x-second-line"] == "2"
+    assert "broken" not in resp.headers
+    # The request header itself is still echoed, as every request header is.
+    assert resp.json()["headers"]["x-echo-set-header"].startswith("X-Header-Set: set")
+
+
+@pytest.mark.parametrize(
+    ("delay", "at_least", "below"),
+    [("0.3", 0.3, 2.0), ("300ms", 0.3, 2.0), ("1s", 1.0, 3.0), ("nan", 0.0, 0.5), ("x", 0.0, 0.5)],
+)
+async def test_echo_delay_forms(
+    echo: EchoServer, delay: str, at_least: float, below: float
+) -> None:
+    async with httpx.AsyncClient() as client:
+        started = time.monotonic()
+        resp = await client.get(f"{echo.url}/slow", params={"delay": delay})
+        took = time.monotonic() - started
+    assert resp.status_code == 200
+    assert at_least <= took < below
+
+
+async def test_echo_websocket_echoes_text_and_binary_frames(echo: EchoServer) -> None:
+    async with aiohttp.ClientSession() as session, session.ws_connect(f"{echo.url}/ws") as ws:
+        await ws.send_str("hello")
+        text = await ws.receive(timeout=5)
+        await ws.send_bytes(b"\x00\x01\xffbinary")
+        binary = await ws.receive(timeout=5)
+    assert (text.type, text.data) == (aiohttp.WSMsgType.TEXT, "hello")
+    assert (binary.type, binary.data) == (aiohttp.WSMsgType.BINARY, b"\x00\x01\xffbinary")
+    assert echo.requests("/ws") == 1

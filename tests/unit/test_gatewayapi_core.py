@@ -9,15 +9,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from envoy.config.route.v3 import route_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_xds import AdsClient, FakeEnvoy
+from tests.unit.test_xds import AdsClient, FakeEnvoy, resource_names, until
+from tests.unit.test_xds import snapshot as xds_snapshot
+from turnout.admin.server import status_json
 from turnout.config import ServeConfig
 from turnout.controller import Controller
 from turnout.dialects.base import CompileOptions
-from turnout.dialects.gatewayapi.hostnames import covers, intersect, route_hostnames
+from turnout.dialects.gatewayapi.hostnames import (
+    covers,
+    hostname_problem,
+    intersect,
+    route_hostnames,
+)
 from turnout.dialects.gatewayapi.status import programmed_statuses
+from turnout.envoy.translate import translate
+from turnout.envoy.xds import XdsServer
 from turnout.graph.build import compile_snapshot
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import ListenerProtocol
@@ -97,6 +107,10 @@ def _status(result: Any, kind: str, namespace: str, name: str) -> Mapping[str, A
         if (s.ref.kind, s.ref.namespace, s.ref.name) == (kind, namespace, name):
             return dict(s.body)
     raise AssertionError(f"no status for {kind} {namespace}/{name}")
+
+
+def _messages(conditions: Any) -> dict[str, str]:
+    return {c["type"]: c["message"] for c in conditions}
 
 
 def _conditions(conditions: Any) -> dict[str, tuple[str, str]]:
@@ -291,12 +305,13 @@ async def test_controller_reports_programmed_once_envoy_acked(tmp_path: Path) ->
         assert applied is not None
         assert await controller.xds.wait_acked(applied.version, 5.0)
         assert _programmed(controller) == ("True", "Programmed")
-        # A new configuration is Pending again until Envoy acknowledges it too.
+        # A changed listener is Pending again until Envoy acknowledges it too. `reload` returns
+        # without yielding to the event loop after installing the snapshot, so no ADS stream
+        # has seen it yet: this check cannot race the fake Envoy's ACK.
         (tmp_path / "gw.yaml").write_text(GATEWAY_FILE.replace("18081", "18082"))
         newer = await controller.reload()
         assert newer is not None and newer.version != applied.version
-        if not await controller.xds.wait_acked(newer.version, 0.0):
-            assert _programmed(controller) == ("False", "Pending")
+        assert _programmed(controller) == ("False", "Pending")
         assert await controller.xds.wait_acked(newer.version, 5.0)
         assert _programmed(controller) == ("True", "Programmed")
     finally:
@@ -305,20 +320,197 @@ async def test_controller_reports_programmed_once_envoy_acked(tmp_path: Path) ->
         await controller.stop()
 
 
-async def test_controller_keeps_pending_when_envoy_rejects(tmp_path: Path) -> None:
+UNRELATED_FILE = """
+apiVersion: v1
+kind: Service
+metadata: {name: other, namespace: app}
+spec: {ports: [{name: http, port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: other, namespace: app, labels: {kubernetes.io/service-name: other}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints: [{addresses: ["10.0.0.9"]}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: other, namespace: app}
+spec:
+  ingressClassName: turnout
+  rules:
+  - host: other.example.com
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: other, port: {number: 80}}}}
+"""
+
+
+async def test_controller_keeps_programmed_across_unrelated_changes(tmp_path: Path) -> None:
+    controller = await _controller(tmp_path)
+    fake = FakeEnvoy(AdsClient(controller.xds_port)).start()
+    try:
+        applied = controller.applied
+        assert applied is not None
+        assert await controller.xds.wait_acked(applied.version, 5.0)
+        assert _programmed(controller) == ("True", "Programmed")
+        # A new Service, endpoints and an Ingress on turnout's own HTTP listener: a new
+        # configuration, but the Gateway's Envoy listener and route configuration are unchanged.
+        (tmp_path / "other.yaml").write_text(UNRELATED_FILE)
+        newer = await controller.reload()
+        assert newer is not None and newer.version != applied.version
+        assert _programmed(controller) == ("True", "Programmed")
+        assert await controller.xds.wait_acked(newer.version, 5.0)
+        assert _programmed(controller) == ("True", "Programmed")
+    finally:
+        await fake.stop()
+        await controller.stop()
+
+
+async def test_controller_reports_envoys_rejection_as_invalid(tmp_path: Path) -> None:
     controller = await _controller(tmp_path)
     fake = FakeEnvoy(
         AdsClient(controller.xds_port),
-        reject=lambda r: "no" if r.type_url.endswith("Listener") else None,
+        reject=lambda r: "listener is broken" if r.type_url.endswith("Listener") else None,
     ).start()
     try:
         applied = controller.applied
         assert applied is not None
         assert not await controller.xds.wait_acked(applied.version, 1.0)
-        assert _programmed(controller) == ("False", "Pending")
+        assert _programmed(controller) == ("False", "Invalid")
+        status = next(s for s in controller.statuses() if s.ref.kind == "Gateway")
+        message = _messages(status.body["listeners"][0]["conditions"])["Programmed"]
+        assert message == "Envoy node-a rejected listener gateway_18081: listener is broken"
     finally:
         await fake.stop()
         await controller.stop()
+
+
+TWO_GATEWAYS_FILE = (
+    CLASS
+    + """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: good, namespace: app}
+spec:
+  gatewayClassName: turnout
+  listeners:
+  - {name: tcp, port: 18091, protocol: TCP}
+  - {name: idle, port: 18093, protocol: TCP}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: db, namespace: app}
+spec:
+  parentRefs: [{name: good, sectionName: tcp}]
+  rules: [{backendRefs: [{name: db, port: 5432}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: app}
+spec: {ports: [{name: db, port: 5432}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: db, namespace: app, labels: {kubernetes.io/service-name: db}}
+addressType: IPv4
+ports: [{name: db, port: 5432}]
+endpoints: [{addresses: ["10.0.0.7"]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: busy, namespace: app}
+spec:
+  gatewayClassName: turnout
+  listeners:
+  - {name: web, port: 18092, protocol: HTTP}
+"""
+)
+BIND_ERROR = (
+    "Error adding/updating listener(s) gateway_18092: cannot bind '127.0.0.1:18092': "
+    "Address already in use"
+)
+
+
+def _gateway(controller: Controller, name: str) -> Mapping[str, Any]:
+    return next(
+        s.body for s in controller.statuses() if s.ref.kind == "Gateway" and s.ref.name == name
+    )
+
+
+async def test_controller_programmed_per_gateway_when_one_listener_is_rejected(
+    tmp_path: Path,
+) -> None:
+    """Envoy applies the listeners of a rejected LDS response one by one and names the ones it
+    could not add (a port another process holds): those are Invalid with Envoy's message, every
+    other Gateway is Programmed; a listener with nothing to serve has no Envoy listener and says
+    so."""
+    (tmp_path / "gw.yaml").write_text(TWO_GATEWAYS_FILE)
+    controller = Controller(
+        ServeConfig(
+            paths=(tmp_path,), run_envoy=False, watch=False, demo_backends=False, xds_port=0
+        )
+    )
+    await controller.start()
+
+    def reject(response: Any) -> str | None:
+        if response.type_url.endswith("Listener") and "gateway_18092" in resource_names(response):
+            return BIND_ERROR
+        return None
+
+    fake = FakeEnvoy(AdsClient(controller.xds_port), reject=reject).start()
+    try:
+
+        def settled() -> bool:
+            good = _conditions(_gateway(controller, "good")["conditions"])["Programmed"]
+            return good != ("False", "Pending")
+
+        await until(settled, 5.0)
+        good = _gateway(controller, "good")
+        assert _conditions(good["conditions"])["Programmed"] == ("True", "Programmed")
+        tcp, idle = good["listeners"]
+        assert _conditions(tcp["conditions"])["Programmed"] == ("True", "Programmed")
+        assert _conditions(idle["conditions"])["Programmed"] == ("False", "Pending")
+        assert _messages(idle["conditions"])["Programmed"].startswith(
+            "nothing on port 18093 can be served yet"
+        )
+        busy = _gateway(controller, "busy")
+        assert _conditions(busy["conditions"])["Programmed"] == ("False", "Invalid")
+        (web,) = busy["listeners"]
+        assert _conditions(web["conditions"])["Programmed"] == ("False", "Invalid")
+        expected = f"Envoy node-a rejected listener gateway_18092: {BIND_ERROR}"
+        assert _messages(web["conditions"])["Programmed"] == expected
+        assert _messages(busy["conditions"])["Programmed"] == f"listener 'web': {expected}"
+    finally:
+        await fake.stop()
+        await controller.stop()
+
+
+def test_compile_says_when_a_port_gets_no_envoy_listener() -> None:
+    """A TCP listener without a TCPRoute and a TLS passthrough listener without a TLSRoute
+    have nothing to serve: no Envoy listener, and their Programmed says so (not "Envoy
+    acknowledged")."""
+    result = _compile(
+        CLASS
+        + """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: app}
+spec:
+  gatewayClassName: turnout
+  listeners:
+  - {name: tcp, port: 9000, protocol: TCP}
+  - {name: tls, port: 9443, protocol: TLS, tls: {mode: Passthrough}}
+"""
+    )
+    assert not any(lst.name.startswith("gateway_") for lst in translate(result.graph).listeners)
+    status = next(s for s in result.statuses if s.ref.kind == "Gateway")
+    for lst, port in zip(status.body["listeners"], (9000, 9443), strict=True):
+        assert _conditions(lst["conditions"])["Programmed"] == ("False", "Pending")
+        message = _messages(lst["conditions"])["Programmed"]
+        assert message.startswith(f"nothing on port {port} can be served yet")
 
 
 # --- bad input never raises, never disturbs another Gateway --------------------------------
@@ -485,3 +677,101 @@ def test_check_and_explain_the_example(capsys: pytest.CaptureFixture[str]) -> No
     # Another controller name: nothing is turnout's, nothing routes.
     assert main(["check", str(EXAMPLE), "--gateway-controller-name", "example.com/x"]) == 0
     assert "Gateway" not in capsys.readouterr().out
+
+
+def test_status_json_shows_gateway_class_without_namespace() -> None:
+    result = _compile(GATEWAY_FILE)
+    objects = json.loads(status_json(result.statuses, ()))["objects"]
+    (gateway_class,) = [o for o in objects if o["kind"] == "GatewayClass"]
+    assert gateway_class["metadata"] == {"name": "turnout"}
+    (gateway,) = [o for o in objects if o["kind"] == "Gateway"]
+    assert gateway["metadata"] == {"namespace": "app", "name": "gw"}
+
+
+@pytest.mark.parametrize(
+    ("hostname", "valid"),
+    [
+        ("localhost", True),
+        ("*.local", True),
+        ("a-b.example.com", True),
+        ("1.2.3", True),
+        ("a" * 63 + ".com", True),
+        ("a" * 64 + ".com", False),
+        (".".join(["a" * 60] * 4) + ".abcdefghi", True),  # 253 characters
+        (".".join(["a" * 60] * 4) + ".abcdefghij", False),  # 254 characters
+        ("1.2.3.4", False),
+        ("::1", False),
+        ("*", False),
+        ("*.*.example.com", False),
+        ("x*.example.com", False),
+        ("www.example.com.", False),
+        ("www.example.com:80", False),
+        ("-a.example.com", False),
+        ("a_b.example.com", False),
+        ("", False),
+    ],
+)
+def test_hostname_pattern(hostname: str, valid: bool) -> None:
+    assert (hostname_problem(hostname) is None) is valid
+
+
+def test_listener_hostnames_follow_the_hostname_pattern() -> None:
+    listeners = "\n".join(
+        f"  - {{name: l{i}, port: {18100 + i}, protocol: HTTP, hostname: {json.dumps(h)}}}"
+        for i, h in enumerate(["localhost", "1.2.3.4", "a" * 250 + ".com"])
+    )
+    result = _compile(
+        CLASS
+        + f"""
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: app}}
+spec:
+  gatewayClassName: turnout
+  listeners:
+{listeners}
+"""
+    )
+    local, ip, long = _status(result, "Gateway", "app", "gw")["listeners"]
+    assert _conditions(local["conditions"])["Accepted"] == ("True", "Accepted")
+    assert _conditions(ip["conditions"])["Accepted"] == ("False", "UnsupportedValue")
+    message = ip["conditions"][0]["message"]
+    assert message.startswith("spec.listeners[1].hostname: '1.2.3.4' is an IP address")
+    assert _conditions(long["conditions"])["Accepted"] == ("False", "UnsupportedValue")
+    assert "a hostname has at most 253" in long["conditions"][0]["message"]
+
+
+async def test_listener_state_follows_its_own_resources() -> None:
+    """`XdsServer.listener_state`: a rejected route configuration the listener loads makes it
+    rejected (Envoy's message); a fixed one makes it programmed; a change elsewhere (a new
+    cluster) leaves it programmed; an unknown listener is absent."""
+    server = XdsServer()
+    port = await server.start("127.0.0.1", 0)
+
+    def reject(response: Any) -> str | None:
+        if response.type_url.endswith("RouteConfiguration"):
+            config = route_pb2.RouteConfiguration()
+            response.resources[0].Unpack(config)
+            if config.virtual_hosts[0].routes[0].route.timeout.seconds == 15:
+                return "route timeout refused"
+        return None
+
+    fake = FakeEnvoy(AdsClient(port), reject=reject).start()
+    try:
+        server.set_resources(xds_snapshot(["a"]))
+        await until(lambda: server.listener_state("http").programmed is not None, 5.0)
+        state = server.listener_state("http")
+        assert (state.programmed, state.message) == (
+            False,
+            "Envoy node-a rejected route main: route timeout refused",
+        )
+        assert not server.listener_state("nothing").exists
+        fixed = server.set_resources(xds_snapshot(["a"], route_timeout=5))
+        assert await server.wait_acked(fixed, 5.0)
+        assert server.listener_state("http").programmed is True
+        server.set_resources(xds_snapshot(["a", "b"], route_timeout=5))
+        assert server.listener_state("http").programmed is True
+    finally:
+        await fake.stop()
+        await server.stop(0)

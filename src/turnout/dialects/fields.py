@@ -9,6 +9,7 @@ wording while the checks themselves live in one place.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -189,3 +190,47 @@ class FieldReader:
         if value is None:
             return []
         return [(f"{path}.{key}[{i}]", item) for i, item in enumerate(value)]
+
+
+# --- Go durations --------------------------------------------------------------------------------
+
+_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,  # Go accepts both micro signs (U+00B5 and U+03BC)
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)([^0-9.]*)")
+
+
+def parse_go_duration(text: str) -> float | str:
+    """Seconds, or Go's `time.ParseDuration` error message for `text` (no int64 overflow
+    check: callers bound their durations themselves)."""
+    invalid = f'time: invalid duration "{text}"'
+    s = text
+    negative = False
+    if s[:1] in ("+", "-"):
+        negative = s[0] == "-"
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    if not s:
+        return invalid
+    total = 0.0
+    while s:
+        match = _DURATION_PART.match(s)
+        assert match is not None  # the pattern matches the empty string
+        number, unit = match.group(1), match.group(2)
+        if number in ("", "."):
+            return invalid
+        if not unit:
+            return f'time: missing unit in duration "{text}"'
+        if unit not in _UNITS:
+            return f'time: unknown unit "{unit}" in duration "{text}"'
+        total += float(number) * _UNITS[unit]
+        s = s[match.end() :]
+    return -total if negative else total

@@ -43,6 +43,7 @@ import contextlib
 import enum
 import hashlib
 import logging
+import re
 import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -270,6 +271,15 @@ class Nack:
         return f"Envoy {self.node} rejected {self.type} version {self.version}: {self.message}"
 
 
+@dataclass(frozen=True, slots=True)
+class ListenerState:
+    """What `XdsServer.listener_state` knows about one Envoy listener."""
+
+    programmed: bool | None  # True: in effect everywhere; False: rejected; None: not yet
+    message: str
+    exists: bool = True  # False: the current configuration has no such listener
+
+
 class _Outcome(enum.Enum):
     ACK = "ack"
     NACK = "nack"
@@ -298,11 +308,42 @@ class _TypeState:
     # Names to resend even though their content is unchanged: Envoy re-warms a changed EDS
     # cluster and finishes warming only when a CLA response arrives.
     forced: set[str] = field(default_factory=set)
+    # Per resource, the content (digest) Envoy has in effect, and the content it refused with
+    # its message: what `XdsServer.listener_state` reads, resource by resource, so that one
+    # rejected resource does not hide that the others are in effect.
+    in_effect: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def subscribed(self, available: Iterable[str]) -> set[str]:
         if self.wildcard:
             return set(available)
         return self.names.intersection(available)
+
+
+def _mentions(message: str, name: str) -> bool:
+    """Whether Envoy's error message names the resource `name` (as a whole word)."""
+    return re.search(rf"(?<![\w./-]){re.escape(name)}(?![\w./-])", message) is not None
+
+
+def _note_refused(st: _TypeState, message: str) -> None:
+    """Records what a rejected response did, resource by resource. Envoy adds, updates and
+    removes listeners and clusters one at a time and reports the ones that failed by name
+    ("Error adding/updating listener(s) gateway_8081: cannot bind ..."): those keep their old
+    content, the others of the response are in effect. A message that names none of the
+    resources (and any rejected route configuration or secret response, which Envoy hands to
+    its subscriptions one after another and may stop applying midway) refuses every changed
+    resource of the response and puts nothing new in effect."""
+    named = {name for name in st.inflight if _mentions(message, name)}
+    if named and st.type_url in FULL_STATE_TYPES:
+        kept = {name: st.in_effect[name] for name in named if name in st.in_effect}
+        st.in_effect = {
+            name: res.digest for name, res in st.inflight.items() if name not in named
+        } | kept
+        st.refused = {name: (st.inflight[name].digest, message) for name in named}
+        return
+    for name, res in st.inflight.items():
+        if (not named or name in named) and st.in_effect.get(name) != res.digest:
+            st.refused[name] = (res.digest, message)
 
 
 class _Wake:
@@ -391,8 +432,13 @@ class _Stream:
         if st.type_url in FULL_STATE_TYPES:
             st.acked = dict(st.inflight)
             st.acked_refs = frozenset(name for res in st.acked.values() for name in res.refs)
+            st.in_effect = {name: res.digest for name, res in st.inflight.items()}
+            st.refused.clear()
         else:
             st.acked.update(st.inflight)
+            for name, res in st.inflight.items():
+                st.in_effect[name] = res.digest
+                st.refused.pop(name, None)
         st.acked_version = st.inflight_version
         if st.nack is not None and st.nack.version != st.inflight_version:
             st.nack = None
@@ -410,6 +456,7 @@ class _Stream:
         nack = Nack(self.node, st.type_url, st.inflight_version, message, time.time())
         st.nack = nack
         self.server._record_nack(nack)
+        _note_refused(st, message)
         # Only Envoy's message is logged, never resource contents: a Secret's bytes must not leak.
         log.warning("%s", nack.describe())
 
@@ -423,6 +470,7 @@ class _Stream:
             st.sent = dict(target)
             st.acked = dict(target)
             st.acked_refs = frozenset(name for res in target.values() for name in res.refs)
+            st.in_effect = {name: res.digest for name, res in target.items()}
             st.sent_version = st.acked_version = version
             st.last_outcome = _Outcome.ACK
 
@@ -442,6 +490,8 @@ class _Stream:
             st.sent.pop(name, None)
             st.acked.pop(name, None)
             st.forced.discard(name)
+            st.in_effect.pop(name, None)
+            st.refused.pop(name, None)
 
     # -- what the stream should have --------------------------------------------------------
 
@@ -732,6 +782,48 @@ class XdsServer:
                 return False, stream.first_unsynced()
         nodes = ", ".join(sorted(s.node for s in self._streams.values()))
         return True, f"Envoy {nodes} acknowledged version {self._snapshot.version}"
+
+    def listener_state(self, name: str) -> ListenerState:
+        """Whether the current content of Envoy listener `name`, and of the route
+        configurations and secrets it loads, is in effect on every connected Envoy (at least
+        one). Other resources do not matter: a change elsewhere (an endpoint, another
+        listener) or another resource's rejection leaves this listener's state alone."""
+        snapshot = self._snapshot
+        if snapshot is None:
+            return ListenerState(None, "no configuration has been built yet")
+        listener = snapshot.resources[LISTENER_TYPE].get(name)
+        if listener is None:
+            return ListenerState(None, f"the configuration holds no Envoy listener {name}", False)
+        if not self._streams:
+            return ListenerState(None, "no Envoy is connected")
+        needed = [(LISTENER_TYPE, listener)]
+        for child_type in (ROUTE_TYPE, SECRET_TYPE):
+            available = snapshot.resources[child_type]
+            needed.extend(
+                (child_type, available[ref])
+                for ref in listener.refs_of(child_type)
+                if ref in available
+            )
+        waiting: str | None = None
+        for stream in sorted(self._streams.values(), key=lambda s: s.id):
+            for type_url, res in needed:
+                st = stream.types[type_url]
+                refused = st.refused.get(res.name)
+                if refused is not None and refused[0] == res.digest:
+                    return ListenerState(
+                        False,
+                        f"Envoy {stream.node} rejected {SHORT_TYPE_NAMES[type_url]} "
+                        f"{res.name}: {refused[1]}",
+                    )
+                if waiting is None and st.in_effect.get(res.name) != res.digest:
+                    waiting = (
+                        f"waiting for Envoy {stream.node} to acknowledge "
+                        f"{SHORT_TYPE_NAMES[type_url]} {res.name}"
+                    )
+        if waiting is not None:
+            return ListenerState(None, waiting)
+        nodes = ", ".join(sorted(s.node for s in self._streams.values()))
+        return ListenerState(True, f"Envoy {nodes} acknowledged listener {name}")
 
     async def wait_acked(self, version: str, timeout: float) -> bool:
         """Wait until every connected Envoy (at least one) has acknowledged `version` or a later

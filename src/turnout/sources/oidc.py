@@ -12,6 +12,9 @@ every change of an answer calls `on_change`, which recompiles with the new `resu
 An answer once found is kept while later refreshes fail (the key set itself is fetched and
 refreshed by Envoy); the failure is logged. An issuer without any answer is reported by the
 RouteGroup's status, and its routes answer 503 until discovery succeeds.
+
+The one-shot commands (`turnout check --discover`, `turnout explain --discover`) run one round
+of the same discovery through `discover_once`, within a total timeout.
 """
 
 from __future__ import annotations
@@ -190,3 +193,34 @@ class IssuerDiscoverer:
                 continue
             return IssuerDiscovery(issuer, jwks_uri=jwks_uri)
         return IssuerDiscovery(issuer, error=error)
+
+
+async def discover_once(
+    issuers: Iterable[str], total_timeout_s: float, settings: DiscoverySettings | None = None
+) -> tuple[IssuerDiscovery, ...]:
+    """One round of discovery of each of `issuers` for the one-shot commands (`turnout check
+    --discover`): the control plane's requests, retries and backoff, all within
+    `total_timeout_s`. Every issuer gets an answer, sorted by issuer: its `jwks_uri`, or an
+    error, which for an issuer still unanswered when the time is up says so."""
+    wanted = sorted(set(issuers))
+    if not wanted:
+        return ()
+    if settings is None:
+        base = DiscoverySettings()
+        settings = DiscoverySettings(timeout_s=min(base.timeout_s, total_timeout_s))
+    all_answered = asyncio.Event()
+
+    async def answered() -> None:
+        if len(discoverer.results()) == len(wanted):
+            all_answered.set()
+
+    discoverer = IssuerDiscoverer(answered, settings)
+    try:
+        discoverer.track(wanted)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_answered.wait(), total_timeout_s)
+        found = {answer.issuer: answer for answer in discoverer.results()}
+    finally:
+        await discoverer.close()
+    late = f"no answer within {total_timeout_s:g} s"
+    return tuple(found.get(issuer) or IssuerDiscovery(issuer, error=late) for issuer in wanted)

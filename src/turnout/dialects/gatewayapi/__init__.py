@@ -30,7 +30,12 @@ from turnout.dialects.base import (
     HostClaim,
     ListenerDecl,
 )
-from turnout.dialects.gatewayapi.attachment import Attachment, attach, parent_refs
+from turnout.dialects.gatewayapi.attachment import (
+    Attachment,
+    attach,
+    parent_refs,
+    route_hostnames_problem,
+)
 from turnout.dialects.gatewayapi.classes import (
     GatewayClassInfo,
     gateway_class_status,
@@ -48,6 +53,7 @@ from turnout.dialects.gatewayapi.kinds import (
     KINDS,
     TCP_ROUTE,
     TLS_ROUTE,
+    gateway_listener_name,
     mapping,
     sequence,
     text,
@@ -78,11 +84,6 @@ from turnout.status.model import ObjectStatus
 from turnout.store import Snapshot
 
 __all__ = ["GatewayAPIDialect", "gateway_listener_name"]
-
-
-def gateway_listener_name(port: int) -> str:
-    """The graph (and Envoy) listener serving every Gateway listener on `port`."""
-    return f"gateway_{port}"
 
 
 _ListenerKey = tuple[ObjectRef, int]  # (Gateway, listener index)
@@ -158,7 +159,9 @@ class GatewayAPIDialect:
         streams = [*snapshot.kind(GROUP, TLS_ROUTE), *snapshot.kind(GROUP, TCP_ROUTE)]
         for group in (http_like, streams):
             for route in sorted(group, key=lambda r: (r.age_key, r.kind)):
-                status = self._route(route, by_gateway, namespace_labels, served, ctx, grants)
+                status = self._route(
+                    route, by_gateway, refused, namespace_labels, served, ctx, grants
+                )
                 if status is not None:
                     statuses.append(status)
 
@@ -167,6 +170,10 @@ class GatewayAPIDialect:
                 served.gateways_by_route, options.gateway_controller_name, ctx
             )
         )
+        ready = [lst for i in serving for lst in read[i] if lst.ready and lst.port > 0]
+        decls, vhosts, proxies = _assemble(ready, served)
+        busy = {name for name, _ in vhosts} | {name for name, _ in proxies}
+        idle_ports = {d.port for d in decls if d.name not in busy}
         for g, listeners in ((g, read[i]) for i, g in enumerate(gateways)):
             statuses.append(
                 gateway_status(
@@ -175,10 +182,9 @@ class GatewayAPIDialect:
                     {idx: n for (ref, idx), n in served.attached.items() if ref == g.ref},
                     address=options.address,
                     refused=refused.get(g.ref),
+                    idle_ports=idle_ports,
                 )
             )
-        ready = [lst for i in serving for lst in read[i] if lst.ready and lst.port > 0]
-        decls, vhosts, proxies = _assemble(ready, served)
         return DialectOutput(
             virtual_hosts=tuple(vhosts),
             statuses=tuple(statuses),
@@ -190,6 +196,7 @@ class GatewayAPIDialect:
         self,
         route: KubeObject,
         by_gateway: Mapping[tuple[str, str], tuple[KubeObject, list[GatewayListener]]],
+        refused: Mapping[ObjectRef, tuple[str, str]],
         namespace_labels: Mapping[str, Mapping[str, str]],
         served: _Served,
         ctx: CompileContext,
@@ -202,6 +209,8 @@ class GatewayAPIDialect:
         compiled = {}
         stream: CompiledStream | None = None
         contributed: set[_ListenerKey] = set()
+        counted: set[_ListenerKey] = set()
+        invalid_hostnames = route_hostnames_problem(route)
         for parent in parent_refs(route):
             if parent.group != GROUP or parent.kind != GATEWAY:
                 continue
@@ -209,6 +218,20 @@ class GatewayAPIDialect:
             if entry is None:
                 continue
             gateway, listeners = entry
+            if invalid_hostnames is not None:
+                outcomes.append(ParentOutcome(Attachment(parent, gateway, (), invalid_hostnames)))
+                continue
+            why_refused = refused.get(gateway.ref)
+            if why_refused is not None:
+                # A Gateway that is not accepted serves nothing: nothing attaches to it.
+                problem = RouteProblem(
+                    ACCEPTED,
+                    "NoMatchingParent",
+                    f"{parent.field}: Gateway {gateway.namespace}/{gateway.name} is not accepted "
+                    f"({why_refused[0]}: {why_refused[1]})",
+                )
+                outcomes.append(ParentOutcome(Attachment(parent, gateway, (), problem)))
+                continue
             attachment = attach(route, parent, gateway, listeners, namespace_labels)
             if attachment.problem is not None:
                 outcomes.append(ParentOutcome(attachment))
@@ -260,7 +283,12 @@ class GatewayAPIDialect:
             outcomes.append(outcome)
             if outcome.accepted:
                 served.gateways_by_route.setdefault(route.ref, set()).add(gateway.ref)
+                # attachedRoutes counts routes: several parentRefs of one route to one
+                # listener attach it once.
                 for listener, _ in attachment.listeners:
+                    if _key(listener) in counted:
+                        continue
+                    counted.add(_key(listener))
                     served.attached[_key(listener)] = served.attached.get(_key(listener), 0) + 1
         return route_status(route, outcomes, ctx.options.gateway_controller_name)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnout.dialects.gatewayapi.conditions import ACCEPTED, RouteProblem
-from turnout.dialects.gatewayapi.hostnames import route_hostnames
+from turnout.dialects.gatewayapi.hostnames import hostname_problem, route_hostnames
 from turnout.dialects.gatewayapi.kinds import GATEWAY, GROUP, integer, mapping, sequence, text
 from turnout.dialects.gatewayapi.listeners import GatewayListener
 from turnout.objects import KubeObject
@@ -73,10 +73,26 @@ def parent_refs(route: KubeObject) -> list[ParentRef]:
     return out
 
 
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
 def route_hostname_list(route: KubeObject) -> tuple[str, ...]:
     return tuple(
         h.lower() for h in sequence(mapping(route.spec).get("hostnames")) if isinstance(h, str)
     )
+
+
+def route_hostnames_problem(route: KubeObject) -> RouteProblem | None:
+    """Why the route's `spec.hostnames` are not valid (the CRD's Hostname pattern: no IP, no
+    port, `*.` only as the leftmost label): the API server would refuse the object, so the
+    route is not accepted (UnsupportedValue) rather than served with some names dropped."""
+    for i, raw in enumerate(sequence(mapping(route.spec).get("hostnames"))):
+        problem = "is not a string" if not isinstance(raw, str) else hostname_problem(raw)
+        if problem is not None:
+            return RouteProblem(
+                ACCEPTED, "UnsupportedValue", f"spec.hostnames[{i}]: {raw!r} {problem}"
+            )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +144,9 @@ def attach(
             f"{where}: Gateway {gateway.namespace}/{gateway.name} has no listener"
             + (f" {wanted}" if wanted else ""),
         )
-    labels = namespace_labels.get(route.namespace, {})
+    # The API server labels every namespace with its name (immutable), so a selector on
+    # kubernetes.io/metadata.name works even for a namespace given by no Namespace object.
+    labels = {**namespace_labels.get(route.namespace, {}), NAMESPACE_NAME_LABEL: route.namespace}
     allowed = [
         lst
         for lst in relevant

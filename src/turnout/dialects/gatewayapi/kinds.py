@@ -23,6 +23,12 @@ BACKEND_TLS_POLICY = "BackendTLSPolicy"
 
 ROUTE_KINDS = (HTTP_ROUTE, GRPC_ROUTE, TLS_ROUTE, TCP_ROUTE)
 
+
+def gateway_listener_name(port: int) -> str:
+    """The graph (and Envoy) listener serving every Gateway listener on `port`."""
+    return f"gateway_{port}"
+
+
 # The versions served by the standard channel (v1beta1 of GatewayClass, Gateway and HTTPRoute is
 # still served there), plus the alpha versions of TLSRoute and TCPRoute that the experimental
 # channel serves and that most manifests written before v1.5/v1.6 use.

@@ -63,6 +63,13 @@ class Grants(Protocol):
     ) -> bool: ...
 
 
+def idle_message(port: int) -> str:
+    return (
+        f"nothing on port {port} can be served yet (no attached route with a usable backend): "
+        "Envoy does not listen on it until there is"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class LabelSelector:
     match_labels: Mapping[str, str]
@@ -148,9 +155,11 @@ class GatewayListener:
             return self.selector is not None and self.selector.matches(namespace_labels)
         return namespace == self.gateway.namespace
 
-    def conditions(self, programmed: bool) -> list[Condition]:
+    def conditions(self, programmed: bool, *, idle: bool = False) -> list[Condition]:
         """Accepted, Programmed, ResolvedRefs and Conflicted, in that order. `programmed`: Envoy
-        acknowledged a configuration holding this listener."""
+        acknowledged a configuration holding this listener. `idle`: nothing on the listener's
+        port can be served (a TCP or TLS port without a usable route), so Envoy gets no
+        listener for it and the port stays closed."""
         out: list[Condition] = []
         if self.not_accepted is not None:
             out.append(Condition(ACCEPTED, False, *self.not_accepted))
@@ -160,6 +169,8 @@ class GatewayListener:
             out.append(Condition(PROGRAMMED, False, "Invalid", "Listener is not valid"))
         elif programmed:
             out.append(Condition(PROGRAMMED, True, "Programmed", "Envoy acknowledged the listener"))
+        elif idle:
+            out.append(Condition(PROGRAMMED, False, PENDING, idle_message(self.port)))
         else:
             out.append(
                 Condition(

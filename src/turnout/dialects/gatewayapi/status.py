@@ -9,7 +9,7 @@ running controller, once every connected Envoy acknowledged the version holding 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,9 +23,17 @@ from turnout.dialects.gatewayapi.conditions import (
     RouteProblem,
     conditions_json,
 )
-from turnout.dialects.gatewayapi.kinds import GATEWAY, GROUP, mapping, sequence, text
-from turnout.dialects.gatewayapi.listeners import GatewayListener
-from turnout.objects import KubeObject, thaw
+from turnout.dialects.gatewayapi.kinds import (
+    GATEWAY,
+    GROUP,
+    gateway_listener_name,
+    integer,
+    mapping,
+    sequence,
+    text,
+)
+from turnout.dialects.gatewayapi.listeners import GatewayListener, idle_message
+from turnout.objects import KubeObject, ObjectRef, thaw
 from turnout.status.model import ObjectStatus, State
 
 
@@ -36,8 +44,10 @@ def gateway_status(
     *,
     address: str,
     refused: tuple[str, str] | None,
+    idle_ports: Set[int] = frozenset(),
 ) -> ObjectStatus:
-    """`attached`: listener index -> number of accepted routes attached to it."""
+    """`attached`: listener index -> number of accepted routes attached to it. `idle_ports`:
+    ports that get no Envoy listener (nothing on them can be served)."""
     generation = gateway.generation
     valid = [lst for lst in listeners if lst.ready]
     conditions: list[Condition] = []
@@ -74,7 +84,7 @@ def gateway_status(
             "supportedKinds": [{"group": GROUP, "kind": k} for k in lst.kinds],
             "attachedRoutes": attached.get(lst.index, 0),
             "conditions": conditions_json(
-                lst.conditions(programmed=False)
+                lst.conditions(programmed=False, idle=lst.port in idle_ports)
                 if accepted
                 else [
                     replace(c, status=False, reason="Invalid", message="Gateway is not accepted")
@@ -183,37 +193,103 @@ def route_status(
     )
 
 
-def _programmed(conditions: Any, message: str) -> list[Any]:
+# What the running controller learned about one Envoy listener: "programmed" (its current
+# content is in effect on every connected Envoy), "rejected" (an Envoy refused it), "pending",
+# or "absent" (the configuration has no such listener: nothing on the port can be served);
+# with a message (Envoy's reason for a rejection).
+ListenerProbe = Callable[[str], tuple[str, str]]
+
+
+def _pending(condition: Any) -> bool:
+    return (
+        isinstance(condition, Mapping)
+        and condition.get("type") == PROGRAMMED
+        and condition.get("reason") == PENDING
+        and condition.get("status") == "False"
+    )
+
+
+def _set_programmed(conditions: Any, state: str, message: str) -> list[Any]:
     out = []
     for c in sequence(conditions):
-        if (
-            isinstance(c, Mapping)
-            and c.get("type") == PROGRAMMED
-            and c.get("reason") == PENDING
-            and c.get("status") == "False"
-        ):
-            c = {**c, "status": "True", "reason": "Programmed", "message": message}
+        if _pending(c):
+            if state == "programmed":
+                c = {**c, "status": "True", "reason": "Programmed", "message": message}
+            elif state == "rejected":
+                c = {**c, "reason": "Invalid", "message": message}
+            else:
+                c = {**c, "message": message}
         out.append(c)
     return out
 
 
+def _listener_ports(gateway: KubeObject | None) -> list[int | None]:
+    if gateway is None:
+        return []
+    return [
+        integer(mapping(raw).get("port"))
+        for raw in sequence(mapping(gateway.spec).get("listeners"))
+    ]
+
+
+def _gateway_programmed(results: Sequence[tuple[str, str, str]]) -> tuple[str, str]:
+    """The Gateway's Programmed from its listeners' (name, state, message)."""
+    rejected = [(n, m) for n, state, m in results if state == "rejected"]
+    if rejected:
+        return "rejected", "; ".join(f"listener {n!r}: {m}" for n, m in rejected)
+    pending = [(n, m) for n, state, m in results if state == "pending"]
+    if pending:
+        return "pending", f"listener {pending[0][0]!r}: {pending[0][1]}"
+    if any(state == "programmed" for _, state, _ in results):
+        idle = [n for n, state, _ in results if state == "absent"]
+        note = f"; nothing to serve yet on listener(s) {', '.join(idle)}" if idle else ""
+        return "programmed", "Envoy acknowledged the Gateway's listeners" + note
+    return "absent", "no listener of the Gateway has anything Envoy can serve yet"
+
+
 def programmed_statuses(
-    statuses: Iterable[ObjectStatus], message: str = "Envoy acknowledged the configuration"
+    statuses: Iterable[ObjectStatus],
+    probe: ListenerProbe | None = None,
+    gateways: Callable[[ObjectRef], KubeObject | None] | None = None,
 ) -> tuple[ObjectStatus, ...]:
-    """The statuses with every Pending Programmed condition of Gateways (and their listeners)
-    turned True: for a controller whose Envoys acknowledged the compiled configuration."""
+    """The statuses with the Pending Programmed conditions of Gateways and their listeners
+    settled by what Envoy has: each listener by its port's Envoy listener (`probe` of
+    `gateway_<port>`; `gateways` gives the Gateway object, whose listeners name the ports), the
+    Gateway by its listeners. A rejected listener is Programmed False reason Invalid with
+    Envoy's message. Without a probe every Pending condition turns True (a controller whose
+    Envoys acknowledged the whole configuration)."""
     out: list[ObjectStatus] = []
     for status in statuses:
         if status.ref.group != GROUP or status.ref.kind != GATEWAY:
             out.append(status)
             continue
+        ports = _listener_ports(gateways(status.ref) if gateways is not None else None)
         body = dict(status.body)
-        body["conditions"] = _programmed(body.get("conditions"), message)
-        body["listeners"] = [
-            {**lst, "conditions": _programmed(lst.get("conditions"), message)}
-            for lst in sequence(body.get("listeners"))
-            if isinstance(lst, Mapping)
-        ]
+        listeners: list[Any] = []
+        results: list[tuple[str, str, str]] = []
+        for i, lst in enumerate(sequence(body.get("listeners"))):
+            if not isinstance(lst, Mapping):
+                continue
+            if not any(_pending(c) for c in sequence(lst.get("conditions"))):
+                listeners.append(lst)
+                continue
+            port = ports[i] if i < len(ports) else None
+            if probe is None:
+                state, message = "programmed", "Envoy acknowledged the configuration"
+            elif port is None:
+                state, message = "pending", "the listener's port is not known yet"
+            else:
+                state, message = probe(gateway_listener_name(port))
+                if state == "absent":
+                    message = idle_message(port)
+            results.append((str(lst.get("name")), state, message))
+            listeners.append(
+                {**lst, "conditions": _set_programmed(lst.get("conditions"), state, message)}
+            )
+        if any(_pending(c) for c in sequence(body.get("conditions"))):
+            state, message = _gateway_programmed(results)
+            body["conditions"] = _set_programmed(body.get("conditions"), state, message)
+        body["listeners"] = listeners
         out.append(replace(status, body=body))
     return tuple(out)
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from turnout.dialects.fields import parse_go_duration as parse_go_duration
 from turnout.graph.ca_bundles import CABundleResolver
 from turnout.graph.model import (
     LoadBalancerStrategy,
@@ -421,46 +422,3 @@ def failure_policy_warning(route: RouteUpstream) -> Problem | None:
         "IgnoredField",
         f'ignoring the retries of "{failure.field}"; the route\'s retryPolicy applies',
     )
-
-
-# --- Go durations --------------------------------------------------------------------------------
-
-_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,  # Go accepts both micro signs (U+00B5 and U+03BC)
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)([^0-9.]*)")
-
-
-def parse_go_duration(text: str) -> float | str:
-    """Seconds, or Go's `time.ParseDuration` error message for `text`."""
-    invalid = f'time: invalid duration "{text}"'
-    s = text
-    negative = False
-    if s[:1] in ("+", "-"):
-        negative = s[0] == "-"
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    if not s:
-        return invalid
-    total = 0.0
-    while s:
-        match = _DURATION_PART.match(s)
-        assert match is not None  # the pattern matches the empty string
-        number, unit = match.group(1), match.group(2)
-        if number in ("", "."):
-            return invalid
-        if not unit:
-            return f'time: missing unit in duration "{text}"'
-        if unit not in _UNITS:
-            return f'time: unknown unit "{unit}" in duration "{text}"'
-        total += float(number) * _UNITS[unit]
-        s = s[match.end() :]
-    return -total if negative else total

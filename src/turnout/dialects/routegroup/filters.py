@@ -67,6 +67,7 @@ from urllib.parse import urlsplit
 import re2
 
 from turnout.dialects.base import IssuerDiscovery
+from turnout.dialects.fields import parse_go_duration
 from turnout.dialects.regex import regex_error
 from turnout.dialects.routegroup.eskip import (
     Arg,
@@ -359,41 +360,14 @@ def _integer(arg: Arg, what: str, low: int, high: int) -> int:
     return int(n)
 
 
-_GO_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "\u00b5s": 1e-6,
-    "\u03bcs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_GO_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
-
-
 def go_duration(text: str) -> float | None:
     """Go's time.ParseDuration in seconds ("1h2m3.5s", "300ms", "-1s"), or None."""
-    s = text
-    sign = 1.0
-    if s[:1] in "+-" and s:
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    if not s:
+    seconds = parse_go_duration(text)
+    if isinstance(seconds, str):
         return None
-    total = 0.0
-    pos = 0
-    while pos < len(s):
-        m = _GO_DURATION_PART.match(s, pos)
-        if m is None or m.group(1) in ("", "."):
-            return None
-        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
-        pos = m.end()
-    if total * 1e9 > 2**63 - (1 if sign > 0 else 0):
+    if abs(seconds) * 1e9 > 2**63 - (0 if text.startswith("-") else 1):
         return None  # Go's int64 nanoseconds overflow: `time: invalid duration`
-    return sign * total
+    return seconds
 
 
 def _duration(arg: Arg, what: str, *, milliseconds: bool = False) -> float:
