@@ -29,6 +29,7 @@ from turnout.dialects.base import (
     CompileOptions,
 )
 from turnout.dialects.gatewayapi import gateway_listener_name
+from turnout.dialects.gatewayapi.status import object_json
 from turnout.dialects.routegroup.filters import routegroup_issuers
 from turnout.graph.build import CompileResult, compile_snapshot
 from turnout.graph.evaluate import Decision, evaluate, make_request
@@ -361,7 +362,7 @@ def _check(args: argparse.Namespace) -> int:
             print(f"{problem}", file=sys.stderr)
     else:
         doc = {
-            "objects": [thaw(s.to_json()) for s in statuses],
+            "objects": [thaw(object_json(s)) for s in statuses],
             "problems": [p.to_json() for p in result.problems],
         }
         print(_dump(doc, args.output), end="" if args.output == "yaml" else "\n")

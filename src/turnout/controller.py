@@ -164,7 +164,8 @@ class Controller:
         def probe(name: str) -> tuple[str, str]:
             state = self.xds.listener_state(name)
             if not state.exists:
-                return "absent", state.message
+                # "closed": every Envoy acknowledged a configuration without it (port closed)
+                return ("closed" if state.programmed else "absent"), state.message
             if state.programmed is None:
                 return "pending", state.message
             return ("programmed" if state.programmed else "rejected"), state.message

@@ -78,15 +78,28 @@ GRPC_SERVICE = "gateway_api_conformance.echo_basic.grpcecho.GrpcEcho"
 
 class _TcpEcho:
     """As the upstream echo in TCP mode: every connection is answered with one JSON line naming
-    the backend, then whatever the client sends is echoed back."""
+    the backend, then whatever the client sends is echoed back. With `ssl` it serves over TLS
+    (echo-basic with TLS_SERVER_CERT and TCP_ECHO_SERVER) and names the server name it was
+    asked for in the line (`tls.serverName`)."""
 
-    def __init__(self, namespace: str, name: str) -> None:
+    def __init__(self, namespace: str, name: str, ssl_context: ssl.SSLContext | None = None):
         self.namespace, self.name = namespace, name
         self.server: asyncio.Server | None = None
+        self.ssl = ssl_context
+        # id(SSLObject) -> the SNI of its handshake (the callback sees no connection object)
+        self._sni: dict[int, str | None] = {}
+        if ssl_context is not None:
+            ssl_context.sni_callback = self._remember_sni
+
+    def _remember_sni(self, conn: Any, server_name: str | None, _ctx: Any) -> None:
+        self._sni[id(conn)] = server_name
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            hello = {"namespace": self.namespace, "service": self.name}
+            hello: dict[str, Any] = {"namespace": self.namespace, "service": self.name}
+            tls = writer.get_extra_info("ssl_object")
+            if tls is not None:
+                hello["tls"] = {"serverName": self._sni.pop(id(tls), None)}
             writer.write(json.dumps(hello).encode() + b"\n")
             await writer.drain()
             while data := await reader.read(65536):
@@ -100,7 +113,7 @@ class _TcpEcho:
                 await writer.wait_closed()
 
     async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.ssl)
         return int(self.server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
@@ -116,7 +129,11 @@ def _grpc_echo_handler(namespace: str, name: str) -> grpc.GenericRpcHandler:
 
     def echo(method: str) -> Callable[[bytes, grpc.ServicerContext], bytes]:
         def answer(_request: bytes, context: grpc.ServicerContext) -> bytes:
-            metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+            # Repeated keys joined with "," as an HTTP/2 server reads repeated headers.
+            metadata: dict[str, str] = {}
+            for k, v in context.invocation_metadata():
+                if isinstance(v, str):
+                    metadata[k] = f"{metadata[k]},{v}" if k in metadata else v
             body = {
                 "fully_qualified_method": f"/{GRPC_SERVICE}/{method}",
                 "headers": metadata,
@@ -189,8 +206,14 @@ class Backends:
                 await s.stop(None)
 
             self._closers.append(stop)
-        elif protocol == "tcp":
-            tcp = _TcpEcho(namespace, name)
+        elif protocol in ("tcp", "tcps"):
+            tcp_ssl = None
+            if protocol == "tcps":
+                issued = self.ca.issue(*PASSTHROUGH_BACKEND_HOSTS)
+                with _pem_files(issued) as (cert_path, key_path):
+                    tcp_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+                    tcp_ssl.load_cert_chain(cert_path, key_path)
+            tcp = _TcpEcho(namespace, name, tcp_ssl)
             port = await tcp.start()
             self._closers.append(tcp.close)
         else:
@@ -227,6 +250,9 @@ def backend_protocol(service: Mapping[str, Any], port: Mapping[str, Any]) -> str
         return "https"
     if name.startswith("tcp-"):
         return "tcp"
+    if name.startswith("btls-terminate-tcp"):
+        # echo-basic in TCP mode with a TLS certificate (BackendTLSPolicyTLSRouteTerminate)
+        return "tcps"
     if port.get("appProtocol") == "kubernetes.io/h2c":
         return "h2c"
     return "http"
@@ -450,6 +476,11 @@ def check_conditions(
     by_type = {c.get("type"): c for c in conds if isinstance(c, Mapping)}
     for want in expected:
         got = by_type.get(want["type"])
+        if want.get("absent"):
+            # GatewayListenerMustNotHaveCondition
+            if got is not None:
+                errors.append(f"{where}: unexpected {want['type']} condition {dict(got)!r}")
+            continue
         if got is None:
             errors.append(f"{where}: no {want['type']} condition in {_short(conds)}")
             continue
@@ -513,17 +544,26 @@ def check_gateway_ready(
 
 
 def find_parent(
-    body: Mapping[str, Any], route_ns: str, gateway: str, field: str = "parents"
+    body: Mapping[str, Any],
+    route_ns: str,
+    gateway: str,
+    field: str = "parents",
+    *,
+    namespace_required: bool = False,
 ) -> tuple[Mapping[str, Any] | None, list[str]]:
     """This controller's entry for `gateway` in a route's status.parents (or a policy's
     status.ancestors), and what is wrong with how its reference is written (group and kind must
-    be written out)."""
+    be written out). `namespace_required`: upstream's parentRefsMatch with namespaceRequired
+    (GatewayAndRoutesMustBeAccepted for a route in another namespace than its Gateway): an entry
+    whose reference has no namespace does not match."""
     gw_ns, gw_name = _split(gateway)
     ref_field = "ancestorRef" if field == "ancestors" else "parentRef"
     for parent in body.get(field) or []:
         if not isinstance(parent, Mapping):
             continue
         ref = parent.get(ref_field) or {}
+        if namespace_required and "namespace" not in ref:
+            continue
         if ref.get("name") != gw_name or ref.get("namespace", route_ns) != gw_ns:
             continue
         if parent.get("controllerName") != CONTROLLER_NAME:
@@ -543,13 +583,15 @@ def check_route_parent(
     gateway: str,
     conditions: Sequence[Mapping[str, Any]],
     field: str = "parents",
+    *,
+    namespace_required: bool = False,
 ) -> list[str]:
     ns, name = _split(route)
     body = status_body(harness, kind, ns, name)
     where = f"{kind} {route} {field[:-1]} {gateway}"
     if body is None:
         return [f"{kind} {route}: no status"]
-    parent, problems = find_parent(body, ns, gateway, field)
+    parent, problems = find_parent(body, ns, gateway, field, namespace_required=namespace_required)
     if parent is None:
         return [f"{where}: no {field} entry for this controller in {body.get(field)!r}"]
     return [f"{where}: {p}" for p in problems] + check_conditions(
@@ -569,7 +611,10 @@ def check_status(
             want = [{"type": "Accepted", "status": "True", "reason": "Accepted"}]
             if accepted.get("resolvedRefs", True):
                 want.append({"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs"})
-            errors += check_route_parent(harness, docs, kind, route, gateway, want)
+            cross_namespace = _split(route)[0] != _split(gateway)[0]
+            errors += check_route_parent(
+                harness, docs, kind, route, gateway, want, namespace_required=cross_namespace
+            )
     for want in step.get("status") or []:
         kind = want["kind"]
         ns, name = want.get("namespace", ""), want["name"]
@@ -1135,6 +1180,17 @@ async def _check_tcp(
         ):
             errors.append(f"{label}: TCP served by {hello!r}, want {expect.get('backend')}")
             break
+        want_sni = (expect.get("request") or {}).get("sni")
+        if want_sni is not None:
+            got = hello.get("tls")
+            if got is None:
+                errors.append(f"{label}: the backend was reached in plain text, want TLS")
+                break
+            if got.get("serverName") != want_sni:
+                errors.append(
+                    f"{label}: backend was asked for {got.get('serverName')!r}, want {want_sni!r}"
+                )
+                break
     return errors
 
 

@@ -438,6 +438,44 @@ spec:
     assert listener_status(status, "tcp")["attachedRoutes"] == 1
 
 
+@session_loop
+async def test_empty_tcp_gateway_is_programmed_then_routes_attach(harness: Harness) -> None:
+    """Upstream's "wait for Programmed, then add routes" (NamespacesMustBeReady) for a TCP
+    Gateway: with no route it has no Envoy listener, Programmed True once Envoy acknowledged
+    that (its port refuses connections); a TCPRoute added afterwards is served."""
+    port = free_port()
+    services = await harness.services(("app", "stream"))
+    listeners = f"""  - name: tcp
+    port: {port}
+    protocol: TCP"""
+    files = {"gw.yaml": docs(CLASS, gateway("gw", "app", listeners)), "svc.yaml": services}
+    await harness.apply(files)
+
+    async def programmed() -> tuple[str, str]:
+        c = condition(harness.status_of("Gateway", "app", "gw")["conditions"], "Programmed")
+        return c["status"], c["reason"]
+
+    assert await harness.eventually(programmed, ("True", "Programmed")) == ("True", "Programmed")
+    status = harness.status_of("Gateway", "app", "gw")
+    tcp = condition(listener_status(status, "tcp")["conditions"], "Programmed")
+    assert (tcp["status"], tcp["reason"]) == ("True", "Programmed")
+    assert "port stays closed until a route attaches" in tcp["message"]
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2.0).close()
+    route = """
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: stream, namespace: app}
+spec:
+  parentRefs: [{name: gw}]
+  rules: [{backendRefs: [{name: stream, port: 80}]}]
+"""
+    files["gw.yaml"] = docs(CLASS, gateway("gw", "app", listeners), route)
+    await harness.apply(files)
+    assert await served_on(port, "any.host") == "app/stream"
+    assert await harness.eventually(programmed, ("True", "Programmed")) == ("True", "Programmed")
+
+
 def test_turnout_serve_routes_the_gateway_api_example(tmp_path: Path) -> None:
     """`turnout serve examples/gateway-api` as a user runs it: GatewayClass, Gateway, HTTPRoute
     and demo Services, through turnout's own Envoy, with Programmed in /status after the ACK."""

@@ -7,6 +7,7 @@ deprecation warning; the others go through RouteGroups on the session's Envoy.""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import textwrap
 from collections import Counter
@@ -270,6 +271,9 @@ async def test_cors_origin_per_route(harness: Harness) -> None:
           filters: ['corsOrigin("https://a.example.org")']
         - pathSubtree: /any
           filters: ['corsOrigin()']
+        - path: /answered
+          filters: ['status(200)', 'inlineContent("hello")', 'corsOrigin()']
+          backends: [{backendName: shunt}]
         - pathSubtree: /
         """,
     )
@@ -277,8 +281,13 @@ async def test_cors_origin_per_route(harness: Harness) -> None:
     assert listed.headers.get("access-control-allow-origin") == "https://a.example.org"
     other = await harness.get(host, "/listed", {"Origin": "https://evil.example.org"})
     assert "access-control-allow-origin" not in other.headers
+    # Skipper's corsOrigin() always answers "*", with or without an Origin.
     anyone = await harness.get(host, "/any", {"Origin": "https://b.example.org"})
-    assert anyone.headers.get("access-control-allow-origin") in ("*", "https://b.example.org")
+    assert anyone.headers.get("access-control-allow-origin") == "*"
+    assert (await harness.get(host, "/any")).headers.get("access-control-allow-origin") == "*"
+    answered = await harness.get(host, "/answered", {"Origin": "https://b.example.org"})
+    assert answered.status_code == 200 and answered.text == "hello"
+    assert answered.headers.get("access-control-allow-origin") == "*"
     none = await harness.get(host, "/else", {"Origin": "https://a.example.org"})
     assert "access-control-allow-origin" not in none.headers
 
@@ -412,7 +421,8 @@ async def test_unsupported_filter_is_reported_and_not_installed(harness: Harness
     status = harness.status_of("RouteGroup", "default", "refused")
     text = str(status["conditions"])
     assert "clusterRatelimit" in text and "rate limit service" in text
-    assert (await harness.get(host, "/")).status_code != 200
+    r = await harness.get(host, "/")
+    assert r.status_code == 500 and "rgf-" not in r.text
 
 
 async def test_upstream_filters_reach_the_clusters(harness: Harness) -> None:
@@ -450,3 +460,86 @@ async def test_upstream_filters_reach_the_clusters(harness: Harness) -> None:
     assert len(hashed) == 1, clusters
     factor = hashed[0]["common_lb_config"]["consistent_hashing_lb_config"]
     assert factor["hash_balance_factor"] == 150
+
+
+async def test_tee_backend_timeout_and_set_path(harness: Harness) -> None:
+    """tee copies each request to its URL, backendTimeout answers 504 when the backend is
+    slower, setPath sends the backend the new path."""
+    host = "tee.rgf.example.org"
+    shadow_port = await harness.backend("default", "rgf-shadow")
+    shadow = harness._echoes[("default", "rgf-shadow")]
+    await apply(
+        harness,
+        "teeing",
+        host,
+        f"""\
+        - pathSubtree: /copied
+          filters: ['tee("http://127.0.0.1:{shadow_port}")']
+          backends: [{{backendName: a}}]
+        - pathSubtree: /slow
+          filters: ['backendTimeout("200ms")']
+          backends: [{{backendName: a}}]
+        - path: /old
+          filters: ['setPath("/new/place")']
+          backends: [{{backendName: a}}]
+        """,
+    )
+    shadow.reset_counts()
+    for _ in range(3):
+        assert await harness.served_by(host, "/copied/x") == "default/rgf-a"
+    mirrored = await harness.eventually(
+        lambda: asyncio.sleep(0, result=shadow.requests("/copied/x")), 3
+    )
+    assert mirrored == 3
+    slow = await harness.get(host, "/slow/x?delay=1s")
+    assert slow.status_code == 504
+    fast = await harness.get(host, "/slow/x?delay=10ms")
+    assert fast.status_code == 200
+    moved = await harness.get(host, "/old?q=1")
+    assert moved.status_code == 200
+    assert moved.json()["path"] == "/new/place?q=1"
+
+
+async def test_path_literals_match_escaped_requests(harness: Harness) -> None:
+    """Path("/café") and PathSubtree("/a b") take the paths clients send for them."""
+    host = "escaped.rgf.example.org"
+    await apply(
+        harness,
+        "escaped",
+        host,
+        """\
+        - path: /café
+          backends: [{backendName: a}]
+        - pathSubtree: /a b
+          backends: [{backendName: a}]
+        - pathSubtree: /
+        """,
+    )
+    for path in ("/caf%C3%A9", "/caf%c3%a9", "/a%20b", "/a%20b/c"):
+        assert await harness.served_by(host, path) == "default/rgf-a", path
+    for path in ("/cafe", "/a%20bc"):
+        assert await harness.served_by(host, path) == "default/rgf-b", path
+
+
+async def test_request_header_templates(harness: Harness) -> None:
+    """${request.header.X}, ${request.method} and ${request.clientIP} reach the backend filled
+    in; a header whose only placeholder is unresolved is not sent, as in Skipper."""
+    host = "templates.rgf.example.org"
+    await apply(
+        harness,
+        "templates",
+        host,
+        """\
+        - pathSubtree: /
+          filters:
+          - 'setRequestHeader("X-User", "${request.header.X-Id}")'
+          - 'setRequestHeader("X-Seen", "${request.method} from ${request.clientIP} 100%")'
+          backends: [{backendName: a}]
+        """,
+    )
+    r = await harness.get(host, "/x", {"X-Id": "alice"})
+    headers = r.json()["headers"]
+    assert headers["x-user"] == "alice"
+    assert headers["x-seen"] == "GET from 127.0.0.1 100%"
+    r = await harness.get(host, "/x")
+    assert "x-user" not in r.json()["headers"]

@@ -125,6 +125,8 @@ VALID_FILTERS: list[tuple[str, list[tuple[str, tuple[Arg, ...]]]]] = [
     ),
     ("// nothing but a comment", []),
     ("  \n ", []),
+    # Skipper's `args: | arg | args comma arg`: the empty list may go on with `, arg`.
+    ('setRequestHeader(, "a", "b")', [("setRequestHeader", ("a", "b"))]),
 ]
 
 
@@ -165,6 +167,9 @@ ERRORS = [
         16,
     ),
     ("filters", "*", "parse failed after token *, position 1: syntax error", 1, 1),
+    # After the empty argument list's comma an argument must follow.
+    ("predicates", "True(,)", "parse failed after token ), position 7: syntax error", 1, 7),
+    ("predicates", 'Foo("a",,"b")', "parse failed after token ,, position 9: syntax error", 1, 9),
     ("predicates", "Foo(a)", "parse failed after token a, position 5: syntax error", 1, 5),
     # Leading and trailing space is trimmed first, as Go's strings.TrimSpace does.
     (

@@ -4,6 +4,8 @@ conditions (Accepted, ResolvedRefs with the spec's reasons), conflicts, and its 
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 import pytest
@@ -12,10 +14,12 @@ from tests.e2e.certs import CA
 from turnout.dialects.base import CompileContext, CompileOptions, Ownership
 from turnout.dialects.gatewayapi.backend_refs import resolve_backend_ref
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
-from turnout.graph.model import Cluster, UpstreamProtocol, UpstreamValidation
+from turnout.graph.build import compile_snapshot
+from turnout.graph.model import INVALID_BACKEND, Cluster, UpstreamProtocol, UpstreamValidation
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
 from turnout.objects import KubeObject, ObjectRef, freeze
+from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
 
 GROUP = "gateway.networking.k8s.io"
@@ -435,3 +439,136 @@ def test_both_ca_sources_are_invalid_and_say_so() -> None:
     assert result.problem is not None and "(Accepted Invalid)" in result.problem.message
     accepted = c.conditions()["Accepted"]
     assert "caCertificateRefs and wellKnownCACertificates" in accepted["message"]
+
+
+# --- TLSRoute: a terminating listener re-encrypts, passthrough cannot -------------------------
+
+_TLS_GATEWAY = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: turnout}
+spec: {controllerName: turnout.dev/gateway-controller}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: cert, namespace: apps}
+type: kubernetes.io/tls
+data: {tls.crt: CERT, tls.key: KEY}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: ca, namespace: apps}
+data: {ca.crt: CA}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: be, namespace: apps}
+spec: {ports: [{name: btls, port: 8443}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {name: btls, namespace: apps}
+spec:
+  targetRefs: [{group: "", kind: Service, name: be, sectionName: btls}]
+  validation:
+    caCertificateRefs: [{group: "", kind: ConfigMap, name: ca}]
+    hostname: abc.example.com
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: apps}
+spec:
+  gatewayClassName: turnout
+  listeners:
+  - name: tls
+    port: 9443
+    protocol: TLS
+    hostname: tls.example.com
+    tls: {mode: MODE, certificateRefs: [{name: cert}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: r, namespace: apps}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [tls.example.com]
+  rules: [{backendRefs: [{name: be, port: 8443}]}]
+"""
+
+
+def _tls_route_compile(mode: str, *, with_ca: bool = True) -> Any:
+    issued = _CA.issue("tls.example.com")
+    text = (
+        _TLS_GATEWAY.replace("MODE", mode)
+        .replace("CERT", base64.b64encode(issued.cert_pem.encode()).decode())
+        .replace("KEY", base64.b64encode(issued.key_pem.encode()).decode())
+        .replace("{ca.crt: CA}", "{ca.crt: " + json.dumps(_CA.cert_pem) + "}")
+    )
+    if not with_ca:
+        text = text.replace("name: ca, namespace: apps", "name: other-ca, namespace: apps")
+    parsed = parse_text(text, "test.yaml")
+    assert not parsed.problems
+    return compile_snapshot(Snapshot.of(parsed.objects))
+
+
+def _tls_route_parts(mode: str) -> tuple[Cluster, dict[str, Any], dict[str, Any]]:
+    result = _tls_route_compile(mode)
+    (proxy,) = [p for lst in result.graph.listeners for p in lst.tcp_proxies]
+    (wc,) = proxy.clusters
+    cluster = next(c for c in result.graph.clusters if c.name == wc.cluster)
+    bodies = {s.ref.kind: s.body for s in result.statuses}
+    return cluster, dict(bodies["TLSRoute"]), dict(bodies["BackendTLSPolicy"])
+
+
+def test_a_terminating_tls_listener_re_encrypts_to_a_policy_backend() -> None:
+    """BackendTLSPolicyTLSRouteTerminate (GEP-4274): the stream the gateway decrypted goes to the
+    backend over TLS, validated against the policy's CA and hostname; the policy's ancestor is
+    the Gateway, Accepted and ResolvedRefs True."""
+    cluster, route, btls = _tls_route_parts("Terminate")
+    assert cluster.protocol is UpstreamProtocol.TLS
+    assert isinstance(cluster.validation, UpstreamValidation)
+    assert cluster.validation.sni == "abc.example.com"
+    assert cluster.validation.subject_names == ("abc.example.com",)
+    (parent,) = route["parents"]
+    assert {c["type"]: c["status"] for c in parent["conditions"]} == {
+        "Accepted": "True",
+        "ResolvedRefs": "True",
+    }
+    (ancestor,) = btls["ancestors"]
+    assert ancestor["ancestorRef"]["name"] == "gw"
+    assert {c["type"]: (c["status"], c["reason"]) for c in ancestor["conditions"]} == {
+        "Accepted": ("True", "Accepted"),
+        "ResolvedRefs": ("True", "ResolvedRefs"),
+    }
+
+
+def test_a_passthrough_listener_cannot_apply_the_policy_and_says_so() -> None:
+    cluster, route, btls = _tls_route_parts("Passthrough")
+    assert cluster.protocol is UpstreamProtocol.TCP and cluster.validation is None
+    # The backend itself is fine: the route is served, the client's TLS reaches it.
+    (parent,) = route["parents"]
+    assert {c["type"]: c["status"] for c in parent["conditions"]} == {
+        "Accepted": "True",
+        "ResolvedRefs": "True",
+    }
+    (ancestor,) = btls["ancestors"]
+    assert ancestor["ancestorRef"]["name"] == "gw"
+    (accepted,) = ancestor["conditions"]
+    assert (accepted["type"], accepted["status"], accepted["reason"]) == (
+        "Accepted",
+        "False",
+        "NotApplicable",
+    )
+    assert "Passthrough" in accepted["message"]
+
+
+def test_a_tls_route_policy_that_cannot_be_honoured_refuses_the_connections() -> None:
+    """As for HTTP: a policy whose CA does not resolve makes the ref invalid; the terminated
+    stream is refused rather than sent in plain text."""
+    result = _tls_route_compile("Terminate", with_ca=False)
+    (proxy,) = [p for lst in result.graph.listeners for p in lst.tcp_proxies]
+    assert [wc.cluster for wc in proxy.clusters] == [INVALID_BACKEND]
+    route = next(s.body for s in result.statuses if s.ref.kind == "TLSRoute")
+    (parent,) = route["parents"]
+    resolved = next(c for c in parent["conditions"] if c["type"] == "ResolvedRefs")
+    assert (resolved["status"], resolved["reason"]) == ("False", "BackendNotFound")

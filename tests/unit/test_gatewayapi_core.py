@@ -20,10 +20,13 @@ from turnout.config import ServeConfig
 from turnout.controller import Controller
 from turnout.dialects.base import CompileOptions
 from turnout.dialects.gatewayapi.hostnames import (
+    ServedKinds,
     covers,
     hostname_problem,
     intersect,
     route_hostnames,
+    specificity,
+    wider_patterns,
 )
 from turnout.dialects.gatewayapi.status import programmed_statuses
 from turnout.envoy.translate import translate
@@ -320,6 +323,70 @@ async def test_controller_reports_programmed_once_envoy_acked(tmp_path: Path) ->
         await controller.stop()
 
 
+EMPTY_STREAM_GATEWAYS = (
+    CLASS
+    + """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: empty-tcp, namespace: app}
+spec:
+  gatewayClassName: turnout
+  listeners:
+  - {name: tcp, port: 18095, protocol: TCP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: empty-tls, namespace: app}
+spec:
+  gatewayClassName: turnout
+  listeners:
+  - {name: tls, port: 18096, protocol: TLS, tls: {mode: Passthrough}}
+"""
+)
+
+
+async def test_a_gateway_with_nothing_to_serve_is_programmed_once_envoy_acked(
+    tmp_path: Path,
+) -> None:
+    """ "Wait for Programmed, then attach routes" must work for TCP and TLS Gateways, which get
+    no Envoy listener until a route attaches: Programmed True once every Envoy acknowledged the
+    configuration (their ports closed), Pending before."""
+    (tmp_path / "gw.yaml").write_text(EMPTY_STREAM_GATEWAYS)
+    controller = Controller(
+        ServeConfig(
+            paths=(tmp_path,), run_envoy=False, watch=False, demo_backends=False, xds_port=0
+        )
+    )
+    await controller.start()
+    fake: FakeEnvoy | None = None
+    try:
+        for name in ("empty-tcp", "empty-tls"):
+            gateway = _gateway(controller, name)
+            assert _conditions(gateway["conditions"])["Programmed"] == ("False", "Pending")
+        fake = FakeEnvoy(AdsClient(controller.xds_port)).start()
+        applied = controller.applied
+        assert applied is not None
+        assert await controller.xds.wait_acked(applied.version, 5.0)
+        for name, port in (("empty-tcp", 18095), ("empty-tls", 18096)):
+            gateway = _gateway(controller, name)
+            assert _conditions(gateway["conditions"])["Programmed"] == ("True", "Programmed")
+            assert (
+                "ports stay closed until a route attaches"
+                in (_messages(gateway["conditions"])["Programmed"])
+            )
+            (listener,) = gateway["listeners"]
+            assert _conditions(listener["conditions"])["Programmed"] == ("True", "Programmed")
+            assert (
+                f"nothing on port {port} can be served yet"
+                in (_messages(listener["conditions"])["Programmed"])
+            )
+    finally:
+        if fake is not None:
+            await fake.stop()
+        await controller.stop()
+
+
 UNRELATED_FILE = """
 apiVersion: v1
 kind: Service
@@ -471,9 +538,10 @@ async def test_controller_programmed_per_gateway_when_one_listener_is_rejected(
         assert _conditions(good["conditions"])["Programmed"] == ("True", "Programmed")
         tcp, idle = good["listeners"]
         assert _conditions(tcp["conditions"])["Programmed"] == ("True", "Programmed")
-        assert _conditions(idle["conditions"])["Programmed"] == ("False", "Pending")
+        # Nothing to serve: no Envoy listener, and Envoy acknowledged that (port closed).
+        assert _conditions(idle["conditions"])["Programmed"] == ("True", "Programmed")
         assert _messages(idle["conditions"])["Programmed"].startswith(
-            "nothing on port 18093 can be served yet"
+            "Envoy acknowledged the configuration; nothing on port 18093 can be served yet"
         )
         busy = _gateway(controller, "busy")
         assert _conditions(busy["conditions"])["Programmed"] == ("False", "Invalid")
@@ -679,6 +747,25 @@ def test_check_and_explain_the_example(capsys: pytest.CaptureFixture[str]) -> No
     assert "Gateway" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_check_output_shows_gateway_class_without_namespace(
+    output: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`turnout check -o json|yaml` writes objects as /status does: a GatewayClass is
+    cluster-scoped, so no `metadata.namespace` (a file gives it "default")."""
+    import yaml
+
+    from turnout.cli import main
+
+    assert main(["check", str(EXAMPLE), "-o", output]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads(text) if output == "json" else yaml.safe_load(text)
+    (gateway_class,) = [o for o in doc["objects"] if o["kind"] == "GatewayClass"]
+    assert gateway_class["metadata"] == {"name": gateway_class["metadata"]["name"]}
+    gateway = next(o for o in doc["objects"] if o["kind"] == "Gateway")
+    assert set(gateway["metadata"]) == {"namespace", "name"}
+
+
 def test_status_json_shows_gateway_class_without_namespace() -> None:
     result = _compile(GATEWAY_FILE)
     objects = json.loads(status_json(result.statuses, ()))["objects"]
@@ -775,3 +862,63 @@ async def test_listener_state_follows_its_own_resources() -> None:
     finally:
         await fake.stop()
         await server.stop(0)
+
+
+# --- the hostname indexes give what the scans they replace gave ------------------------------
+
+_hostnames = st.one_of(
+    st.just("*"),
+    st.builds(
+        lambda wild, labels: ("*." if wild else "") + ".".join(labels),
+        st.booleans(),
+        st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=4),
+    ),
+)
+
+
+def _scanned_wider(buckets: set[str], hostname: str) -> list[str]:
+    """The scan `_assemble` made before: every bucket covering `hostname`, most specific first."""
+    return sorted(
+        (h for h in buckets if h != hostname and (h == "*" or covers(h, hostname))),
+        key=lambda h: specificity(None if h == "*" else h),
+        reverse=True,
+    )
+
+
+def _scanned_clash(
+    entries: list[tuple[str, str, int]], kind: str, hostnames: list[str]
+) -> tuple[str, int, str] | None:
+    """The scan `_kind_clash` made before, over (hostname, kind, value) in the order added."""
+    for theirs, other_kind, value in entries:
+        if other_kind == kind:
+            continue
+        for hostname in hostnames:
+            if intersect(None if theirs == "*" else theirs, None if hostname == "*" else hostname):
+                return theirs, value, hostname
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(buckets=st.sets(_hostnames, max_size=12), hostname=_hostnames)
+def test_wider_patterns_find_what_the_scan_found(buckets: set[str], hostname: str) -> None:
+    assert [h for h in wider_patterns(hostname) if h in buckets] == _scanned_wider(
+        buckets, hostname
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    entries=st.lists(
+        st.tuples(_hostnames, st.sampled_from(["HTTPRoute", "GRPCRoute"])), max_size=12
+    ),
+    kind=st.sampled_from(["HTTPRoute", "GRPCRoute"]),
+    hostnames=st.lists(_hostnames, min_size=1, max_size=3),
+)
+def test_served_kinds_find_the_clash_the_scan_found(
+    entries: list[tuple[str, str]], kind: str, hostnames: list[str]
+) -> None:
+    numbered = [(h, k, i) for i, (h, k) in enumerate(entries)]
+    served = ServedKinds[int]()
+    for h, k, i in numbered:
+        served.add(k, h, i)
+    assert served.first_clash(kind, hostnames) == _scanned_clash(numbered, kind, hostnames)

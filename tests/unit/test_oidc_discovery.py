@@ -20,6 +20,7 @@ from turnout.sources.oidc import (
     DiscoveryError,
     DiscoverySettings,
     IssuerDiscoverer,
+    discover_once,
     fetch_jwks_uri,
 )
 
@@ -226,3 +227,20 @@ async def test_untracked_issuers_are_dropped_and_stop_being_asked(provider: Prov
         await d.close()
     d.track([a])  # closed: tracks nothing
     assert d.results() == ()
+
+
+async def test_discover_once_answers_every_issuer_in_one_round(provider: Provider) -> None:
+    good, bad = provider.url("good"), provider.url("bad")
+    closed = f"http://127.0.0.1:{_unused_port()}/realm"
+    found = await discover_once([good, closed, good], 5.0, FAST)
+    assert [a.issuer for a in found] == sorted([good, closed])
+    by_issuer = {a.issuer: a for a in found}
+    assert by_issuer[good] == IssuerDiscovery(good, jwks_uri=f"{good}/keys")
+    assert by_issuer[closed].jwks_uri is None and "failed" in (by_issuer[closed].error or "")
+    assert len(provider.requests) == 1  # one round: no refresh afterwards
+    assert await discover_once([], 5.0) == ()
+    provider.delay_s = 2.0
+    started = time.monotonic()
+    [late] = await discover_once([bad], 0.2, FAST)
+    assert time.monotonic() - started < 1.5
+    assert late == IssuerDiscovery(bad, error="no answer within 0.2 s")

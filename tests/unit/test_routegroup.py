@@ -3,6 +3,7 @@ spec, determinism, the example, and the class option."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any
@@ -387,3 +388,261 @@ def test_a_free_wildcard_takes_a_non_empty_rest_only() -> None:
     assert [p.message for p in refused] == [
         "predicate PathSubtree: invalid predicate parameters: free wildcard param should be last"
     ]
+
+
+def test_backends_may_not_be_envoys_or_turnouts_own_interfaces() -> None:
+    """A tenant's network, lb or tee backend cannot reach Envoy's admin interface (nor turnout's
+    admin or xDS), cloud metadata (link-local) or this host through an unspecified address;
+    loopback backends on other ports stay allowed."""
+    options = CompileOptions(reserved_ports=((9901, "--envoy-admin-port"), (8001, "--admin-port")))
+    for url in ("http://127.0.0.1:9901", "http://127.9.9.9:8001", "http://[::1]:9901"):
+        assert "--" in str(parse_target(url, options)), url
+    for url in (
+        "http://169.254.169.254",
+        "http://[fe80::1]:80",
+        "http://0.0.0.0:8080",
+        "http://[::]:80",
+        "http://[::ffff:169.254.169.254]:80",
+    ):
+        assert isinstance(parse_target(url, options), str), url
+    assert parse_target("http://127.0.0.1:9000", options) == Target(
+        UpstreamProtocol.HTTP, "127.0.0.1", 9000
+    )
+    assert parse_target("http://10.0.0.9:9901", options) == Target(
+        UpstreamProtocol.HTTP, "10.0.0.9", 9901
+    )
+    spec = {
+        "hosts": ["adm.example.org"],
+        "backends": [
+            {"name": "admin", "type": "network", "address": "http://127.0.0.1:9901"},
+            {"name": "pool", "type": "lb", "endpoints": ["http://169.254.169.254:80"]},
+            {"name": "ok", "type": "network", "address": "http://127.0.0.1:9000"},
+        ],
+        "routes": [
+            {"pathSubtree": "/", "backends": [{"backendName": "admin"}]},
+            {"pathSubtree": "/pool", "backends": [{"backendName": "pool"}]},
+            {
+                "path": "/tee",
+                "filters": ['tee("http://127.0.0.1:8001")'],
+                "backends": [{"backendName": "ok"}],
+            },
+        ],
+    }
+    result = compile_snapshot(Snapshot.of([routegroup("adm", spec)]), options)
+    (status,) = result.statuses
+    assert status.state is State.INVALID
+    (accepted,) = [c for c in status.body["conditions"] if c["type"] == "Accepted"]
+    assert accepted["reason"] == "AddressNotValid"
+    message = accepted["message"]
+    admin = 'spec.backends[0].address (backend "admin"): "http://127.0.0.1:9901": port 9901'
+    assert admin in message
+    assert "(--envoy-admin-port)" in message and "(--admin-port)" in message
+    assert 'spec.backends[1].endpoints[0] (backend "pool")' in message and "link-local" in message
+    assert "spec.routes[2].filters[0]: filter tee" in message
+    for path in ("/", "/pool/x", "/tee"):
+        decision = evaluate(result.graph, make_request("adm.example.org", path))
+        assert not decision.clusters, (path, decision)
+
+
+def test_a_loopback_may_route_again_only_within_its_own_hosts() -> None:
+    """A loopback route that sets another tenant's Host would reach that tenant's routes as a
+    request from Envoy itself (past ClientIP allow-lists): refused, naming the filter."""
+
+    def spec(host: str) -> dict[str, Any]:
+        return {
+            "hosts": ["a.example.org", "www.a.example.org"],
+            "backends": [{"name": "loop", "type": "loopback"}],
+            "routes": [
+                {
+                    "pathSubtree": "/x",
+                    "filters": [f'setRequestHeader("Host", "{host}")', 'setPath("/admin")'],
+                    "backends": [{"backendName": "loop"}],
+                }
+            ],
+        }
+
+    foreign = compile_snapshot(Snapshot.of([routegroup("a", spec("b.example.org"))]))
+    (status,) = foreign.statuses
+    (accepted,) = [c for c in status.body["conditions"] if c["type"] == "Accepted"]
+    assert accepted["status"] == "False" and accepted["reason"] == "FilterNotSupported"
+    assert accepted["message"].startswith(
+        'spec.routes[0].filters[0]: filter setRequestHeader: with the loopback backend "loop"'
+    )
+    assert '"b.example.org", which is not one of this RouteGroup\'s hosts' in accepted["message"]
+    refused = evaluate(foreign.graph, make_request("a.example.org", "/x"))
+    assert refused.status == 500 and not refused.clusters
+    for own in ("www.a.example.org", "WWW.A.example.org:8080"):
+        ok = compile_snapshot(Snapshot.of([routegroup("a", spec(own))]))
+        assert [s.state for s in ok.statuses] == [State.VALID], own
+        assert evaluate(ok.graph, make_request("a.example.org", "/x")).clusters, own
+
+
+def test_traffic_segments_that_tile_share_the_draw_in_order() -> None:
+    """Skipper's documented TrafficSegment(0, .5), (.5, .8), (.8, 1), written in any order: each
+    route takes its segment of the one draw. A segment that leaves a gap below it is refused."""
+    segments = [("0.8", "1"), ("0", "0.5"), ("0.5", "0.8")]
+    spec = {
+        "hosts": ["t.example.com"],
+        "backends": [{"name": n, "type": "shunt"} for n in ("a", "b", "c")],
+        "routes": [
+            {
+                "path": "/",
+                "predicates": [f"TrafficSegment({low}, {high})"],
+                "filters": [f"status({200 + i})", f'inlineContent("{i}")'],
+                "backends": [{"backendName": "a"}],
+            }
+            for i, (low, high) in enumerate(segments)
+        ]
+        + [
+            {
+                "path": "/gap",
+                "predicates": ["TrafficSegment(0.5, 1)"],
+                "backends": [{"backendName": "a"}],
+            },
+        ],
+    }
+    result = compile_snapshot(Snapshot.of([routegroup("t", spec)]))
+    vhost = result.graph.listeners[0].virtual_hosts[0]
+    fractions = [(r.source.field, r.match.runtime_fraction) for r in vhost.routes]
+    assert fractions == [("spec.routes[1]", 0.5), ("spec.routes[2]", 0.8), ("spec.routes[0]", 1.0)]
+    for draw, answer in ((0.0, 201), (0.49, 201), (0.5, 202), (0.79, 202), (0.8, 200), (0.99, 200)):
+        request = dataclasses.replace(make_request("t.example.com", "/"), draw=draw)
+        assert evaluate(result.graph, request).status == answer, draw
+    (status,) = result.statuses
+    (accepted,) = [c for c in status.body["conditions"] if c["type"] == "Accepted"]
+    assert accepted["reason"] == "PredicateNotSupported"
+    assert accepted["message"].startswith(
+        "spec.routes[3]: predicate TrafficSegment: its segment starts at 0.5, but the segments "
+        "of routes with the same other predicates end at 0"
+    )
+    miss = evaluate(result.graph, make_request("t.example.com", "/"))
+    assert "no random draw given" in miss.passed_over[0].reason
+
+
+def test_path_literals_match_as_clients_escape_them() -> None:
+    """Skipper matches the decoded path; Envoy routes on the path as sent: Path("/café") takes
+    /caf%C3%A9 in either hex case, PathSubtree("/a b") takes /a%20b and below it."""
+    spec = {
+        "hosts": ["p.example.com"],
+        "backends": [{"name": "s", "type": "shunt"}],
+        "routes": [
+            {"path": "/café", "filters": ["status(201)", 'inlineContent("cafe")']},
+            {"pathSubtree": "/a b", "filters": ["status(202)", 'inlineContent("ab")']},
+            {"path": "/x+y", "filters": ["status(203)", 'inlineContent("xy")']},
+        ],
+        "defaultBackends": [{"backendName": "s"}],
+    }
+    result = compile_snapshot(Snapshot.of([routegroup("p", spec)]))
+    assert [s.state for s in result.statuses] == [State.VALID]
+
+    def status(path: str) -> int:
+        return evaluate(result.graph, make_request("p.example.com", path)).status
+
+    for path in ("/caf%C3%A9", "/caf%c3%a9"):
+        assert status(path) == 201, path
+    for path in ("/a%20b", "/a%20b/", "/a%20b/c%20d"):
+        assert status(path) == 202, path
+    for path in ("/x+y", "/x%2By", "/x%2by"):
+        assert status(path) == 203, path
+    for path in ("/caf", "/cafe", "/a%20bc", "/ab", "/x%20y"):
+        assert status(path) == 404, path
+
+
+def test_empty_hosts_or_routes_are_refused_as_the_crd_does() -> None:
+    """The CRD's minItems 1: `hosts: []` and `routes: []` never reach Skipper; absent fields
+    (a catch-all RouteGroup, default backends only) stay valid."""
+    base: dict[str, Any] = {
+        "backends": [{"name": "x", "type": "shunt"}],
+        "defaultBackends": [{"backendName": "x"}],
+    }
+    for key in ("hosts", "routes"):
+        result = compile_snapshot(Snapshot.of([routegroup("e", {**base, key: []})]))
+        (status,) = result.statuses
+        assert status.state is State.INVALID, key
+        (accepted,) = [c for c in status.body["conditions"] if c["type"] == "Accepted"]
+        assert accepted["reason"] == "InvalidField"
+        assert accepted["message"] == (
+            f"spec.{key}: Invalid value: 0: spec.{key} in body should have at least 1 items"
+        )
+    absent = compile_snapshot(Snapshot.of([routegroup("e", base)]))
+    assert [s.state for s in absent.statuses] == [State.VALID]
+
+
+def test_messages_in_skippers_words() -> None:
+    """Go's url.Parse wording for unparsable addresses, and a NotValid reason for arguments a
+    predicate refuses (Skipper: invalid predicate parameters), not a NotSupported one."""
+    spec = {
+        "hosts": ["m.example.com"],
+        "backends": [{"name": "x", "type": "network", "address": "http://[::1"}],
+        "defaultBackends": [{"backendName": "x"}],
+    }
+    (status,) = compile_snapshot(Snapshot.of([routegroup("m", spec)])).statuses
+    (accepted,) = [c for c in status.body["conditions"] if c["type"] == "Accepted"]
+    assert accepted["message"] == (
+        'spec.backends[0].address: failed to parse backend address "http://[::1": '
+        "parse \"http://[::1\": missing ']' in host"
+    )
+    assert parse_target("http://10.0.0.1:x") == (
+        '"http://10.0.0.1:x" is not a URL: parse "http://10.0.0.1:x": invalid port ":x" after host'
+    )
+    spec = {
+        "hosts": ["m.example.com"],
+        "backends": [{"name": "s", "type": "shunt"}],
+        "defaultBackends": [{"backendName": "s"}],
+        "routes": [{"predicates": ['PathRegexp("(")']}],
+    }
+    (status,) = compile_snapshot(Snapshot.of([routegroup("m", spec)])).statuses
+    (accepted,) = [c for c in status.body["conditions"] if c["type"] == "Accepted"]
+    assert accepted["reason"] == "PredicateNotValid", accepted
+
+
+def test_a_loopback_cannot_re_enter_a_host_shared_with_another_namespace() -> None:
+    """RouteGroups of several namespaces may share a host (Skipper merges them); a loopback route
+    on it would reach the other namespace's routes as a request from Envoy itself."""
+
+    def in_namespace(namespace: str, name: str, spec: dict[str, Any]) -> KubeObject:
+        meta = {"name": name, "namespace": namespace, "creationTimestamp": "2024-01-01T00:00:00Z"}
+        raw = {"apiVersion": "zalando.org/v1", "kind": "RouteGroup", "metadata": meta, "spec": spec}
+        return KubeObject("zalando.org/v1", "RouteGroup", namespace, name, freeze(raw), Origin("t"))
+
+    guarded = {
+        "hosts": ["b.example.org"],
+        "backends": [{"name": "s", "type": "shunt"}],
+        "routes": [
+            {
+                "path": "/admin",
+                "predicates": ['ClientIP("127.0.0.1/32")'],
+                "filters": ["status(200)", 'inlineContent("secret")'],
+                "backends": [{"backendName": "s"}],
+            }
+        ],
+    }
+    looping = {
+        "hosts": ["b.example.org"],
+        "backends": [{"name": "loop", "type": "loopback"}],
+        "routes": [
+            {
+                "path": "/steal",
+                "filters": ['setPath("/admin")'],
+                "backends": [{"backendName": "loop"}],
+            }
+        ],
+    }
+    result = compile_snapshot(
+        Snapshot.of([in_namespace("b", "owner", guarded), in_namespace("a", "intruder", looping)])
+    )
+    states = {s.ref.namespace: s for s in result.statuses}
+    assert states["b"].state is State.VALID
+    (accepted,) = [c for c in states["a"].body["conditions"] if c["type"] == "Accepted"]
+    assert accepted["reason"] == "BackendNotSupported"
+    assert accepted["message"].startswith(
+        'spec.routes[0]: the loopback backend "loop" (spec.backends[0]) is not supported on host '
+        '"b.example.org", which RouteGroup b/owner of another namespace also serves'
+    )
+    steal = evaluate(result.graph, make_request("b.example.org", "/steal"))
+    assert steal.status == 500 and not steal.clusters
+    # In one namespace the loop stays allowed.
+    same = compile_snapshot(
+        Snapshot.of([in_namespace("b", "owner", guarded), in_namespace("b", "loops", looping)])
+    )
+    assert all(s.state is State.VALID for s in same.statuses)

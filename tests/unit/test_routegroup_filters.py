@@ -88,8 +88,27 @@ def test_response_header_filters() -> None:
 def test_header_values_are_literal_for_envoy() -> None:
     t = ok('setRequestHeader("X-Pct", "100% sure")')
     assert t.policies.request_headers == HeaderPolicy(set=(HeaderValue("X-Pct", "100%% sure"),))
-    name, _, message = problem('setRequestHeader("X-Id", "${request.header.X-Id}")')
-    assert name == "setRequestHeader" and "template" in message
+    name, _, message = problem('setRequestHeader("X-Id", "${request.path}")')
+    assert name == "setRequestHeader"
+    assert "the template '${request.path}' is not supported" in message
+    assert "template" in problem('setResponseHeader("X-Id", "${request.header.X-Id}")')[2]
+    assert "template" in problem('setRequestHeader("Host", "${request.header.X-Host}")')[2]
+    assert "template" in problem('setRequestHeader("X", "${request.header.a%b}")')[2]
+
+
+def test_request_header_templates_envoy_can_fill() -> None:
+    t = ok(
+        'setRequestHeader("X-User", "u-${request.header.X-Id} 100%") '
+        '-> appendRequestHeader("X-Via", "${request.method} ${request.host}") '
+        '-> setRequestHeader("X-Client", "${request.clientIP}")'
+    )
+    assert t.policies.request_headers == HeaderPolicy(
+        set=(
+            HeaderValue("X-User", "u-%REQ(X-Id)% 100%%"),
+            HeaderValue("X-Client", "%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%"),
+        ),
+        add=(HeaderValue("X-Via", "%REQ(:METHOD)% %REQ(:AUTHORITY)%"),),
+    )
 
 
 def test_setting_host_rewrites_the_host() -> None:
@@ -198,8 +217,22 @@ def test_tee_mirrors_to_the_url_cluster() -> None:
 def test_compress_cors_and_rate_limits() -> None:
     t = ok('compress() -> corsOrigin() -> ratelimit(20, "1m")')  # ratelimit: seed 003
     assert t.policies.compression == Compression(COMPRESSIBLE_TYPES)
-    assert t.policies.cors == CorsPolicy(allow_origins=("*",))
+    # Skipper always sets "*": a response header (Envoy's CORS filter would echo the Origin).
+    assert t.policies.cors is None
+    assert t.policies.response_headers is not None
+    assert HeaderValue("Access-Control-Allow-Origin", "*") in t.policies.response_headers.set
     assert t.policies.rate_limit == LocalRateLimit(requests=20, unit_s=60)
+    answered = translate_filters(
+        parse_filters('status(200) -> inlineContent("x") -> corsOrigin()'), shunt=True
+    )
+    assert not answered.problems and isinstance(answered.action, DirectResponse)
+    assert HeaderValue("Access-Control-Allow-Origin", "*") in answered.action.headers
+    listed = translate_filters(
+        parse_filters('status(200) -> inlineContent("x") -> corsOrigin("https://a.org")'),
+        shunt=True,
+    )
+    assert [(p.name, p.index) for p in listed.problems] == [("corsOrigin", 2)]
+    assert "answers itself" in listed.problems[0].message and listed.policies.cors is None
     t = ok('corsOrigin("https://a.org", "https://b.org") -> ratelimit(2, "1s", 503)')
     assert t.policies.cors == CorsPolicy(allow_origins=("https://a.org", "https://b.org"))
     assert t.policies.rate_limit == LocalRateLimit(requests=2, unit_s=1, status=503)

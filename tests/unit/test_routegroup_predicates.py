@@ -272,12 +272,16 @@ def test_sticky_traffic_decides_by_cookie_then_by_chance() -> None:
     assert matches(text, req(draw=0.05))
 
 
-def test_traffic_segment_from_zero_is_a_fraction() -> None:
+def test_traffic_segment_is_its_max_after_the_segments_below_it() -> None:
     t = ok("TrafficSegment(0, 0.4)")
-    assert t.fraction == pytest.approx(0.4)
+    assert t.fraction == pytest.approx(0.4) and t.segment_start == 0
     assert t.weight == 0  # TrafficSegment leaves the priority alone
-    [(name, _, message)] = problems("TrafficSegment(0.4, 1)")
-    assert name == "TrafficSegment" and "cannot be expressed" in message
+    upper = ok("TrafficSegment(0.4, 1)")
+    assert upper.fraction == pytest.approx(1.0) and upper.segment_start == pytest.approx(0.4)
+    assert ok("TrafficSegment(0.4, 0.4)").never
+    for text in ("TrafficSegment(0.4, 1) && Traffic(.5)", "Traffic(.5) && TrafficSegment(0.4, 1)"):
+        [(_, _, message)] = problems(text)
+        assert "Envoy draws one random value per request" in message, text
     [(_, _, message)] = problems("TrafficSegment(0.5, 0.2)")
     assert "invalid predicate parameters" in message
 

@@ -8,8 +8,7 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from turnout.dialects.gatewayapi.kinds import GATEWAY_CLASS, GROUP
-from turnout.dialects.gatewayapi.status import programmed_counts
+from turnout.dialects.gatewayapi.status import object_json, programmed_counts
 from turnout.metrics import Metrics
 from turnout.status.model import ObjectStatus
 from turnout.store import SourceProblem
@@ -27,21 +26,10 @@ class AdminSource(Protocol):
     def readiness(self) -> tuple[bool, str]: ...
 
 
-# Kinds without a namespace: a file gives every object one ("default"), /status shows none.
-_CLUSTER_SCOPED = frozenset({(GROUP, GATEWAY_CLASS)})
-
-
-def _object_json(status: ObjectStatus) -> dict[str, object]:
-    out = status.to_json()
-    if (status.ref.group, status.ref.kind) in _CLUSTER_SCOPED:
-        out["metadata"] = {"name": status.ref.name}
-    return out
-
-
 def status_json(statuses: tuple[ObjectStatus, ...], problems: tuple[SourceProblem, ...]) -> str:
     return json.dumps(
         {
-            "objects": [_object_json(s) for s in statuses],
+            "objects": [object_json(s) for s in statuses],
             "problems": [p.to_json() for p in problems],
         },
         indent=2,

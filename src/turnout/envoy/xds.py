@@ -793,7 +793,7 @@ class XdsServer:
             return ListenerState(None, "no configuration has been built yet")
         listener = snapshot.resources[LISTENER_TYPE].get(name)
         if listener is None:
-            return ListenerState(None, f"the configuration holds no Envoy listener {name}", False)
+            return self._absent_listener_state(name, set(snapshot.resources[LISTENER_TYPE]))
         if not self._streams:
             return ListenerState(None, "no Envoy is connected")
         needed = [(LISTENER_TYPE, listener)]
@@ -824,6 +824,24 @@ class XdsServer:
             return ListenerState(None, waiting)
         nodes = ", ".join(sorted(s.node for s in self._streams.values()))
         return ListenerState(True, f"Envoy {nodes} acknowledged listener {name}")
+
+    def _absent_listener_state(self, name: str, current: set[str]) -> ListenerState:
+        """For a listener the configuration does not hold: True once every connected Envoy (at
+        least one) has answered the current listener set and has no listener `name` in effect,
+        i.e. its port is closed everywhere (a Gateway listener with nothing to serve yet)."""
+        if not self._streams:
+            return ListenerState(None, "no Envoy is connected", False)
+        for stream in sorted(self._streams.values(), key=lambda s: s.id):
+            st = stream.types[LISTENER_TYPE]
+            answered = st.last_outcome is not None and not st.pending
+            if not answered or set(st.inflight) != current or name in st.in_effect:
+                return ListenerState(
+                    None,
+                    f"waiting for Envoy {stream.node} to acknowledge the listeners without {name}",
+                    False,
+                )
+        nodes = ", ".join(sorted(s.node for s in self._streams.values()))
+        return ListenerState(True, f"Envoy {nodes} has no listener {name}", False)
 
     async def wait_acked(self, version: str, timeout: float) -> bool:
         """Wait until every connected Envoy (at least one) has acknowledged `version` or a later

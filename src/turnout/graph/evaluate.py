@@ -553,6 +553,8 @@ def route_miss_reason(route: Route, request: Request, vh: VirtualHost) -> str | 
     path = request.path_only
     fraction = route.match.runtime_fraction
     if fraction is not None and not _drawn(fraction, request.draw):
+        if request.draw is None:
+            return f"no random draw given, and the fraction {fraction} is below 1"
         return f"the request's random value {request.draw} is not below the fraction {fraction}"
     if not path_matches(route.match, path):
         p = route.match.path

@@ -43,7 +43,12 @@ from turnout.dialects.gatewayapi.classes import (
 )
 from turnout.dialects.gatewayapi.conditions import ACCEPTED, RouteProblem
 from turnout.dialects.gatewayapi.grpcroute import compile_grpcroute
-from turnout.dialects.gatewayapi.hostnames import covers, intersect, specificity
+from turnout.dialects.gatewayapi.hostnames import (
+    ServedKinds,
+    covers,
+    specificity,
+    wider_patterns,
+)
 from turnout.dialects.gatewayapi.httproute import ListenerInfo, compile_httproute
 from turnout.dialects.gatewayapi.kinds import (
     GATEWAY,
@@ -100,10 +105,12 @@ class _Served:
         field(default_factory=dict)
     )
     attached: dict[_ListenerKey, int] = field(default_factory=dict)
-    # route -> the Gateways it is attached to (BackendTLSPolicy ancestors)
+    # route -> the Gateways it is attached to (BackendTLSPolicy ancestors), but for TLSRoutes
+    # through passthrough listeners only (where a policy cannot apply): those are here
     gateways_by_route: dict[ObjectRef, set[ObjectRef]] = field(default_factory=dict)
-    # listener -> (hostname, route) of the HTTPRoutes and GRPCRoutes it serves, oldest first
-    http_kinds: dict[_ListenerKey, list[tuple[str, KubeObject]]] = field(default_factory=dict)
+    passthrough_gateways_by_route: dict[ObjectRef, set[ObjectRef]] = field(default_factory=dict)
+    # listener -> the hostnames of the HTTPRoutes and GRPCRoutes it serves
+    http_kinds: dict[_ListenerKey, ServedKinds[KubeObject]] = field(default_factory=dict)
 
 
 def _key(listener: GatewayListener) -> _ListenerKey:
@@ -167,7 +174,10 @@ class GatewayAPIDialect:
 
         statuses.extend(
             grants.backend_tls.statuses(
-                served.gateways_by_route, options.gateway_controller_name, ctx
+                served.gateways_by_route,
+                options.gateway_controller_name,
+                ctx,
+                served.passthrough_gateways_by_route,
             )
         )
         ready = [lst for i in serving for lst in read[i] if lst.ready and lst.port > 0]
@@ -207,7 +217,8 @@ class GatewayAPIDialect:
             tuple[int, str], tuple[tuple[RankedRoute, ...], tuple[RouteProblem, ...], bool]
         ]
         compiled = {}
-        stream: CompiledStream | None = None
+        # by whether the listener terminates TLS (a TLSRoute's BackendTLSPolicies apply)
+        streams: dict[bool, CompiledStream] = {}
         contributed: set[_ListenerKey] = set()
         counted: set[_ListenerKey] = set()
         invalid_hostnames = route_hostnames_problem(route)
@@ -245,13 +256,17 @@ class GatewayAPIDialect:
                 outcomes.append(ParentOutcome(replace(attachment, problem=clash)))
                 continue
             if streamed:
-                if stream is None:
-                    stream = _compile_stream(route, ctx, grants)
-                problems.extend(stream.problems)
-                # An invalid route serves nothing: it must not take a listener (or an SNI name)
-                # from a valid route, even an older one.
-                rejected = not stream.accepted
-                for listener, hostnames in attachment.listeners if stream.accepted else ():
+                for listener, hostnames in attachment.listeners:
+                    terminate = listener.tls_mode == "Terminate"
+                    if terminate not in streams:
+                        streams[terminate] = _compile_stream(route, ctx, grants, terminate)
+                    stream = streams[terminate]
+                    problems.extend(p for p in stream.problems if p not in problems)
+                    # An invalid route serves nothing: it must not take a listener (or an SNI
+                    # name) from a valid route, even an older one.
+                    if not stream.accepted:
+                        rejected = True
+                        continue
                     if _key(listener) in contributed:
                         continue
                     contributed.add(_key(listener))
@@ -275,14 +290,23 @@ class GatewayAPIDialect:
                         continue
                     contributed.add(_key(listener))
                     by_host_http = served.http.setdefault(_key(listener), {})
-                    kinds = served.http_kinds.setdefault(_key(listener), [])
+                    kinds = served.http_kinds.setdefault(_key(listener), ServedKinds[KubeObject]())
                     for hostname in hostnames:
                         by_host_http.setdefault(hostname, []).extend(ranked)
-                        kinds.append((hostname, route))
+                        kinds.add(route.kind, hostname, route)
+            idle = [lst for lst, _ in attachment.listeners if not lst.ready]
+            if idle and len(idle) == len(attachment.listeners):
+                notes.append(_not_ready(gateway, idle))
             outcome = ParentOutcome(attachment, tuple(problems), rejected, tuple(notes))
             outcomes.append(outcome)
             if outcome.accepted:
-                served.gateways_by_route.setdefault(route.ref, set()).add(gateway.ref)
+                passthrough = route.kind == TLS_ROUTE and all(
+                    lst.tls_mode == "Passthrough" for lst, _ in attachment.listeners
+                )
+                by_route = served.gateways_by_route
+                if passthrough:
+                    by_route = served.passthrough_gateways_by_route
+                by_route.setdefault(route.ref, set()).add(gateway.ref)
                 # attachedRoutes counts routes: several parentRefs of one route to one
                 # listener attach it once.
                 for listener, _ in attachment.listeners:
@@ -332,22 +356,19 @@ def _kind_clash(route: KubeObject, attachment: Attachment, served: _Served) -> R
     The spec: "the implementation MUST accept exactly one of these two routes" and never merge
     them; it names no reason, turnout reports NotAllowedByListeners."""
     for listener, hostnames in attachment.listeners:
-        for theirs, other in served.http_kinds.get(_key(listener), ()):
-            if other.kind == route.kind:
-                continue
-            for hostname in hostnames:
-                if intersect(
-                    None if theirs == "*" else theirs, None if hostname == "*" else hostname
-                ):
-                    return RouteProblem(
-                        ACCEPTED,
-                        "NotAllowedByListeners",
-                        f"{attachment.parent.field}: listener {listener.name!r} of Gateway "
-                        f"{listener.gateway.namespace}/{listener.gateway.name} already serves "
-                        f"{other.kind} {other.namespace}/{other.name} on {theirs}, which "
-                        f"intersects {hostname}; an HTTPRoute and a GRPCRoute never share a "
-                        "hostname on a listener, the older one is accepted",
-                    )
+        kinds = served.http_kinds.get(_key(listener))
+        clash = kinds.first_clash(route.kind, hostnames) if kinds is not None else None
+        if clash is not None:
+            theirs, other, hostname = clash
+            return RouteProblem(
+                ACCEPTED,
+                "NotAllowedByListeners",
+                f"{attachment.parent.field}: listener {listener.name!r} of Gateway "
+                f"{listener.gateway.namespace}/{listener.gateway.name} already serves "
+                f"{other.kind} {other.namespace}/{other.name} on {theirs}, which "
+                f"intersects {hostname}; an HTTPRoute and a GRPCRoute never share a "
+                "hostname on a listener, the older one is accepted",
+            )
     return None
 
 
@@ -364,10 +385,10 @@ def _compile_http(
 
 
 def _compile_stream(
-    route: KubeObject, ctx: CompileContext, grants: ReferenceGrants
+    route: KubeObject, ctx: CompileContext, grants: ReferenceGrants, terminate: bool
 ) -> CompiledStream:
     if route.kind == TLS_ROUTE:
-        return compile_tlsroute(route, ctx, grants)
+        return compile_tlsroute(route, ctx, grants, terminate=terminate)
     return compile_tcproute(route, ctx, grants)
 
 
@@ -383,6 +404,17 @@ def _not_served(listener: GatewayListener, hostname: str, older: KubeObject) -> 
     )
 
 
+def _not_ready(gateway: KubeObject, listeners: Sequence[GatewayListener]) -> str:
+    """Why a route attached only to listeners that are not valid serves nothing there. The
+    spec counts such attachments (`attachedRoutes` "MUST be set for Listeners with condition
+    Accepted: false"), so the route stays Accepted; its message says it gets no traffic."""
+    names = ", ".join(repr(lst.name) for lst in listeners)
+    return (
+        f"Gateway {gateway.namespace}/{gateway.name}: listener(s) {names} are not valid (see "
+        "the Gateway's status) and serve nothing; this route receives no traffic through them"
+    )
+
+
 def _most_specific(listeners: Sequence[GatewayListener], hostname: str) -> GatewayListener | None:
     """The listener a request (or TLS connection) for `hostname` belongs to: the most specific
     listener hostname covering it (listener isolation: never a less specific one as well)."""
@@ -395,10 +427,6 @@ def _most_specific(listeners: Sequence[GatewayListener], hostname: str) -> Gatew
         if best is None or specificity(lst.hostname) > specificity(best.hostname):
             best = lst
     return best
-
-
-def _covers_vhost(pattern: str, hostname: str) -> bool:
-    return pattern != hostname and (pattern == "*" or covers(pattern, hostname))
 
 
 def _port_protocol(listeners: Sequence[GatewayListener]) -> ListenerProtocol:
@@ -437,11 +465,7 @@ def _assemble(
                 hosts_done.add(hostname)
                 # Rules of routes for wider hostnames of the same listener also match this host:
                 # they come after its own, most specific hostname first.
-                wider = sorted(
-                    (h for h in buckets if _covers_vhost(h, hostname)),
-                    key=lambda h: specificity(None if h == "*" else h),
-                    reverse=True,
-                )
+                wider = [h for h in wider_patterns(hostname) if h in buckets]
                 routes: list[Route] = list(order_routes(buckets.get(hostname, [])))
                 for h in wider:
                     routes.extend(order_routes(buckets[h]))

@@ -26,6 +26,7 @@ checked in this order, so a cross-namespace ref never reveals whether its target
    | http | `https`, `kubernetes.io/wss` | TLS, only with a BackendTLSPolicy |
    | grpc | unset, `kubernetes.io/h2c`, `grpc` | h2c (H2 with a BackendTLSPolicy) |
    | tcp, tls | any | the bytes as they come |
+   | tls-terminate | any | the decrypted bytes; over TLS with a BackendTLSPolicy |
 
    Any other appProtocol is `UnsupportedProtocol`: a backend that declares a protocol turnout
    cannot speak is not sent that traffic. A port whose `protocol` is not TCP (UDP, SCTP) is
@@ -38,9 +39,11 @@ False) keeps its weight: the rule sends its share to `INVALID_BACKEND`, answered
 503 / `UNAVAILABLE` (gRPC) or refused (TCP).
 
 A BackendTLSPolicy targeting the Service (and port) makes the upstream TLS, validated as the
-policy says (`backend_tls.py`); a policy that cannot be honoured makes the ref invalid
-(`ResolvedRefs` False `InvalidCACertificateRef` or `NoValidCACertificate` for the route, as
-the spec lists such refs as invalid).
+policy says (`backend_tls.py`), for HTTP, gRPC and TLSRoutes on listeners that terminate TLS
+(GEP-4274, conformance BackendTLSPolicyTLSRouteTerminate); on a passthrough listener the stream
+is the client's TLS session and the policy does not apply (its status says so). A policy that
+cannot be honoured makes the ref invalid (`ResolvedRefs` False `InvalidCACertificateRef` or
+`NoValidCACertificate` for the route, as the spec lists such refs as invalid).
 """
 
 from __future__ import annotations
@@ -51,7 +54,13 @@ from dataclasses import dataclass
 from turnout.dialects.base import CompileContext
 from turnout.dialects.gatewayapi.conditions import ACCEPTED, RESOLVED_REFS, RouteProblem
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants, core_group
-from turnout.graph.model import INVALID_BACKEND, UpstreamProtocol, UpstreamSettings, WeightedCluster
+from turnout.graph.model import (
+    INVALID_BACKEND,
+    UpstreamProtocol,
+    UpstreamSettings,
+    UpstreamValidation,
+    WeightedCluster,
+)
 from turnout.graph.services import (
     EXTERNAL_NAME_INVALID,
     EXTERNAL_NAME_LOCALHOST,
@@ -68,6 +77,9 @@ UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
 UNSUPPORTED_VALUE = "UnsupportedValue"
 
 MAX_WEIGHT = 1_000_000
+
+# `app` of a TLSRoute's refs on a listener that terminates TLS (passthrough listeners: "tls").
+TLS_TERMINATE = "tls-terminate"
 
 H2C = "kubernetes.io/h2c"
 WS = "kubernetes.io/ws"
@@ -140,8 +152,9 @@ def resolve_backend_ref(
 ) -> ResolvedBackendRef:
     """Resolves `ref` (the entry at `field`, e.g. `spec.rules[0].backendRefs[1]`) of `route`.
 
-    `app` is "http" | "grpc" | "tcp" | "tls": what the route sends, which decides the upstream
-    protocol and which appProtocols are acceptable. Never raises.
+    `app` is "http" | "grpc" | "tcp" | "tls" (passthrough) | "tls-terminate": what the route
+    sends, which decides the upstream protocol and which appProtocols are acceptable. Never
+    raises.
     """
     if not isinstance(ref, Mapping):
         return _invalid(1, RESOLVED_REFS, BACKEND_NOT_FOUND, f"{field}: is not an object")
@@ -226,18 +239,22 @@ def resolve_backend_ref(
             f"{field}: Service {namespace}/{name} port {port} is {service_port.protocol}; "
             "turnout proxies TCP only",
         )
-    # TCP and TLS routes pass the stream on as it is; TLS origination is for HTTP and gRPC.
-    tls = (
-        grants.backend_tls.validation(service, service_port, ctx, used_by=route.ref)
-        if app in ("http", "grpc")
-        else None
-    )
+    # The gateway originates TLS wherever it holds the plain bytes: HTTP, gRPC and the streams
+    # of TLS listeners that terminate. A TCPRoute's stream is the client's own (turnout's TCP
+    # listeners do not terminate TLS), and a passthrough stream is already the client's TLS
+    # session with the backend: a policy cannot apply there, which its status reports.
+    tls: UpstreamValidation | RouteProblem | None = None
+    if app in ("http", "grpc", TLS_TERMINATE):
+        tls = grants.backend_tls.validation(service, service_port, ctx, used_by=route.ref)
+    elif app == "tls":
+        grants.backend_tls.note_passthrough(service, service_port, route.ref)
     if isinstance(tls, RouteProblem):
         return _invalid(weight, tls.condition, tls.reason, f"{field}: {tls.message}")
     app_protocol = service_port.app_protocol
     websockets = False
-    protocol = UpstreamProtocol.TCP  # TCP and TLS routes stream bytes, whatever the protocol
-    if app not in ("tcp", "tls"):
+    # TCP and TLS routes stream bytes, whatever the protocol; over TLS when a policy says so.
+    protocol = UpstreamProtocol.TLS if tls is not None else UpstreamProtocol.TCP
+    if app not in ("tcp", "tls", TLS_TERMINATE):
         table = _GRPC_APP_PROTOCOLS if app == "grpc" else _HTTP_APP_PROTOCOLS
         choice = table.get(app_protocol)
         if choice is None:

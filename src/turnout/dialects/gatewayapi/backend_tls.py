@@ -30,9 +30,14 @@ Conflicts (two policies for the same Service and `sectionName`): the oldest wins
 so they take no target from a newer policy. A policy naming the port wins over one naming the
 whole Service.
 
+Routes whose backends it applies to: HTTPRoute, GRPCRoute, and TLSRoute on listeners that
+terminate TLS (GEP-4274: the gateway re-encrypts the stream it decrypted). A TLSRoute on a
+Passthrough listener forwards the client's own TLS session: the policy cannot apply there.
+
 Status is `PolicyStatus`: one `ancestors` entry per Gateway that a route using a targeted Service
 is attached to (`statuses`), with `Accepted` and `ResolvedRefs`, for this controller only; a
-conflicted policy reports `Accepted` False `Conflicted` to the same Gateways.
+conflicted policy reports `Accepted` False `Conflicted` to the same Gateways. A Gateway that
+reaches the Service only through Passthrough listeners gets `Accepted` False `NotApplicable`.
 """
 
 from __future__ import annotations
@@ -65,6 +70,8 @@ INVALID_KIND = "InvalidKind"
 INVALID_CA_CERTIFICATE_REF = "InvalidCACertificateRef"
 BACKEND_NOT_FOUND = "BackendNotFound"
 NO_VALID_CA_CERTIFICATE = "NoValidCACertificate"
+# turnout's own reason: the policy cannot apply to how a Gateway uses the Service (passthrough).
+NOT_APPLICABLE = "NotApplicable"
 
 # `wellKnownCACertificates`: the one value the CRD allows.
 SYSTEM = "System"
@@ -202,6 +209,9 @@ class BackendTLSPolicies:
         self._conflicted: dict[ObjectRef, str] = {}
         # (namespace, Service) -> the routes with a backendRef to it
         self._used_by: dict[tuple[str, str], set[ObjectRef]] = {}
+        # (namespace, Service, port name) -> the TLSRoutes reaching it through passthrough
+        # listeners, where no policy can apply
+        self._passthrough_by: dict[tuple[str, str, str], set[ObjectRef]] = {}
         self._outcomes: dict[ObjectRef, Outcome] = {}
 
     @staticmethod
@@ -271,6 +281,22 @@ class BackendTLSPolicies:
             f"{reason.message}",
         )
 
+    def note_passthrough(self, service: KubeObject, port: ServicePort, route: ObjectRef) -> None:
+        """`route` streams to the Service port through a passthrough listener: the TLS session
+        is the client's, so a policy targeting the port does not apply there (`statuses`)."""
+        key = (service.namespace, service.name, port.name)
+        self._passthrough_by.setdefault(key, set()).add(route)
+
+    def passthrough_users(self, policy: PolicySpec) -> frozenset[ObjectRef]:
+        """The TLSRoutes reaching a port the policy is in force for through passthrough."""
+        ns = policy.obj.namespace
+        return frozenset(
+            r
+            for (namespace, service, port), routes in self._passthrough_by.items()
+            if namespace == ns and self.policy_for(ns, service, port) is policy
+            for r in routes
+        )
+
     def users(self, policy: PolicySpec) -> frozenset[ObjectRef]:
         """The routes with a backendRef to a Service the policy targets (so far in this
         compile), whether or not the policy is in force."""
@@ -284,18 +310,32 @@ class BackendTLSPolicies:
         gateways_by_route: Mapping[ObjectRef, Iterable[ObjectRef]],
         controller_name: str,
         ctx: CompileContext,
+        passthrough_gateways_by_route: Mapping[ObjectRef, Iterable[ObjectRef]] | None = None,
     ) -> tuple[ObjectStatus, ...]:
         """One status per policy: an `ancestors` entry per Gateway that a route using the
         policy is attached to (`gateways_by_route`, from the Gateway dialect), after every
-        route was compiled."""
+        route was compiled. A Gateway whose routes reach a targeted Service only through TLS
+        passthrough listeners (`passthrough_gateways_by_route`) gets an entry saying the policy
+        does not apply there: `Accepted` False, reason `NotApplicable` (the spec lists no
+        reason for it; the gateway originates no TLS to a backend it passes a client's TLS
+        session to)."""
         out: list[ObjectStatus] = []
+        passthrough = passthrough_gateways_by_route or {}
         for policy in self.policies:
             ref = policy.obj.ref
             conditions = self.conditions(policy, ctx)
-            gateways = sorted(
-                {g for route in self.users(policy) for g in gateways_by_route.get(route, ())}
-            )
+            applied = {g for route in self.users(policy) for g in gateways_by_route.get(route, ())}
+            passed = {
+                g for route in self.passthrough_users(policy) for g in passthrough.get(route, ())
+            } - applied
             generation = policy.obj.generation
+            not_applicable = Condition(
+                ACCEPTED,
+                False,
+                NOT_APPLICABLE,
+                "the Gateway passes the TLS session of the client through to the targeted "
+                "Service (TLSRoute on a Passthrough listener): it originates no TLS to it",
+            )
             ancestors = [
                 {
                     "ancestorRef": {
@@ -305,9 +345,11 @@ class BackendTLSPolicies:
                         "name": g.name,
                     },
                     "controllerName": controller_name,
-                    "conditions": conditions_json(list(conditions), generation),
+                    "conditions": conditions_json(
+                        list(conditions) if g in applied else [not_applicable], generation
+                    ),
                 }
-                for g in gateways
+                for g in sorted(applied | passed)
             ]
             problems = [c for c in conditions if c.status is False]
             out.append(

@@ -16,6 +16,7 @@ ACCEPTED = "Accepted"
 PROGRAMMED = "Programmed"
 RESOLVED_REFS = "ResolvedRefs"
 CONFLICTED = "Conflicted"
+OVERLAPPING_TLS_CONFIG = "OverlappingTLSConfig"
 SUPPORTED_VERSION = "SupportedVersion"
 PENDING = "Pending"
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 
 def _suffix(wildcard: str) -> str:
@@ -92,3 +95,84 @@ def hostname_problem(hostname: str) -> str | None:
     except ValueError:
         return None
     return "is an IP address; a hostname must be a DNS name"
+
+
+def _proper_suffixes(hostname: str) -> list[str]:
+    """The names after each label but the last: `a.b.com` and `*.b.com` give `b.com`, `com`."""
+    labels = hostname.split(".")
+    return [".".join(labels[i:]) for i in range(1, len(labels))]
+
+
+def wider_patterns(hostname: str) -> list[str]:
+    """Every hostname pattern that covers `hostname` (a precise name, a wildcard or "*" for no
+    hostname) other than itself, most specific first: `a.b.com` gives `*.b.com`, `*.com`, `*`.
+    Only these can be wider, so a lookup per pattern replaces a scan of all hostnames."""
+    out = [f"*.{suffix}" for suffix in _proper_suffixes(hostname)]
+    out = [p for p in out if p != hostname]
+    if hostname != "*":
+        out.append("*")
+    return out
+
+
+def _intersects(a: str, b: str) -> bool:
+    return intersect(None if a == "*" else a, None if b == "*" else b) is not None
+
+
+_Entry = tuple[int, str, T]  # (insertion sequence, hostname, value)
+
+
+class HostnameIndex(Generic[T]):
+    """Values by hostname ("*" for none), answering which value, first added, has a hostname
+    intersecting a given one, with a few dictionary lookups instead of a scan."""
+
+    def __init__(self) -> None:
+        self._exact: dict[str, _Entry[T]] = {}
+        # proper suffix -> the first entry whose hostname ends with it (a wildcard `*.suffix`
+        # covers exactly those)
+        self._by_suffix: dict[str, _Entry[T]] = {}
+        self._oldest: _Entry[T] | None = None
+
+    def add(self, seq: int, hostname: str, value: T) -> None:
+        entry = (seq, hostname, value)
+        self._exact.setdefault(hostname, entry)
+        if self._oldest is None:
+            self._oldest = entry
+        for suffix in _proper_suffixes(hostname):
+            self._by_suffix.setdefault(suffix, entry)
+
+    def first_intersecting(self, hostname: str) -> _Entry[T] | None:
+        if hostname == "*":
+            return self._oldest
+        candidates = [self._exact.get(p) for p in (hostname, *wider_patterns(hostname))]
+        if hostname.startswith("*."):
+            candidates.append(self._by_suffix.get(hostname[2:]))
+        found = [c for c in candidates if c is not None]
+        return min(found, key=lambda e: e[0]) if found else None
+
+
+class ServedKinds(Generic[T]):
+    """The hostnames routes of several kinds serve on one listener, in the order added."""
+
+    def __init__(self) -> None:
+        self._by_kind: dict[str, HostnameIndex[T]] = {}
+        self._seq = 0
+
+    def add(self, kind: str, hostname: str, value: T) -> None:
+        self._by_kind.setdefault(kind, HostnameIndex()).add(self._seq, hostname, value)
+        self._seq += 1
+
+    def first_clash(self, kind: str, hostnames: Sequence[str]) -> tuple[str, T, str] | None:
+        """The first added (hostname, value) of another kind than `kind` whose hostname
+        intersects one of `hostnames`, with the first of `hostnames` it intersects."""
+        found = [
+            entry
+            for other, index in self._by_kind.items()
+            if other != kind
+            for hostname in hostnames
+            if (entry := index.first_intersecting(hostname)) is not None
+        ]
+        if not found:
+            return None
+        _, theirs, value = min(found, key=lambda e: e[0])
+        hostname = next(h for h in hostnames if _intersects(theirs, h))
+        return theirs, value, hostname

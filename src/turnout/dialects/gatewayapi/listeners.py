@@ -22,6 +22,7 @@ from turnout.dialects.base import CompileOptions
 from turnout.dialects.gatewayapi.conditions import (
     ACCEPTED,
     CONFLICTED,
+    OVERLAPPING_TLS_CONFIG,
     PENDING,
     PROGRAMMED,
     RESOLVED_REFS,
@@ -67,6 +68,14 @@ def idle_message(port: int) -> str:
     return (
         f"nothing on port {port} can be served yet (no attached route with a usable backend): "
         "Envoy does not listen on it until there is"
+    )
+
+
+def closed_message(port: int) -> str:
+    """Programmed True of a listener with nothing to serve, once Envoy acknowledged it."""
+    return (
+        f"Envoy acknowledged the configuration; nothing on port {port} can be served yet (no "
+        "attached route with a usable backend), so the port stays closed until a route attaches"
     )
 
 
@@ -117,6 +126,9 @@ class GatewayListener:
     # Why its references do not resolve (reason, message), or None.
     unresolved: tuple[str, str] | None = None
     conflict: tuple[str, str] | None = None
+    # The other TLS listeners of the Gateway on the same port whose hostnames overlap this
+    # one's (OverlappingTLSConfig True, reason OverlappingHostnames), or None.
+    overlapping: str | None = None
 
     @property
     def field(self) -> str:
@@ -185,6 +197,11 @@ class GatewayListener:
             out.append(Condition(CONFLICTED, True, *self.conflict))
         else:
             out.append(Condition(CONFLICTED, False, "NoConflicts", "No conflicts"))
+        # The spec: MUST NOT be set when False.
+        if self.overlapping is not None:
+            out.append(
+                Condition(OVERLAPPING_TLS_CONFIG, True, "OverlappingHostnames", self.overlapping)
+            )
         return out
 
 
@@ -526,11 +543,46 @@ def resolve_conflicts(gateways: Sequence[Sequence[GatewayListener]]) -> list[lis
                 )
             if conflict is not None:
                 result[i] = _replace(listener, conflict=conflict)
+        result = mark_overlapping_tls(result)
         # Only the listeners that bind their port keep it from younger Gateways.
         taken.extend(
             lst for lst in result if lst.not_accepted is None and lst.conflict is None and lst.port
         )
         out.append(result)
+    return out
+
+
+def mark_overlapping_tls(listeners: Sequence[GatewayListener]) -> list[GatewayListener]:
+    """Sets `overlapping` on the TLS listeners (HTTPS, TLS) of one Gateway that share a port
+    with another whose hostname intersects theirs (`foo.example.com` and `*.example.com`; no
+    hostname intersects all). The spec (`ListenerConditionOverlappingTLSConfig`): implementations
+    MUST detect such overlaps, as a client may reuse a connection set up for one listener's name
+    for the other's (HTTP/2 connection coalescing). Listeners that are not accepted or are
+    Conflicted (an identical hostname) take no part. The condition informs: turnout still serves
+    both listeners, each request or connection by the most specific listener hostname."""
+    tls = [
+        lst
+        for lst in listeners
+        if lst.protocol in ("HTTPS", "TLS") and lst.not_accepted is None and lst.conflict is None
+    ]
+    out = list(listeners)
+    for i, listener in enumerate(out):
+        if listener not in tls:
+            continue
+        others = [
+            other
+            for other in tls
+            if other is not listener
+            and other.port == listener.port
+            and intersect(listener.hostname, other.hostname) is not None
+        ]
+        if others:
+            names = ", ".join(f"{o.name!r} ({o.hostname or 'no hostname'})" for o in others)
+            out[i] = _replace(
+                listener,
+                overlapping=f"port {listener.port}: hostname "
+                f"{listener.hostname or '(none)'} overlaps the TLS listener(s) {names}",
+            )
     return out
 
 

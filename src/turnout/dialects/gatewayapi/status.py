@@ -25,6 +25,7 @@ from turnout.dialects.gatewayapi.conditions import (
 )
 from turnout.dialects.gatewayapi.kinds import (
     GATEWAY,
+    GATEWAY_CLASS,
     GROUP,
     gateway_listener_name,
     integer,
@@ -32,9 +33,21 @@ from turnout.dialects.gatewayapi.kinds import (
     sequence,
     text,
 )
-from turnout.dialects.gatewayapi.listeners import GatewayListener, idle_message
+from turnout.dialects.gatewayapi.listeners import GatewayListener, closed_message, idle_message
 from turnout.objects import KubeObject, ObjectRef, thaw
 from turnout.status.model import ObjectStatus, State
+
+# Kinds without a namespace: a file gives every object one ("default"); what turnout shows of
+# them (/status, `turnout check -o json|yaml`) has none, as the API server's objects have none.
+CLUSTER_SCOPED = frozenset({(GROUP, GATEWAY_CLASS)})
+
+
+def object_json(status: ObjectStatus) -> dict[str, Any]:
+    """`status.to_json()`, with no `metadata.namespace` for a cluster-scoped kind."""
+    out = status.to_json()
+    if (status.ref.group, status.ref.kind) in CLUSTER_SCOPED:
+        out["metadata"] = {"name": status.ref.name}
+    return out
 
 
 def gateway_status(
@@ -195,8 +208,9 @@ def route_status(
 
 # What the running controller learned about one Envoy listener: "programmed" (its current
 # content is in effect on every connected Envoy), "rejected" (an Envoy refused it), "pending",
-# or "absent" (the configuration has no such listener: nothing on the port can be served);
-# with a message (Envoy's reason for a rejection).
+# "closed" (the configuration has no such listener, nothing on the port can be served, and every
+# connected Envoy acknowledged that: the port is closed as configured) or "absent" (no such
+# listener, not yet acknowledged); with a message (Envoy's reason for a rejection).
 ListenerProbe = Callable[[str], tuple[str, str]]
 
 
@@ -213,7 +227,7 @@ def _set_programmed(conditions: Any, state: str, message: str) -> list[Any]:
     out = []
     for c in sequence(conditions):
         if _pending(c):
-            if state == "programmed":
+            if state in ("programmed", "closed"):
                 c = {**c, "status": "True", "reason": "Programmed", "message": message}
             elif state == "rejected":
                 c = {**c, "reason": "Invalid", "message": message}
@@ -240,10 +254,20 @@ def _gateway_programmed(results: Sequence[tuple[str, str, str]]) -> tuple[str, s
     pending = [(n, m) for n, state, m in results if state == "pending"]
     if pending:
         return "pending", f"listener {pending[0][0]!r}: {pending[0][1]}"
+    idle = [n for n, state, _ in results if state == "absent"]
+    closed = [n for n, state, _ in results if state == "closed"]
     if any(state == "programmed" for _, state, _ in results):
-        idle = [n for n, state, _ in results if state == "absent"]
         note = f"; nothing to serve yet on listener(s) {', '.join(idle)}" if idle else ""
+        if closed:
+            note += f"; listener(s) {', '.join(closed)} have nothing to serve: ports closed"
         return "programmed", "Envoy acknowledged the Gateway's listeners" + note
+    if closed and not idle:
+        # "Wait for Programmed, then attach routes" (upstream NamespacesMustBeReady) must work
+        # for a TCP or TLS Gateway too: what it configures, closed ports, is in effect.
+        return "closed", (
+            "Envoy acknowledged the configuration; no listener has anything to serve yet "
+            f"({', '.join(closed)}): their ports stay closed until a route attaches"
+        )
     return "absent", "no listener of the Gateway has anything Envoy can serve yet"
 
 
@@ -282,6 +306,8 @@ def programmed_statuses(
                 state, message = probe(gateway_listener_name(port))
                 if state == "absent":
                     message = idle_message(port)
+                elif state == "closed":
+                    message = closed_message(port)
             results.append((str(lst.get("name")), state, message))
             listeners.append(
                 {**lst, "conditions": _set_programmed(lst.get("conditions"), state, message)}

@@ -22,7 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from turnout.dialects.base import CompileContext
-from turnout.dialects.gatewayapi.backend_refs import UNSUPPORTED_VALUE, resolve_backend_ref
+from turnout.dialects.gatewayapi.backend_refs import (
+    TLS_TERMINATE,
+    UNSUPPORTED_VALUE,
+    resolve_backend_ref,
+)
 from turnout.dialects.gatewayapi.conditions import ACCEPTED, RouteProblem
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
 from turnout.graph.model import INVALID_BACKEND, WeightedCluster
@@ -48,9 +52,11 @@ def compile_tcproute(
 
 
 def compile_tlsroute(
-    route: KubeObject, ctx: CompileContext, grants: ReferenceGrants
+    route: KubeObject, ctx: CompileContext, grants: ReferenceGrants, *, terminate: bool = False
 ) -> CompiledStream:
-    return _compile(route, ctx, grants, app="tls")
+    """`terminate`: for a listener that terminates TLS, where a BackendTLSPolicy of a backend
+    applies (the gateway re-encrypts); on a passthrough listener it cannot."""
+    return _compile(route, ctx, grants, app=TLS_TERMINATE if terminate else "tls")
 
 
 def _unsupported(message: str) -> RouteProblem:

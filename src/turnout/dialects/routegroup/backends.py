@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from turnout.dialects.base import CompileOptions
-from turnout.dialects.routegroup.spec import ACCEPTED, RESOLVED_REFS, BackendSpec, BackendType
+from turnout.dialects.routegroup.spec import (
+    ACCEPTED,
+    RESOLVED_REFS,
+    BackendSpec,
+    BackendType,
+    go_url_error,
+)
 from turnout.graph.model import (
     Cluster,
     Endpoint,
@@ -106,13 +112,16 @@ class Target:
     port: int
 
 
-def parse_target(url: str) -> Target | str:
-    """scheme://host[:port] read as Skipper reads backend URLs; a string says what is wrong."""
+def parse_target(url: str, options: CompileOptions | None = None) -> Target | str:
+    """scheme://host[:port] read as Skipper reads backend URLs; a string says what is wrong.
+
+    With `options`, also refuses what would make a tenant's backend one of turnout's or Envoy's
+    own interfaces (see `forbidden_address`)."""
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as e:
-        return f'"{url}" is not a URL: {e}'
+        return f'"{url}" is not a URL: {go_url_error(url, e)}'
     scheme = _SCHEMES.get(parts.scheme)
     if parts.scheme == "fastcgi":
         return f'"{url}": FastCGI backends are not supported: Envoy has no FastCGI upstream'
@@ -128,7 +137,43 @@ def parse_target(url: str) -> Target | str:
     if port == 0:
         # Go's url.Parse takes it; dialing it fails, and Envoy refuses the endpoint.
         return f'"{url}": port 0 is not a port a backend can listen on'
-    return Target(scheme[0], host, port if port is not None else scheme[1])
+    target = Target(scheme[0], host, port if port is not None else scheme[1])
+    if options is not None and (forbidden := forbidden_address(target, options)) is not None:
+        return f'"{url}": {forbidden}'
+    return target
+
+
+def forbidden_address(target: Target, options: CompileOptions) -> str | None:
+    """Why a backend may not be this IP address and port; None when it may.
+
+    Skipper trusts whoever writes RouteGroups; turnout serves many tenants from one Envoy, so a
+    backend may not be Envoy's or turnout's own interfaces: the reserved ports (admin, xDS, Envoy
+    admin: POST /quitquitquit stops Envoy) on a loopback, unspecified or turnout's own address,
+    nor a link-local address (cloud metadata services live at 169.254.169.254) or an unspecified
+    one (0.0.0.0 and :: reach this host), whatever the port. Other loopback ports stay allowed:
+    standalone turnout runs its backends there. A DNS name is not checked (Envoy resolves it),
+    the stance Contour takes for ExternalName Services.
+    """
+    try:
+        ip = ipaddress.ip_address(target.host)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_unspecified:
+        return "the unspecified address reaches this host, which is not allowed"
+    if ip.is_link_local:
+        return "link-local addresses (cloud metadata services) are not allowed"
+    reserved = dict(options.reserved_ports).get(target.port)
+    if reserved is None:
+        return None
+    own = {options.address} if options.address else set()
+    if ip.is_loopback or str(ip) in own:
+        return (
+            f"port {target.port} on this host is turnout's or Envoy's own ({reserved}), "
+            "which is not allowed"
+        )
+    return None
 
 
 def is_ip(host: str) -> bool:
@@ -171,13 +216,13 @@ def resolve(
             ACCEPTED,
             "BackendNotSupported",
             f"{where()}: {backend.type.value} backends are not supported: "
-            + _UNSUPPORTED[backend.type],
+            f"{_UNSUPPORTED[backend.type]}; the route answers 500",
             500,
         )
     if backend.type is BackendType.SERVICE:
         return _service(snapshot, resolver, namespace, annotations, backend, upstream, where)
     if backend.type is BackendType.NETWORK:
-        target = parse_target(backend.address)
+        target = parse_target(backend.address, options)
         if isinstance(target, str):
             return Failure(ACCEPTED, "AddressNotValid", f"{where('.address')}: {target}", 500)
         settings = settings_for(backend, target.protocol, upstream)
@@ -185,7 +230,7 @@ def resolve(
         default_port = _SCHEMES[urlsplit(backend.address).scheme][1]
         host = target.host if target.port == default_port else f"{target.host}:{target.port}"
         return Upstream(cluster, host_rewrite=host)
-    return _lb(resolver, namespace, rg_name, backend, upstream, where)
+    return _lb(resolver, namespace, rg_name, backend, upstream, where, options)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,10 +297,11 @@ def _lb(
     backend: BackendSpec,
     upstream: Mapping[str, object],
     where: _Where,
+    options: CompileOptions,
 ) -> Upstream | Failure:
     targets: list[Target] = []
     for i, url in enumerate(backend.endpoints):
-        target = parse_target(url)
+        target = parse_target(url, options)
         if isinstance(target, str):
             return Failure(
                 ACCEPTED, "EndpointNotValid", f"{where(f'.endpoints[{i}]')}: {target}", 500

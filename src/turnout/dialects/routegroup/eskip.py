@@ -504,12 +504,14 @@ class _Parser:
 
     def call(self, name: _Token) -> Call:
         self.expect(_T.OPENPAREN)
+        # Skipper's `args: | arg | args comma arg`: the empty list may go on with `, arg`, so
+        # `Header(, "a", "b")` is `Header("a", "b")`.
         args: list[Arg] = []
-        if self.peek().kind is not _T.CLOSEPAREN:
+        if self.peek().kind not in (_T.CLOSEPAREN, _T.COMMA):
             args.append(self.arg())
-            while self.peek().kind is _T.COMMA:
-                self.take()
-                args.append(self.arg())
+        while self.peek().kind is _T.COMMA:
+            self.take()
+            args.append(self.arg())
         self.expect(_T.CLOSEPAREN)
         return Call(name.value, tuple(args), position_of(self.text, name.start))
 

@@ -31,15 +31,21 @@ form of it cannot be expressed); any other name is a problem naming it, never dr
 
 Approximations (the user-facing list is in docs/dialects/routegroup.md):
 
-- header values are literal: Skipper's `${...}` templates are refused, and a `%` is escaped for
-  Envoy's own substitutions;
+- header values: in request headers Skipper's `${request.header.X}`, `${request.method}`,
+  `${request.host}` and `${request.clientIP}` become Envoy's `%REQ(X)%`, `%REQ(:METHOD)%`,
+  `%REQ(:AUTHORITY)%` and `%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%`; Skipper skips the
+  header when a placeholder is unresolved, Envoy skips it only when the whole value is empty.
+  Other placeholders, and any in response headers or the Host, are refused; a `%` is escaped
+  for Envoy's own substitutions;
 - tee: Envoy mirrors to a cluster and appends `-shadow` to the mirrored Host; the path rewriting
   form `tee(url, /re/, "repl")` is refused;
 - compress: gzip only (Skipper also deflate and brotli), Envoy's minimum of 30 bytes and
   Skipper's default MIME types; compress with a level or MIME types is refused (Envoy fixes
   both in the listener, for every route);
-- corsOrigin: Envoy's CORS filter also answers preflight requests (Skipper passes them on) and
-  echoes the request's Origin for `*`;
+- corsOrigin: `corsOrigin()` sets `Access-Control-Allow-Origin: *` on every response, as Skipper
+  does; with origins, Envoy's CORS filter echoes a listed Origin as Skipper does, but also
+  answers preflight requests (Skipper passes them on), and it is refused on routes that answer
+  themselves (the CORS filter skips them);
 - ratelimit: a token bucket of `n` tokens refilled every period, shared by the route in this
   Envoy (Skipper: a sliding window per Skipper instance); the period must be whole seconds;
 - fadeIn: Envoy's slow start (round robin and least request clusters) ramps weights, starting at
@@ -178,6 +184,15 @@ _REFUSED = {
 
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
 _INVALID = "invalid filter parameters"
+
+
+@dataclass(frozen=True, slots=True)
+class NotMirrorable:
+    """Why a `tee` URL cannot be a mirror cluster."""
+
+    reason: str
+
+
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _TEMPLATE = re.compile(r"\$\{[^}]*\}")
 
@@ -218,7 +233,7 @@ class _Headers:
 
 @dataclass
 class _State:
-    mirror_cluster: Callable[[str], str | None] | None
+    mirror_cluster: Callable[[str], str | NotMirrorable | None] | None
     shunt: bool | None
     discovery: Callable[[str], IssuerDiscovery | None] | None = None
     jwt: JwtValidation | None = None
@@ -235,6 +250,8 @@ class _State:
     preserve_host: bool = False
     compression: Compression | None = None
     cors: CorsPolicy | None = None
+    cors_index: int = -1
+    index: int = -1  # the filter being translated
     rate_limit: LocalRateLimit | None = None
     timeout_s: float | None = None
     hash_policies: list[HashPolicy] = field(default_factory=list)
@@ -244,14 +261,15 @@ class _State:
 def translate_filters(
     calls: Sequence[Call],
     *,
-    mirror_cluster: Callable[[str], str | None] | None = None,
+    mirror_cluster: Callable[[str], str | NotMirrorable | None] | None = None,
     shunt: bool | None = None,
     discovery: Callable[[str], IssuerDiscovery | None] | None = None,
 ) -> FilterTranslation:
     """The graph policies of a route's filter chain, with a problem for each filter that cannot
     be installed (the others are still translated, so every problem is reported at once).
 
-    `mirror_cluster` gives the cluster a `tee` URL copies requests to (None: it cannot be one).
+    `mirror_cluster` gives the cluster a `tee` URL copies requests to (None or NotMirrorable: it
+    cannot be one).
     `shunt`: whether the route's backend is `<shunt>`; False refuses `status()` without
     `inlineContent` (Envoy cannot replace an upstream response's status), None assumes a shunt.
     `discovery` gives what OpenID discovery answered for an issuer (None: no answer yet).
@@ -274,6 +292,7 @@ def translate_filters(
             problems.append(CallProblem(call.name, index, message))
             continue
         state.unavailable = None
+        state.index = index
         try:
             handler(state, call)
         except _Refused as err:
@@ -300,6 +319,17 @@ def translate_filters(
             )
         )
         action = None
+    if state.cors is not None and (isinstance(action, DirectResponse) or shunt is True):
+        problems.append(
+            CallProblem(
+                "corsOrigin",
+                state.cors_index,
+                "filter corsOrigin: with a list of origins it is not supported on a route that "
+                "answers itself (<shunt>, status or inlineContent): Envoy's CORS filter only "
+                'acts on forwarded responses; corsOrigin() (always "*") is',
+            )
+        )
+        state.cors = None
     response = state.response.policy()
     if isinstance(action, DirectResponse) and response is not None:
         # Envoy adds route response headers to forwarded responses only; a direct response
@@ -398,6 +428,43 @@ def _literal_value(value: str) -> str:
     return value.replace("%", "%%")  # a literal % for Envoy's header formatter
 
 
+# Skipper's template placeholders that Envoy's header formatter has, for request header values.
+_PLACEHOLDERS = {
+    "${request.method}": "%REQ(:METHOD)%",
+    "${request.host}": "%REQ(:AUTHORITY)%",
+    # Skipper's clientIP is the connection's peer (net.SplitHostPort(r.RemoteAddr)).
+    "${request.clientIP}": "%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%",
+}
+_HEADER_PLACEHOLDER = re.compile(r"\$\{request\.header\.([^}]*)\}")
+
+
+def _templated_value(value: str) -> str:
+    """A request header value with Skipper's `${...}` placeholders as Envoy's substitutions
+    where Envoy has them (`${request.header.X}`, `${request.method}`, `${request.host}`,
+    `${request.clientIP}`); any other placeholder is refused by name."""
+    if any(c in value for c in "\x00\r\n"):
+        raise _Refused(f"{_INVALID}: the value holds a control character Envoy refuses")
+    out: list[str] = []
+    pos = 0
+    for m in _TEMPLATE.finditer(value):
+        out.append(value[pos : m.start()].replace("%", "%%"))
+        placeholder = m.group(0)
+        header = _HEADER_PLACEHOLDER.fullmatch(placeholder)
+        if header is not None and re.fullmatch(r"[A-Za-z0-9_-]+", header.group(1)):
+            out.append(f"%REQ({header.group(1)})%")
+        elif placeholder in _PLACEHOLDERS:
+            out.append(_PLACEHOLDERS[placeholder])
+        else:
+            raise _Refused(
+                f"the template {placeholder!r} is not supported: Envoy's header formatter has "
+                "no equivalent (supported: ${request.header.<name>}, ${request.method}, "
+                "${request.host}, ${request.clientIP})"
+            )
+        pos = m.end()
+    out.append(value[pos:].replace("%", "%%"))
+    return "".join(out)
+
+
 def _header_name(name: str) -> str:
     if not _TOKEN.fullmatch(name):
         raise _Refused(f"{_INVALID}: {name!r} is not a header name")
@@ -410,12 +477,12 @@ def _header_name(name: str) -> str:
 def _set_request_header(state: _State, call: Call) -> None:
     name, value = _strings(call, 2)
     name = _header_name(name)
-    value = _literal_value(value)
     if name.lower() == "host":
         # Skipper sends this Host upstream (SetOutgoingHost); Envoy rewrites Host for that.
-        state.host = HostRewrite(literal=value.replace("%%", "%"))
+        state.host = HostRewrite(literal=_literal_value(value).replace("%%", "%"))
         state.preserve_host = False
         return
+    value = _templated_value(value)
     if call.name == "setRequestHeader":
         state.request.do_set(name, value)
     else:
@@ -660,6 +727,8 @@ def _tee(state: _State, call: Call) -> None:
     cluster = state.mirror_cluster(url) if state.mirror_cluster is not None else None
     if cluster is None:
         raise _Refused(f"{_INVALID}: {url!r} is not a backend URL (scheme://host[:port])")
+    if isinstance(cluster, NotMirrorable):
+        raise _Refused(f"{_INVALID}: {cluster.reason}")
     state.mirrors.append(Mirror(cluster))
 
 
@@ -679,7 +748,14 @@ def _cors_origin(state: _State, call: Call) -> None:
         if origin is None or not origin:
             raise _Refused(f"{_INVALID}: the origins must be non-empty strings")
         origins.append(origin)
-    state.cors = CorsPolicy(allow_origins=tuple(origins) or ("*",))
+    if not origins:
+        # Skipper always sets `*` here; Envoy's CORS filter would echo the request's Origin and
+        # skip responses the route answers itself, so a plain response header is the exact form.
+        state.response.do_set("Access-Control-Allow-Origin", "*")
+        state.cors = None
+        return
+    state.cors = CorsPolicy(allow_origins=tuple(origins))
+    state.cors_index = state.index
 
 
 def _ratelimit(state: _State, call: Call) -> None:

@@ -20,7 +20,7 @@ argument is a string, as in Skipper), and regexes as Envoy will compile them (RE
 | `Source`, `SourceFromLast`, `ClientIP` | address header regexes (IPv4 only) | approximated |
 | `Traffic(p)` | route fraction p | native |
 | `Traffic(p, cookie, group)` | cookie = group, or no cookie and fraction p | approximated |
-| `TrafficSegment(0, max)` | route fraction max | native (min > 0: refused) |
+| `TrafficSegment(min, max)` | fraction max, after the lower segments | native (gap: refused) |
 | `ContentLengthBetween(min, max)` | `content-length` range [min, max) | native |
 | `Weight(n)`, `True()` | priority only | native |
 | `False()` | the route never matches | native |
@@ -71,6 +71,7 @@ import re2
 
 from turnout.dialects.regex import escape, regex_error
 from turnout.dialects.routegroup.eskip import Call, number_arg, string_arg
+from turnout.graph.evaluate import normalize_path
 from turnout.graph.model import (
     HeaderMatch,
     PathMatch,
@@ -130,6 +131,9 @@ class MatchTranslation:
     # `fraction` includes a Traffic(p) share: Skipper draws anew for it, while every
     # TrafficSegment of a request compares one draw.
     traffic_drawn: bool = False
+    # TrafficSegment(min, max)'s min: `fraction` is max, which selects [min, max) only after the
+    # routes of the segments below min (see priority.Priority.segment_start).
+    segment_start: float = 0.0
 
     def drawn_anew(self) -> tuple[bool, ...]:
         """Per variant (as `route_matches`): whether its fraction comes from a Traffic draw."""
@@ -250,10 +254,38 @@ def wildcard_path_regex(path: str) -> str | None:
         return None
 
 
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _char_regex(char: str) -> str:
+    """What Envoy's normalised path holds for one character of a decoded path.
+
+    Skipper matches the decoded path; Envoy routes on the path as sent, normalised (RFC 3986
+    unreserved characters decoded, other escapes kept with the client's hex case, and characters
+    that must be escaped, such as non-ASCII and space, escaped in upper case). A character
+    other than an unreserved one may therefore arrive escaped in either hex case, or raw where
+    normalisation leaves it raw."""
+    if char in _UNRESERVED or char == "/":
+        return char if char.isalnum() else escape(char)
+    escaped = "".join(
+        "%" + "".join(f"[{h}{h.lower()}]" if h.isalpha() else h for h in f"{byte:02X}")
+        for byte in char.encode("utf-8")
+    )
+    if char != "%" and normalize_path("/" + char) == "/" + char:
+        return f"(?:{escape(char)}|{escaped})"
+    return escaped
+
+
+def _plain(path: str) -> bool:
+    """Whether a path literal is one Envoy's normalised path can only hold as written."""
+    return all(c in _UNRESERVED or c == "/" for c in path)
+
+
 def _wildcard_path_regex(path: str) -> str | None:
-    """Skipper's `Path("/a/:id/*rest")` as a full-match regex, or None without wildcards."""
+    """Skipper's `Path("/a/:id/*rest")` as a full-match regex, or None without wildcards and
+    without characters a client may send escaped (see `_char_regex`)."""
     segments = path.split("/")
-    if not any(s.startswith((":", "*")) for s in segments):
+    if not any(s.startswith((":", "*")) for s in segments) and _plain(path):
         return None
     out: list[str] = []
     for i, segment in enumerate(segments):
@@ -263,7 +295,7 @@ def _wildcard_path_regex(path: str) -> str | None:
             # "/a/*rest" is the catch-all below "/a/": a non-empty rest ("/a" and "/a/" are
             # other nodes of Skipper's tree).
             return "/".join(out) + "/.+"
-        out.append("[^/]+" if segment.startswith(":") else escape(segment))
+        out.append("[^/]+" if segment.startswith(":") else "".join(map(_char_regex, segment)))
     return "/".join(out)
 
 
@@ -427,6 +459,7 @@ class _State:
     query: list[QueryMatch] = field(default_factory=list)
     fraction: float | None = None
     traffic_drawn: bool = False
+    segment_start: float = 0.0
     variants: list[tuple[MatchVariant, ...]] = field(default_factory=list)
     weight: int = 0
     never: bool = False
@@ -444,6 +477,11 @@ def translate_predicates(calls: Sequence[Call]) -> MatchTranslation:
             continue
         try:
             handler(state, call)
+            if call.name == "Traffic" and state.segment_start > 0:
+                raise _Refused(
+                    "cannot be expressed with TrafficSegment(min > 0, max): Envoy draws one "
+                    "random value per request and a route compares it with one threshold"
+                )
         except _Refused as err:
             problems.append(CallProblem(call.name, index, f"predicate {call.name}: {err}"))
     path: PathMatch | None = None
@@ -486,6 +524,7 @@ def translate_predicates(calls: Sequence[Call]) -> MatchTranslation:
         problems=tuple(problems),
         tree_subtree=state.tree is not None and state.tree[0] == "PathSubtree",
         traffic_drawn=state.traffic_drawn,
+        segment_start=state.segment_start,
     )
 
 
@@ -695,12 +734,16 @@ def _traffic_segment(state: _State, call: Call) -> None:
     low, high = number_arg(call.args[0]), number_arg(call.args[1])
     if low is None or high is None or not (0 <= low <= 1 and 0 <= high <= 1) or low > high:
         raise _Refused(f"{_INVALID}: expects 0 <= min <= max <= 1")
-    if low > 0:
+    if low > 0 and (state.fraction is not None or state.segment_start > 0):
         raise _Refused(
-            f"TrafficSegment({low:g}, {high:g}) cannot be expressed: Envoy's per-route runtime "
-            "fraction only selects the segment [0, max) of the request's random value; backend "
-            "weights are expressed with weighted clusters instead"
+            f"TrafficSegment({low:g}, {high:g}) cannot be expressed with another Traffic or "
+            "TrafficSegment predicate: Envoy draws one random value per request and a route "
+            "compares it with one threshold"
         )
+    # [min, max) is the threshold max once the routes of the lower segments come first: the
+    # dialect orders them by `segment_start` and refuses segments that leave a gap below.
+    state.segment_start = max(state.segment_start, low)
+    state.never = state.never or low == high
     state.fraction = _times(state.fraction, high)
     # TrafficSegment declares the weight -1, cancelling the +1 of every predicate: 0 in all.
 

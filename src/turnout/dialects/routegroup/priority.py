@@ -89,14 +89,20 @@ class Priority:
     root_leaf: bool  # no Path/PathSubtree: after every tree route
     tree: tuple[Segment, ...]
     negative_weight: int
+    # TrafficSegment(min, max)'s min: with one draw per request, segments that tile [0, 1) are
+    # first-match thresholds only in the order of their starts (Skipper tests them all alike).
+    segment_start: float
     input_order: tuple[int, ...]  # (RouteGroup, route, method) positions
 
 
 def priority(
-    tree: str | tuple[Segment, ...] | None, weight: int, input_order: tuple[int, ...]
+    tree: str | tuple[Segment, ...] | None,
+    weight: int,
+    input_order: tuple[int, ...],
+    segment_start: float = 0.0,
 ) -> Priority:
     """`tree`: a Path argument or a node key from `tree_nodes`; None for a root leaf."""
     if tree is None:
-        return Priority(True, (), -weight, input_order)
+        return Priority(True, (), -weight, segment_start, input_order)
     key = path_key(tree) if isinstance(tree, str) else tree
-    return Priority(False, key, -weight, input_order)
+    return Priority(False, key, -weight, segment_start, input_order)

@@ -39,7 +39,11 @@ from turnout.dialects.routegroup.eskip import (
     parse_filters,
     parse_predicates,
 )
-from turnout.dialects.routegroup.filters import FilterTranslation, translate_filters
+from turnout.dialects.routegroup.filters import (
+    FilterTranslation,
+    NotMirrorable,
+    translate_filters,
+)
 from turnout.dialects.routegroup.predicates import (
     CallProblem,
     translate_predicates,
@@ -60,10 +64,12 @@ from turnout.dialects.routegroup.spec import (
     KIND,
     RESOLVED_REFS,
     BackendRef,
+    BackendSpec,
     BackendType,
     ParsedRouteGroup,
     Problem,
     RouteSpec,
+    go_quote,
     parse_routegroup,
 )
 from turnout.dialects.routegroup.status import RouteGroupStatus
@@ -103,6 +109,20 @@ _BUILTIN = Position(0, 1, 1)
 # What a route answers when turnout cannot serve it as written but must not let its requests
 # fall through to another route (a filter it cannot apply may be the route's authorization).
 REFUSED_STATUS = 500
+
+
+def _not_valid(message: str) -> bool:
+    """Whether a predicate's or filter's problem is an argument Skipper refuses too (its "invalid
+    predicate/filter parameters", a regular expression Go cannot compile): a NotValid reason,
+    not a NotSupported one."""
+    return any(
+        phrase in message
+        for phrase in (
+            "invalid predicate parameters",
+            "invalid filter parameters",
+            "invalid regular expression",
+        )
+    )
 
 
 # --- selection and claims ----------------------------------------------------------------------
@@ -154,7 +174,7 @@ def _single(text: str, parse: Callable[[str], tuple[Call, ...]], what: str) -> s
     except EskipError as e:
         return str(e)
     if len(calls) != 1:
-        return f'single {what} expected at "{text}"'
+        return f"single {what} expected at {go_quote(text)}"
     return None
 
 
@@ -199,6 +219,7 @@ class _Candidate:
     node: Node | None = None  # None: a root leaf
     base: str = ""  # a PathSubtree's base path
     drawn: bool = False  # its fraction is a Traffic draw (not TrafficSegment's shared one)
+    segment_start: float = 0.0  # TrafficSegment(min, max)'s min
 
 
 def _is_routegroup(obj: KubeObject | None) -> bool:
@@ -283,9 +304,13 @@ class _Compiler:
             where = filter_calls[p.index][1] if 0 <= p.index < len(filter_calls) else route.field
             st.error(
                 ACCEPTED,
-                "FilterNotSupported",
+                "FilterNotValid" if _not_valid(p.message) else "FilterNotSupported",
                 f"{where}: {p.message}; the route answers {REFUSED_STATUS}",
             )
+            refused = True
+        shared = self._shared_loop_host(rg, refs)
+        if shared is not None:
+            st.error(ACCEPTED, "BackendNotSupported", f"{route.field}: {shared}")
             refused = True
 
         methods: Sequence[str | None] = route.methods or (None,)
@@ -304,7 +329,11 @@ class _Compiler:
                         where = calls[p.index][1] if 0 <= p.index < len(calls) else route.field
                         st.error(
                             ACCEPTED,
-                            "PredicateNotSupported",
+                            (
+                                "PredicateNotValid"
+                                if _not_valid(p.message)
+                                else "PredicateNotSupported"
+                            ),
                             f"{where}: {p.message}; the route is not served",
                         )
                 return []
@@ -343,15 +372,60 @@ class _Compiler:
                 for n, graph_route in enumerate(graph_routes):
                     group = (position, route.index, k, v, n)
                     for node, key in nodes:
-                        order = priority(key, match.weight, (position, route.index, k))
-                        out.append(_Candidate(graph_route, order, rg, group, node, base, drawn[v]))
+                        order = priority(
+                            key, match.weight, (position, route.index, k), match.segment_start
+                        )
+                        out.append(
+                            _Candidate(
+                                graph_route,
+                                order,
+                                rg,
+                                group,
+                                node,
+                                base,
+                                drawn[v],
+                                match.segment_start,
+                            )
+                        )
         return out
 
-    def _mirror(self, rg: ParsedRouteGroup, url: str) -> str | None:
-        """The cluster a `tee("url")` copies requests to; None when the URL cannot be one."""
-        target = rg_backends.parse_target(url)
-        if isinstance(target, str):
+    def _shared_loop_host(self, rg: ParsedRouteGroup, refs: Sequence[BackendRef]) -> str | None:
+        """Why a loopback route may not re-enter its hosts: one of them is shared with a
+        RouteGroup of another namespace (Skipper merges them), whose routes the looped request
+        would reach as a request from Envoy itself, past their ClientIP and Source allow-lists."""
+        loop = next(
+            (
+                b
+                for b in (rg.spec.backend(ref.name) for ref in refs)
+                if b is not None and b.type is BackendType.LOOPBACK
+            ),
+            None,
+        )
+        if loop is None:
             return None
+        for host in _hosts(rg):
+            other = next(
+                (
+                    o
+                    for o in self.parsed
+                    if o.valid and o.obj.namespace != rg.obj.namespace and host in _hosts(o)
+                ),
+                None,
+            )
+            if other is not None:
+                return (
+                    f'the loopback backend "{loop.name}" ({loop.field}) is not supported on host '
+                    f'"{host}", which RouteGroup {other.obj.namespace}/{other.obj.name} of another '
+                    "namespace also serves: the looped request would reach its routes from Envoy "
+                    f"itself; the route answers {REFUSED_STATUS}"
+                )
+        return None
+
+    def _mirror(self, rg: ParsedRouteGroup, url: str) -> str | NotMirrorable:
+        """The cluster a `tee("url")` copies requests to, or why the URL cannot be one."""
+        target = rg_backends.parse_target(url, self.ctx.options)
+        if isinstance(target, str):
+            return NotMirrorable(target)
         settings = UpstreamSettings(protocol=target.protocol)
         name = f"{rg.obj.name}-tee"
         if rg_backends.is_ip(target.host):
@@ -456,7 +530,7 @@ class _Compiler:
                 )
             return []
         sorted_candidates = sorted(candidates, key=lambda c: c.priority)
-        merged = merge_registrations(sorted_candidates)
+        merged = self._tiled_segments(merge_registrations(sorted_candidates))
         self._shadowed(host, merged)
         ordered = chained_fractions([r for _, r in merged], [c.drawn for c, _ in merged])
         for c in candidates:
@@ -472,6 +546,40 @@ class _Compiler:
                     VirtualHost(name=host, hostname=host, routes=ordered, owner=owner.ref, tls=tls),
                 )
             )
+        return out
+
+    def _tiled_segments(
+        self, merged: list[tuple[_Candidate, Route]]
+    ) -> list[tuple[_Candidate, Route]]:
+        """Without the routes of TrafficSegment(min, max) whose min is above where the lower
+        segments of the same match end: with one draw per request the route's threshold max
+        would also take the gap below min, which Skipper leaves to other routes."""
+        ends: dict[RouteMatch, float] = {}
+        out: list[tuple[_Candidate, Route]] = []
+        refused: set[tuple[str, str]] = set()
+        for candidate, route in merged:
+            rest = dataclasses.replace(route.match, runtime_fraction=None)
+            end = ends.get(rest, 0.0)
+            if candidate.segment_start > end + 1e-9:
+                key = (str(candidate.rg.key), route.source.field)
+                if key not in refused:
+                    refused.add(key)
+                    self.status[candidate.rg.key].error(
+                        ACCEPTED,
+                        "PredicateNotSupported",
+                        f"{route.source.field}: predicate TrafficSegment: its segment starts at "
+                        f"{candidate.segment_start:g}, but the segments of routes with the same "
+                        f"other predicates end at {end:g}: Envoy draws one random value per "
+                        "request, and only segments that tile [0, max) from 0 can share it; the "
+                        "route is not served",
+                    )
+                continue
+            fraction = route.match.runtime_fraction
+            if candidate.drawn or fraction is None:
+                ends[rest] = 1.0 if fraction is None else end
+            else:
+                ends[rest] = max(end, fraction)
+            out.append((candidate, route))
         return out
 
     def _shadowed(self, host: str, ordered: list[tuple[_Candidate, Route]]) -> None:
@@ -634,6 +742,10 @@ def _uninstallable(
                     )
                 )
                 break
+    loopbacks = [b for b in backends if b.type is BackendType.LOOPBACK]
+    host_filter = _host_filter(filter_calls)
+    if loopbacks and answers is None and host_filter >= 0 and host_filter not in refused:
+        out.extend(_foreign_loop_host(rg, loopbacks[0], filter_calls, host_filter, filters))
     if preserve_false >= 0 and answers is None and filters.policies.host_rewrite is None:
         kept = [b for b in backends if b.type in (BackendType.SERVICE, BackendType.LB)]
         if kept:
@@ -649,6 +761,49 @@ def _uninstallable(
                 )
             )
     return out
+
+
+def _host_filter(filter_calls: Sequence[tuple[Call, str]]) -> int:
+    """The index of the last filter that sets the Host header; -1 when none does."""
+    found = -1
+    for index, (call, _) in enumerate(filter_calls):
+        if call.name in ("setRequestHeader", "appendRequestHeader") and call.args:
+            if isinstance(call.args[0], str) and call.args[0].lower() == "host":
+                found = index
+        elif call.name == "preserveHost" and call.args == ("true",):
+            found = -1
+    return found
+
+
+def _foreign_loop_host(
+    rg: ParsedRouteGroup,
+    loopback: BackendSpec,
+    filter_calls: Sequence[tuple[Call, str]],
+    index: int,
+    filters: FilterTranslation,
+) -> list[CallProblem]:
+    """A loopback route re-enters Envoy with the Host it sends; with another tenant's host it would
+    reach that tenant's routes as a request from Envoy itself (past their ClientIP and Source
+    allow-lists), so it may only name this RouteGroup's own hosts."""
+    rewrite = filters.policies.host_rewrite
+    literal = rewrite.literal if rewrite is not None else None
+    if literal is None:
+        return []
+    name = literal.lower().rstrip(".")
+    host = name.rpartition(":")[0] if name.rpartition(":")[2].isdigit() else name
+    if host in rg.spec.hosts:
+        return []
+    call = filter_calls[index][0]
+    own = ", ".join(rg.spec.hosts) if rg.spec.hosts else "none: it serves every other host"
+    return [
+        CallProblem(
+            call.name,
+            index,
+            f'filter {call.name}: with the loopback backend "{loopback.name}" ({loopback.field}) '
+            f'the request would re-enter turnout for host "{literal}", which is not one of this '
+            f"RouteGroup's hosts ({own}); a loopback may only route again within its own hosts",
+        )
+    ]
 
 
 def merge_registrations(ordered: Sequence[_Candidate]) -> list[tuple[_Candidate, Route]]:

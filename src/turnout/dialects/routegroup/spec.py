@@ -195,6 +195,13 @@ def parse_routegroup(obj: KubeObject) -> ParsedRouteGroup:
     if spec is None:
         return ParsedRouteGroup(obj, RouteGroupSpec(), r.problems)
     r.fields(spec, "spec", _SPEC_FIELDS, "spec")
+    for key in ("hosts", "routes"):
+        # The CRD's minItems 1 (the API server refuses the object): absent is what means none.
+        value = spec.get(key)
+        if isinstance(value, (list, tuple)) and not value:
+            r.field_error(
+                f"spec.{key}", f"Invalid value: 0: spec.{key} in body should have at least 1 items"
+            )
     hosts = _hosts(r, spec)
     backends = _backends(r, spec)
     # Every declared name, valid or not: a reference to a backend already reported is not
@@ -283,16 +290,14 @@ def _backend(r: _Reader, m: Mapping[str, Any], where: str, name: str) -> Backend
     except ValueError:
         r.error(
             "BackendTypeNotValid",
-            f'{where}.type: invalid backend: {name}, unsupported backend type "{type_name}" '
-            f"(one of {', '.join(CRD_TYPES)})",
+            f'{where}.type: invalid backend: {name}, unsupported backend type "{type_name}"',
         )
         return None
     algorithm = r.string(m, "algorithm", where)
     if algorithm and algorithm not in ALGORITHMS:
         r.error(
             "AlgorithmNotValid",
-            f'{where}.algorithm: invalid backend: {name}, unsupported algorithm "{algorithm}" '
-            f"(one of {', '.join(ALGORITHMS)})",
+            f'{where}.algorithm: invalid backend: {name}, unsupported algorithm "{algorithm}"',
         )
         return None
     address = r.string(m, "address", where)
@@ -352,13 +357,40 @@ def _backend(r: _Reader, m: Mapping[str, Any], where: str, name: str) -> Backend
     )
 
 
+def go_url_error(url: str, error: ValueError) -> str:
+    """Go's `url.Parse` error for what Python's `urlsplit` refused, where Go words it."""
+    text = str(error)
+    if text == "Invalid IPv6 URL":
+        return f"parse {go_quote(url)}: missing ']' in host"
+    if text.startswith("Port could not be cast to integer value"):
+        port = urlsplit(url).netloc.rpartition("@")[2].partition(":")[2]
+        return f"parse {go_quote(url)}: invalid port {go_quote(':' + port)} after host"
+    return text
+
+
+def go_quote(value: str) -> str:
+    """Go's `%q` for the strings that reach a message."""
+    out = ['"']
+    for c in value:
+        if c in '"\\':
+            out.append("\\" + c)
+        elif c in "\n\t\r":
+            out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}[c])
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append(f"\\x{ord(c):02x}")
+        else:
+            out.append(c)
+    out.append('"')
+    return "".join(out)
+
+
 def network_address_problem(address: str) -> str | None:
     """Skipper's check of a `network` address: scheme://host[:port], no path and no query."""
     try:
         url = urlsplit(address)
         url.port  # noqa: B018 - raises on a port that is not a number
     except ValueError as e:
-        return f'failed to parse backend address "{address}": {e}'
+        return f"failed to parse backend address {go_quote(address)}: {go_url_error(address, e)}"
     if url.path or url.query or not url.scheme or not url.netloc:
         return f'backend address "{address}" does not match scheme://host format'
     return None
