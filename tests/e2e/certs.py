@@ -87,9 +87,15 @@ class CA:
         self._cert = _validity(builder).sign(self._key, hashes.SHA256())
         self.cert_pem = self._cert.public_bytes(Encoding.PEM).decode()
 
-    def issue(self, *hostnames: str, usage: x509.ObjectIdentifier | None = None) -> Issued:
-        """A server certificate for `hostnames` (DNS SANs; `*.example.com` works); `usage` is
-        its extended key usage (default: server authentication)."""
+    def issue(
+        self,
+        *hostnames: str,
+        usage: x509.ObjectIdentifier | None = None,
+        uris: tuple[str, ...] = (),
+    ) -> Issued:
+        """A server certificate for `hostnames` (DNS SANs; `*.example.com` works) and `uris`
+        (URI SANs, e.g. SPIFFE IDs); `usage` is its extended key usage (default: server
+        authentication)."""
         assert hostnames, "a server certificate needs at least one hostname"
         key = _key()
         builder = (
@@ -100,7 +106,13 @@ class CA:
             .serial_number(x509.random_serial_number())
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
-                x509.SubjectAlternativeName([x509.DNSName(h) for h in hostnames]), critical=False
+                x509.SubjectAlternativeName(
+                    [
+                        *(x509.DNSName(h) for h in hostnames),
+                        *(x509.UniformResourceIdentifier(u) for u in uris),
+                    ]
+                ),
+                critical=False,
             )
             .add_extension(
                 x509.ExtendedKeyUsage([usage or ExtendedKeyUsageOID.SERVER_AUTH]), critical=False

@@ -69,6 +69,9 @@ KNOWN_CERTIFICATES: dict[tuple[str, str], tuple[str, ...]] = {
 # What TLS passthrough backends (tls-backend*, l4-backend) present: every name the TLSRoute cases
 # send as SNI, so a client can tell a passthrough (backend's certificate) from a termination.
 PASSTHROUGH_BACKEND_HOSTS = ("abc.example.com", "other.example.com", "tls.example.com")
+# The URI SAN of the HTTPS backends' certificate besides those names, as upstream's tls-backend
+# serves it (BackendTLSPolicySANValidation).
+BACKEND_URIS = ("spiffe://abc.example.com/test-identity",)
 
 GRPC_SERVICE = "gateway_api_conformance.echo_basic.grpcecho.GrpcEcho"
 
@@ -176,7 +179,7 @@ class Backends:
             self._closers.append(server.close)
             port = server.port
         elif protocol == "https":
-            issued = self.ca.issue(*PASSTHROUGH_BACKEND_HOSTS)
+            issued = self.ca.issue(*PASSTHROUGH_BACKEND_HOSTS, uris=BACKEND_URIS)
             with _pem_files(issued) as (cert_path, key_path):
                 ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
                 ctx.load_cert_chain(cert_path, key_path)

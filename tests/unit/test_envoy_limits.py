@@ -584,6 +584,7 @@ MODEL_FIELDS: dict[str, str] = {
     "UpstreamValidation.subject_names": CHECKED,
     "UpstreamValidation.sni": CHECKED,
     "UpstreamValidation.system_trust_store": CHECKED,
+    "UpstreamValidation.subject_uris": CHECKED,
     **{f"VirtualHost.{f}": CHECKED for f in ("name", "hostname", "routes", "tls", "policies")},
     "VirtualHost.owner": "part of problems only",
     "VirtualHost.sni": CHECKED,

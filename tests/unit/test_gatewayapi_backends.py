@@ -222,10 +222,12 @@ def _find(result: ResolvedBackendRef, snapshot: Snapshot) -> Cluster:
     [
         ("http", None, UpstreamProtocol.HTTP, False),
         ("http", "http", UpstreamProtocol.HTTP, False),
+        ("http", "HTTP", UpstreamProtocol.HTTP, False),  # IANA names are case-insensitive
         ("http", "kubernetes.io/h2c", UpstreamProtocol.H2C, False),
         ("http", "kubernetes.io/ws", UpstreamProtocol.HTTP, True),
         ("grpc", None, UpstreamProtocol.H2C, False),
         ("grpc", "kubernetes.io/h2c", UpstreamProtocol.H2C, False),
+        ("grpc", "gRPC", UpstreamProtocol.H2C, False),
         ("tcp", None, UpstreamProtocol.TCP, False),
         ("tcp", "mysql", UpstreamProtocol.TCP, False),
         ("tls", "kubernetes.io/wss", UpstreamProtocol.TCP, False),
@@ -248,6 +250,8 @@ def test_upstream_protocol_from_app_protocol(
         ("http", "mysql"),
         ("http", "example.com/custom"),
         ("http", "https"),  # TLS needs a BackendTLSPolicy
+        ("http", "HTTPS"),
+        ("http", "Kubernetes.io/h2c"),  # prefixed names compare as written
         ("http", "kubernetes.io/wss"),
         ("grpc", "http"),
         ("grpc", "kubernetes.io/ws"),

@@ -9,15 +9,25 @@ import json
 from typing import Any
 
 import pytest
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2
 
 from tests.e2e.certs import CA
 from turnout.dialects.base import CompileContext, CompileOptions, Ownership
 from turnout.dialects.gatewayapi.backend_refs import resolve_backend_ref
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
+from turnout.envoy.translate.clusters import upstream_tls_context
 from turnout.graph.build import compile_snapshot
-from turnout.graph.model import INVALID_BACKEND, Cluster, UpstreamProtocol, UpstreamValidation
+from turnout.graph.model import (
+    INVALID_BACKEND,
+    CABundle,
+    Cluster,
+    Endpoint,
+    UpstreamProtocol,
+    UpstreamValidation,
+)
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
+from turnout.graph.validate import cluster_problem
 from turnout.objects import KubeObject, ObjectRef, freeze
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
@@ -154,6 +164,58 @@ def test_subject_alt_names_replace_the_hostname_as_identity() -> None:
     assert validation.sni == "web.example.com"
 
 
+def test_an_upper_case_https_app_protocol_is_tls_with_a_policy() -> None:
+    # As upstream's BackendTLSPolicySANValidation declares it: IANA names are case-insensitive.
+    c = Compiled(service(appProtocol="HTTPS"), config_map(), policy())
+    result = c.resolve({"name": "web", "port": 443})
+    assert result.problem is None
+    assert c.cluster(result.cluster).protocol is UpstreamProtocol.TLS
+
+
+def test_uri_subject_alt_names_are_matched_as_uris() -> None:
+    sans = [
+        {"type": "URI", "uri": "spiffe://cluster.local/ns/apps/sa/web"},
+        {"type": "Hostname", "hostname": "a.example.com"},
+    ]
+    c = Compiled(service(), config_map(), policy(subjectAltNames=sans))
+    result = c.resolve({"name": "web", "port": 443})
+    assert result.problem is None
+    validation = c.cluster(result.cluster).validation
+    assert validation is not None
+    assert validation.subject_uris == ("spiffe://cluster.local/ns/apps/sa/web",)
+    assert validation.subject_names == ("a.example.com",)
+    assert validation.sni == "web.example.com"
+    assert c.conditions()["Accepted"]["status"] == "True"
+
+
+def test_only_uri_subject_alt_names_drop_the_hostname_as_identity() -> None:
+    sans = [{"type": "URI", "uri": "spiffe://cluster.local/web"}]
+    c = Compiled(service(), config_map(), policy(subjectAltNames=sans))
+    validation = c.cluster(c.resolve({"name": "web", "port": 443}).cluster).validation
+    assert validation is not None
+    assert validation.subject_names == ()
+    assert validation.subject_uris == ("spiffe://cluster.local/web",)
+    # The hostname is still the server name asked for.
+    assert validation.sni == "web.example.com"
+
+
+def test_policies_differing_only_in_uris_make_distinct_clusters() -> None:
+    one = [{"type": "URI", "uri": "spiffe://cluster.local/one"}]
+    two = [{"type": "URI", "uri": "spiffe://cluster.local/two"}]
+    c = Compiled(
+        service("web"),
+        service("api"),
+        config_map(),
+        policy("one", subjectAltNames=one),
+        policy("two", [{"group": "", "kind": "Service", "name": "api"}], subjectAltNames=two),
+    )
+    web = c.cluster(c.resolve({"name": "web", "port": 443}).cluster)
+    api = c.cluster(c.resolve({"name": "api", "port": 443}).cluster)
+    assert web.validation is not None and api.validation is not None
+    assert web.validation.subject_uris == ("spiffe://cluster.local/one",)
+    assert api.validation.subject_uris == ("spiffe://cluster.local/two",)
+
+
 def test_secret_ca_refs_work_too() -> None:
     secret = obj("v1", "Secret", "ca-secret", type="Opaque", stringData={"ca.crt": _CA.cert_pem})
     c = Compiled(
@@ -251,7 +313,14 @@ def test_one_valid_ref_among_invalid_ones_is_used() -> None:
             "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "ca"}],
         },
         {"caCertificateRefs": []},
-        {"subjectAltNames": [{"type": "URI", "uri": "spiffe://cluster/web"}]},
+        {"subjectAltNames": [{"type": "URI", "uri": "cluster/web"}]},
+        {"subjectAltNames": [{"type": "URI", "uri": "spiffe:web"}]},
+        {"subjectAltNames": [{"type": "URI", "uri": "spiffe://" + "a" * 245}]},
+        {"subjectAltNames": [{"type": "URI", "uri": "spiffe://cluster/web\r\nx"}]},
+        {"subjectAltNames": [{"type": "URI"}]},
+        {"subjectAltNames": [{"type": "URI", "uri": "spiffe://c/w", "hostname": "a.example.com"}]},
+        {"subjectAltNames": [{"type": "Hostname", "uri": "spiffe://c/w"}]},
+        {"subjectAltNames": [{"type": "IP", "hostname": "a.example.com"}]},
         {"hostname": ""},
         {"hostname": "Web.example.com"},
         {"hostname": "*.example.com"},
@@ -572,3 +641,52 @@ def test_a_tls_route_policy_that_cannot_be_honoured_refuses_the_connections() ->
     (parent,) = route["parents"]
     resolved = next(c for c in parent["conditions"] if c["type"] == "ResolvedRefs")
     assert (resolved["status"], resolved["reason"]) == ("False", "BackendNotFound")
+
+
+# --- URI subject alternative names in Envoy and the graph's safety net ------------------------
+
+
+def _tls_cluster(validation: UpstreamValidation) -> Cluster:
+    return Cluster(
+        "apps/web/443/x",
+        "apps",
+        "web",
+        443,
+        UpstreamProtocol.TLS,
+        endpoints=(Endpoint("127.0.0.1", 9443),),
+        validation=validation,
+    )
+
+
+def test_envoy_matches_hostnames_as_dns_and_uris_as_uri_sans() -> None:
+    bundle = CABundle("apps/ca/x", "apps", "ca", _CA.cert_pem)
+    validation = UpstreamValidation(
+        ca_secret=bundle.name,
+        subject_names=("a.example.com",),
+        sni="web.example.com",
+        subject_uris=("spiffe://cluster.local/web",),
+    )
+    ctx = upstream_tls_context(_tls_cluster(validation), {bundle.name: bundle})
+    assert ctx.sni == "web.example.com"
+    vc = ctx.common_tls_context.validation_context
+    assert vc.trusted_ca.inline_string == _CA.cert_pem
+    matchers = [(m.san_type, m.matcher.exact) for m in vc.match_typed_subject_alt_names]
+    assert matchers == [
+        (common_pb2.SubjectAltNameMatcher.DNS, "a.example.com"),
+        (common_pb2.SubjectAltNameMatcher.URI, "spiffe://cluster.local/web"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("uri", "problem"),
+    [
+        ("", "upstream validation subject URI[0] is empty"),
+        ("spiffe://c/w\r\nx", "upstream validation subject URI[0]"),
+    ],
+)
+def test_the_safety_net_refuses_bad_subject_uris(uri: str, problem: str) -> None:
+    validation = UpstreamValidation("apps/ca/x", (), "web.example.com", subject_uris=(uri,))
+    found = cluster_problem(_tls_cluster(validation))
+    assert found is not None and found.startswith(problem)
+    fine = UpstreamValidation("apps/ca/x", (), "web.example.com", subject_uris=("spiffe://c/w",))
+    assert cluster_problem(_tls_cluster(fine)) is None

@@ -288,6 +288,13 @@ def test_header_filters_and_mirror() -> None:
         ),
         ([{"sessionPersistence": {}}], "spec.rules[0].sessionPersistence"),
         ([rule(path={"value": "/"})], "spec.rules[0].matches[0].path"),
+        ([{**rule(), "name": ""}], "spec.rules[0].name"),
+        ([{**rule(), "name": "Echo"}], "spec.rules[0].name"),
+        ([{**rule(), "name": "echo_rule"}], "spec.rules[0].name"),
+        ([{**rule(), "name": "-echo"}], "spec.rules[0].name"),
+        ([{**rule(), "name": "a" * 254}], "spec.rules[0].name"),
+        ([{**rule(), "name": 7}], "spec.rules[0].name"),
+        ([{**rule(), "name": "echo"}, {**rule(), "name": "echo"}], "spec.rules[1].name"),
     ],
 )
 def test_invalid_rules_reject_the_route(rules: Any, field: str) -> None:
@@ -358,3 +365,14 @@ def test_arbitrary_rules_never_raise(rules: Any) -> None:
     assert result.accepted or any(p.condition == "Accepted" for p in result.problems)
     for problem in result.problems:
         assert problem.message.startswith("spec"), problem
+
+
+def test_named_rules_route_as_unnamed_ones() -> None:
+    echo = {**rule("grpc", method={"service": "pkg.Echo", "method": "Say"}), "name": "say.v1"}
+    two = {**rule("grpc2", method={"service": "pkg.Echo", "method": "Two"}), "name": "two"}
+    other = rule("grpc", method={"service": "pkg.Echo"})
+    named = routes_of([echo, two, other])
+    unnamed = routes_of([{k: v for k, v in r.items() if k != "name"} for r in (echo, two, other)])
+    assert named == unnamed
+    hit = call(named, "/pkg.Echo/Two")
+    assert hit is not None and hit.source.field == "spec.rules[1].matches[0]"

@@ -1368,3 +1368,38 @@ def test_cors_wildcard_methods_with_credentials_are_listed() -> None:
     assert methods({"allowOrigins": ["*"], "allowMethods": ["*"]}) == ("*",)
     listed = methods({"allowOrigins": ["*"], "allowMethods": ["*"], "allowCredentials": True})
     assert "*" not in listed and {"GET", "PUT", "DELETE", "PATCH"} <= set(listed)
+
+
+# --- rule names (HTTPRouteNamedRouteRule) --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("names", "field"),
+    [
+        ([""], "spec.rules[0].name"),
+        (["Named"], "spec.rules[0].name"),
+        (["named_rule"], "spec.rules[0].name"),
+        (["named-"], "spec.rules[0].name"),
+        (["a" * 254], "spec.rules[0].name"),
+        (["one", "two", "one"], "spec.rules[2].name"),
+    ],
+)
+def test_invalid_or_repeated_rule_names_reject_the_route(names: list[str], field: str) -> None:
+    result = compiled([{"name": n, "backendRefs": [ref("web")]} for n in names])
+    assert not result.accepted and not result.routes
+    condition, reason, message = only_problem(result)
+    assert (condition, reason) == ("Accepted", "UnsupportedValue")
+    assert message.startswith(f"{field}:"), message
+
+
+def test_rule_names_change_no_routing() -> None:
+    rules: list[dict[str, Any]] = [
+        {"name": "v1.named-rule", "matches": [{"path": {"value": "/a"}}]},
+        {"matches": [{"path": {"value": "/b"}}]},
+        {"name": "x" * 253, "matches": [{"path": {"value": "/c"}}]},
+    ]
+    named = accepted_routes([{**r, "backendRefs": [ref("web")]} for r in rules])
+    unnamed = accepted_routes(
+        [{"matches": r["matches"], "backendRefs": [ref("web")]} for r in rules]
+    )
+    assert named == unnamed and len(named) == 3

@@ -137,12 +137,15 @@ class UpstreamValidation:
     """Verify the upstream's certificate (Contour `validation`, Gateway API BackendTLSPolicy)."""
 
     ca_secret: str  # name of a CA bundle in RoutingGraph.ca_bundles; "" with system_trust_store
-    subject_names: tuple[str, ...]
+    subject_names: tuple[str, ...]  # DNS subject alternative names, any of which must match
     sni: str | None = None
     # Chain to the installation's system trust store (BackendTLSPolicy `wellKnownCACertificates:
     # System`) instead of a bundle: a file on Envoy's host (`TranslateOptions.system_ca_file`),
     # so it is not part of the graph.
     system_trust_store: bool = False
+    # URI subject alternative names (BackendTLSPolicy `subjectAltNames` of type URI, e.g. SPIFFE
+    # IDs), matched exactly. The certificate must carry one of `subject_names` or `subject_uris`.
+    subject_uris: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

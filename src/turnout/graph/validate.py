@@ -986,6 +986,12 @@ def cluster_problem(c: Cluster) -> str | None:
                 problem = "is empty"
             if problem is not None:
                 return f"upstream validation subject name[{i}] {problem}"
+        for i, uri in enumerate(v.subject_uris):
+            problem = _no_crlf(uri)
+            if problem is None and not uri:
+                problem = "is empty"
+            if problem is not None:
+                return f"upstream validation subject URI[{i}] {problem}"
         # An SNI longer than Envoy's 255 bytes is passed over by the translator, not sent.
         problem = _optional(v.sni, _no_crlf)
         if problem is not None:

@@ -28,6 +28,8 @@ checked in this order, so a cross-namespace ref never reveals whether its target
    | tcp, tls | any | the bytes as they come |
    | tls-terminate | any | the decrypted bytes; over TLS with a BackendTLSPolicy |
 
+   IANA service names (`http`, `https`, `grpc`: no `/`) compare case-insensitively, as RFC 6335
+   has them (upstream's BackendTLSPolicySANValidation declares `HTTPS`).
    Any other appProtocol is `UnsupportedProtocol`: a backend that declares a protocol turnout
    cannot speak is not sent that traffic. A port whose `protocol` is not TCP (UDP, SCTP) is
    `UnsupportedProtocol` for every route kind.
@@ -99,6 +101,14 @@ _GRPC_APP_PROTOCOLS: dict[str | None, tuple[UpstreamProtocol | None, UpstreamPro
     H2C: (UpstreamProtocol.H2C, UpstreamProtocol.H2, False),
     "grpc": (UpstreamProtocol.H2C, UpstreamProtocol.H2, False),
 }
+
+
+def _app_protocol_key(app_protocol: str | None) -> str | None:
+    """The appProtocol as the tables name it: IANA service names are case-insensitive
+    (RFC 6335 section 5.1); domain-prefixed ones (`kubernetes.io/h2c`) are compared as written."""
+    if app_protocol is None or "/" in app_protocol:
+        return app_protocol
+    return app_protocol.lower()
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +266,7 @@ def resolve_backend_ref(
     protocol = UpstreamProtocol.TLS if tls is not None else UpstreamProtocol.TCP
     if app not in ("tcp", "tls", TLS_TERMINATE):
         table = _GRPC_APP_PROTOCOLS if app == "grpc" else _HTTP_APP_PROTOCOLS
-        choice = table.get(app_protocol)
+        choice = table.get(_app_protocol_key(app_protocol))
         if choice is None:
             return _invalid(
                 weight,

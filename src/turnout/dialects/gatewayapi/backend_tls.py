@@ -14,13 +14,14 @@ Service port of that name) and says how to validate the backend's certificate
   `System`, and exactly one of the two fields: any other value, or both fields, is `Accepted`
   False `Invalid`.
 - `hostname` (a PreciseHostname): the SNI sent to the backend, and the name its certificate must
-  carry unless `subjectAltNames` lists others (`Hostname` entries, a hostname whose first label
-  may be `*`; `URI` entries are refused: the graph validates DNS names only). A value the CRD
+  carry unless `subjectAltNames` lists others: then the certificate must carry one of those
+  (`Hostname` entries, a hostname whose first label may be `*`, matched as DNS SANs; `URI`
+  entries, an absolute URI such as a SPIFFE ID, matched exactly as URI SANs). A value the CRD
   refuses makes the policy `Accepted` False `Invalid`.
 
 What a route's backendRef to a targeted Service port gets (`validation`): the upstream speaks TLS
 (HTTP/1.1, or HTTP/2 for h2c and gRPC backends) and verifies the backend against the bundle and
-names. When the policy cannot be honoured (no CA bundle resolves, URI SANs, an invalid spec) the ref
+names. When the policy cannot be honoured (no CA bundle resolves, an invalid spec) the ref
 is invalid: its share answers 500, as the spec requires a 5xx. The route reports it `ResolvedRefs`
 False `BackendNotFound` (of the spec's four route reasons, the one for a backend Envoy cannot
 use), with the policy's own condition and reason in the message.
@@ -42,6 +43,7 @@ reaches the Service only through Passthrough listeners gets `Accepted` False `No
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +78,11 @@ NOT_APPLICABLE = "NotApplicable"
 # `wellKnownCACertificates`: the one value the CRD allows.
 SYSTEM = "System"
 
+# The CRD's `AbsoluteURI` (a `subjectAltNames` entry of type URI): RFC 3986 with a scheme and an
+# authority, at most 253 characters.
+_ABSOLUTE_URI = re.compile(r"^(([^:/?#]+):)(//([^/?#]*))([^?#]*)(\?([^#]*))?(#(.*))?")
+MAX_URI = 253
+
 
 @dataclass(frozen=True, slots=True)
 class _CARef:
@@ -95,6 +102,7 @@ class PolicySpec:
     well_known: str
     hostname: str
     subject_names: tuple[str, ...]
+    subject_uris: tuple[str, ...]
     invalid: tuple[str, ...]  # why the spec cannot be honoured (Accepted False Invalid)
 
 
@@ -157,27 +165,40 @@ def _read(obj: KubeObject) -> PolicySpec:
         invalid.append(f"spec.validation.hostname: {hostname!r} {problem}")
         hostname = ""
     names: list[str] = []
+    uris: list[str] = []
     for i, san in enumerate(_list(validation, "subjectAltNames")):
         where = f"spec.validation.subjectAltNames[{i}]"
         if not isinstance(san, Mapping):
             invalid.append(f"{where}: is not an object")
-        elif _str(san, "type") == "Hostname" and _str(san, "hostname"):
-            name = _str(san, "hostname")
+            continue
+        kind, name, uri = _str(san, "type"), _str(san, "hostname"), _str(san, "uri")
+        # The CRD's rules: the field of the type is set, the other is not.
+        if kind == "Hostname" and name and not uri:
             if (problem := _san_hostname_problem(name)) is not None:
                 invalid.append(f"{where}.hostname: {name!r} {problem}")
             else:
                 names.append(name)
-        elif _str(san, "type") == "URI":
-            invalid.append(f"{where}: URI subject alternative names are not supported")
+        elif kind == "URI" and uri and not name:
+            if (problem := _san_uri_problem(uri)) is not None:
+                invalid.append(f"{where}.uri: {uri!r} {problem}")
+            else:
+                uris.append(uri)
         else:
-            invalid.append(f"{where}: type must be Hostname (with hostname) or URI")
+            invalid.append(
+                f"{where}: type must be Hostname with hostname (and no uri) or URI with uri "
+                "(and no hostname)"
+            )
+    # Listed names replace `hostname` as what the certificate must carry, whatever their types.
+    if not names and not uris and hostname:
+        names.append(hostname)
     return PolicySpec(
         obj=obj,
         targets=tuple(targets),
         ca_refs=ca_refs,
         well_known=well_known,
         hostname=hostname,
-        subject_names=tuple(names) or ((hostname,) if hostname else ()),
+        subject_names=tuple(names),
+        subject_uris=tuple(uris),
         invalid=tuple(invalid),
     )
 
@@ -190,6 +211,19 @@ def _san_hostname_problem(value: str) -> str | None:
     problem = precise_hostname_problem(value[2:] if value.startswith("*.") else value)
     if problem is not None:
         return "must be a hostname (lower-case RFC 1123 labels, optionally a first label '*')"
+    return None
+
+
+def _san_uri_problem(value: str) -> str | None:
+    """The CRD's `AbsoluteURI`."""
+    if len(value) > MAX_URI:
+        return f"must be at most {MAX_URI} characters"
+    if _ABSOLUTE_URI.match(value) is None:
+        return "must be an absolute URI with a scheme and an authority (RFC 3986)"
+    # Stricter than the CRD, which does not exclude them: no certificate carries control
+    # characters in a URI, and Envoy's configuration must not.
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        return "must not contain control characters"
     return None
 
 
@@ -419,9 +453,13 @@ def _evaluate(policy: PolicySpec, ctx: CompileContext) -> Outcome:
             subject_names=policy.subject_names,
             sni=policy.hostname,
             system_trust_store=True,
+            subject_uris=policy.subject_uris,
         )
     elif accepted.status and bundle is not None:
         validation = UpstreamValidation(
-            ca_secret=bundle.name, subject_names=policy.subject_names, sni=policy.hostname
+            ca_secret=bundle.name,
+            subject_names=policy.subject_names,
+            sni=policy.hostname,
+            subject_uris=policy.subject_uris,
         )
     return Outcome(validation, (accepted, resolved))

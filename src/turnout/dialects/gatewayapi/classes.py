@@ -30,7 +30,9 @@ SUPPORTED_FEATURES = tuple(
     sorted(
         (
             "BackendTLSPolicy",
+            "BackendTLSPolicySANValidation",
             "GRPCRoute",
+            "GRPCRouteNamedRouteRule",
             "Gateway",
             "GatewayHTTPListenerIsolation",
             "GatewayPort8080",

@@ -166,6 +166,31 @@ def precise_hostname_problem(value: str) -> str | None:
     return None
 
 
+def check_rule_names(r: SpecReader, rules: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    """HTTPRoute and GRPCRoute rule names (`spec.rules[].name`, GEP-995): a SectionName (lower-case
+    RFC 1123 labels joined by dots, 1 to 253 characters), unique within the route, as the CRD and
+    its CEL rule require. A name only labels its rule (for policies and status), so it changes
+    no routing; a bad one rejects the route as the API server would have refused it."""
+    first: dict[str, str] = {}
+    for where, rule in rules:
+        name = r.string(rule, "name", where)
+        if "name" not in rule or not isinstance(rule.get("name"), str):
+            continue
+        if not name:
+            r.field_error(f"{where}.name", "must not be empty")
+        elif len(name) > MAX_HOSTNAME:
+            r.field_error(f"{where}.name", f"must be at most {MAX_HOSTNAME} characters")
+        elif not _PRECISE_HOSTNAME.fullmatch(name):
+            r.field_error(
+                f"{where}.name",
+                f"{name!r} must be lower-case RFC 1123 labels (a-z, 0-9, '-') joined by '.'",
+            )
+        elif name in first:
+            r.field_error(f"{where}.name", f"{name!r} is already the name of {first[name]}")
+        else:
+            first[name] = where
+
+
 def header_name_problem(value: str) -> str | None:
     if not value:
         return "must not be empty"

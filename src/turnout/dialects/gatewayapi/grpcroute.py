@@ -37,6 +37,7 @@ from turnout.dialects.gatewayapi.filters import (
     REQUEST_MIRROR,
     RESPONSE_HEADER_MODIFIER,
     SpecReader,
+    check_rule_names,
     read_filters,
     read_header_matches,
 )
@@ -100,7 +101,9 @@ def compile_grpcroute(
     spec = r.mapping(route.spec if route.spec is not None else {}, "spec") or {}
     r.check_fields(spec, "spec", frozenset({"parentRefs", "hostnames", "rules"}))
     ranked: list[RankedRoute] = []
-    for i, (where, rule) in enumerate(r.list_items(spec, "rules", "spec", MAX_RULES)):
+    rules = r.list_items(spec, "rules", "spec", MAX_RULES)
+    check_rule_names(r, rules)
+    for i, (where, rule) in enumerate(rules):
         ranked.extend(_compile_rule(r, route, ctx, grants, i, where, rule))
     accepted = not r.rejected
     return CompiledRoute(
@@ -126,7 +129,6 @@ def _compile_rule(
         frozenset({"name", "matches", "filters", "backendRefs"}),
         refused=frozenset({"sessionPersistence"}),
     )
-    r.string(rule, "name", where)
     matches = _matches(r, rule, where)
     filters = read_filters(r, rule, where, allowed=GRPC_FILTERS)
     refs = r.list_items(rule, "backendRefs", where, MAX_BACKEND_REFS)

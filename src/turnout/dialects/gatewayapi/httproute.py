@@ -82,6 +82,7 @@ from turnout.dialects.gatewayapi.filters import (
     PathModifier,
     RedirectSpec,
     SpecReader,
+    check_rule_names,
     parse_duration,
     path_value_problem,
     read_filters,
@@ -188,6 +189,7 @@ def compile_httproute(
     spec = r.mapping(route.spec if route.spec is not None else {}, "spec") or {}
     r.check_fields(spec, "spec", frozenset({"parentRefs", "hostnames", "rules"}))
     rules = _rules(r, spec)
+    check_rule_names(r, rules)
     total = sum(
         len(m.get("matches") or ()) for _, m in rules if isinstance(m.get("matches"), list | tuple)
     )
@@ -231,7 +233,6 @@ def _compile_rule(
         frozenset({"name", "matches", "filters", "backendRefs", "timeouts"}),
         refused=frozenset({"retry", "sessionPersistence"}),
     )
-    r.string(rule, "name", where)
     matches = _matches(r, rule, where)
     filters = read_filters(r, rule, where, allowed=HTTP_FILTERS)
     timeouts = _timeouts(r, rule, where)

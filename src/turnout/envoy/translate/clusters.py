@@ -14,8 +14,9 @@ socket: ALPN `h2` for H2 (none for TLS, so the server picks HTTP/1.1), TLS 1.2 t
 the CA bundle, inline (`trusted_ca`, so a cluster is complete on its own and needs no SDS round
 trip before it warms) or, for the system trust store, the installation's file
 (`TranslateOptions.system_ca_file`), and requires one of the subject names as a DNS SAN
-(`match_typed_subject_alt_names`, not the deprecated `match_subject_alt_names`). Without
-validation, TLS is encrypted but unauthenticated, as in Contour.
+(`match_typed_subject_alt_names`, not the deprecated `match_subject_alt_names`) or one of the URI
+subject names as a URI SAN (exact). Without validation, TLS is encrypted but unauthenticated, as
+in Contour.
 
 **Load balancing** uses the `lb_policy` enum, which is not deprecated and is what Contour sends
 (`internal/envoy/v3/cluster.go`): RoundRobin -> ROUND_ROBIN, WeightedLeastRequest ->
@@ -240,6 +241,11 @@ def upstream_tls_context(
                 san_type=common_pb2.SubjectAltNameMatcher.DNS
             )
             san.matcher.exact = name
+        for uri in validation.subject_uris:
+            san = vc.match_typed_subject_alt_names.add(
+                san_type=common_pb2.SubjectAltNameMatcher.URI
+            )
+            san.matcher.exact = uri
     return ctx
 
 
