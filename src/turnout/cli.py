@@ -332,10 +332,9 @@ def _dump(data: Any, fmt: str) -> str:
 
 
 def _status_lines(status: ObjectStatus) -> list[str]:
-    lines = [
-        f"{status.ref.kind} {status.ref.namespace}/{status.ref.name}: "
-        f"{status.state.value}: {status.summary}"
-    ]
+    meta = object_json(status)["metadata"]  # cluster-scoped kinds are shown without a namespace
+    where = f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"]
+    lines = [f"{status.ref.kind} {where}: {status.state.value}: {status.summary}"]
     for cond in status.body.get("conditions") or ():
         for label in ("errors", "warnings"):
             for sub in cond.get(label) or ():

@@ -83,6 +83,15 @@ def test_check_quickstart_is_valid() -> None:
     assert main(["check", str(REPO / "examples" / "quickstart")]) == 0
 
 
+def test_check_text_shows_a_gatewayclass_without_a_namespace(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["check", str(REPO / "examples" / "gateway-api")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("GatewayClass turnout: valid") for line in lines), lines
+    assert any(line.startswith("Gateway infra/demo: valid") for line in lines), lines
+
+
 def test_explain_names_the_route_and_what_was_passed_over(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
