@@ -106,6 +106,13 @@ def vhost(result: CompileResult, host: str) -> VirtualHost | None:
     return None
 
 
+def has_routes(result: CompileResult, host: str) -> bool:
+    """Whether `host` has routes; an owned host whose root is invalid is held by a virtual host
+    without routes (404), so it never falls to another namespace's `*` one."""
+    vh = vhost(result, host)
+    return vh is not None and bool(vh.routes)
+
+
 def prefix(p: str) -> MatchCondition:
     return MatchCondition(prefix=p)
 
@@ -354,7 +361,9 @@ def test_ownership_spans_dialects_and_names_the_owner() -> None:
             "message": 'fqdn "example.com" is already owned by Ingress web/legacy',
         }
     ]
-    assert vhost(result, "example.com") is None
+    # The owner (a stub that serves nothing) holds its host with a virtual host without routes.
+    held = vhost(result, "example.com")
+    assert held is not None and held.owner.kind == "Ingress" and held.routes == ()
 
 
 def test_child_reached_from_two_roots_reports_each_error_once() -> None:
@@ -391,7 +400,7 @@ def test_child_reached_from_two_roots_reports_each_error_once() -> None:
     )
     result = compile_objects([service("svc"), child, root_a, root_b, root_c])
     assert errors_of(result, "child") == ["HeaderMatchConditionsNotValid"]
-    assert vhost(result, "a.com") is None
+    assert not has_routes(result, "a.com")
     decision = evaluate(result.graph, make_request("b.com", "/", headers={"x": "b"}))
     assert decision.status == 200
 
@@ -420,7 +429,7 @@ def test_exponential_include_graphs_are_cut_off() -> None:
         objects.append(proxy(f"l{i}", spec))
     result = compile_objects(objects)
     assert errors_of(result, "root") == ["IncludeGraphTooLarge"]
-    assert vhost(result, "big.com") is None
+    assert not has_routes(result, "big.com")
     assert 2**levels >= MAX_VISITS_PER_ROOT
 
 
@@ -702,7 +711,9 @@ def test_any_spec_compiles_and_leaves_unrelated_routes_alone(
         body = dict(s.body)
         assert body["currentStatus"] in {"valid", "invalid", "orphaned"}
         json.dumps(body)
-    assert vhost(result, "anchor.example.com") == vhost(baseline, "anchor.example.com")
+    # Where the anchor may not be a root, its hostname is free: the fuzzed proxy may take it.
+    if not root_namespaces or "default" in root_namespaces:
+        assert vhost(result, "anchor.example.com") == vhost(baseline, "anchor.example.com")
     assert status_of(result, "anchor") == status_of(baseline, "anchor")
     _assert_envoy_would_accept(result)
     # The evaluator copes with whatever the fuzzed proxy produced.
@@ -758,4 +769,4 @@ def test_upstream_protocol_from_the_service_or_its_annotations() -> None:
             "message": "unsupported protocol: h3",
         }
     ]
-    assert vhost(result, "example.com") is None
+    assert not has_routes(result, "example.com")

@@ -21,7 +21,7 @@ checked in this order, so a cross-namespace ref never reveals whether its target
 
    | app | appProtocol | upstream |
    |---|---|---|
-   | http | unset, `http`, `kubernetes.io/ws` | HTTP/1.1 (HTTP/1.1 over TLS with a BackendTLSPolicy) |
+   | http | unset, `http`, `kubernetes.io/ws` | HTTP/1.1 (over TLS with a BackendTLSPolicy) |
    | http | `kubernetes.io/h2c` | h2c (H2 with a BackendTLSPolicy) |
    | http | `https`, `kubernetes.io/wss` | TLS, only with a BackendTLSPolicy |
    | grpc | unset, `kubernetes.io/h2c`, `grpc` | h2c (H2 with a BackendTLSPolicy) |
