@@ -19,7 +19,7 @@ from pathlib import Path
 
 from turnout.config import ServeConfig
 from turnout.dialects.base import IssuerDiscovery
-from turnout.dialects.gatewayapi.status import programmed_statuses
+from turnout.dialects.gatewayapi.status import gateway_listener_names, programmed_statuses
 from turnout.dialects.routegroup.filters import routegroup_issuers
 from turnout.envoy.bootstrap import bootstrap_config, write_bootstrap
 from turnout.envoy.process import EnvoyProcess
@@ -184,7 +184,10 @@ class Controller:
             return False, self.watch_error
         if self.applied is None:
             return False, "no configuration compiled yet"
-        return self.xds.readiness()
+        # Readiness means everything turnout could program is programmed: Envoy refusing a
+        # Gateway's port (busy, privileged) is reported on that Gateway's listener as
+        # Programmed False and must not take every other tenant's readiness down with it.
+        return self.xds.readiness(gateway_listener_names(self.applied.result.graph))
 
     # -- lifecycle -----------------------------------------------------------------------------
 

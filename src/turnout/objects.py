@@ -158,7 +158,7 @@ class KubeObject:
 
     @property
     def creation_timestamp(self) -> str:
-        """RFC 3339 string, or "" when absent; an absent timestamp sorts as the oldest."""
+        """RFC 3339 string, or "" when absent; an absent timestamp sorts as the newest."""
         ts = self.metadata.get("creationTimestamp")
         return str(ts) if ts is not None else ""
 
@@ -174,16 +174,15 @@ class KubeObject:
 
     @property
     def age_key(self) -> tuple[int, datetime, str, str]:
-        """Orders objects oldest first: creationTimestamp as an instant (absent sorts first, as
-        objects written by hand have none; unparsable sorts last, so garbage never wins), then
-        namespace/name."""
-        ts = self.creation_timestamp
+        """Orders objects oldest first: creationTimestamp as an instant, then namespace/name.
+
+        An absent or unparsable timestamp sorts last (the newest): leaving it out must not be a
+        way to take another tenant's hostname. Objects written by hand without timestamps still
+        order among themselves by namespace/name."""
         created = self.created_at
-        if not ts:
-            return (0, _EPOCH, self.namespace, self.name)
         if created is None:
-            return (2, _EPOCH, self.namespace, self.name)
-        return (1, created, self.namespace, self.name)
+            return (1, _EPOCH, self.namespace, self.name)
+        return (0, created, self.namespace, self.name)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

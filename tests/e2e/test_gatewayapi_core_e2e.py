@@ -607,5 +607,12 @@ async def test_listener_envoy_cannot_bind_is_invalid_and_the_rest_programmed(
         assert (fine["status"], fine["reason"]) == ("True", "Programmed")
         assert await served_on(good, "a.example.com") == "app/web"
         assert await served_on(other, "a.example.com") == "app/web"
+
+        async def ready() -> bool:
+            return harness.controller.readiness()[0]
+
+        # Reported on the Gateway listener, the rejection does not fail /readyz for everyone.
+        assert await harness.eventually(ready, True), harness.controller.readiness()[1]
+        assert f"except listener(s) gateway_{busy}" in harness.controller.readiness()[1]
     finally:
         holder.close()

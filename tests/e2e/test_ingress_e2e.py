@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ssl
+
 import pytest
 
+from tests.e2e.certs import CA, tls_secret_yaml
 from tests.e2e.harness import Harness
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -256,3 +259,57 @@ async def test_force_ssl_redirect_and_allow_http(harness: Harness) -> None:
     assert await harness.served_by(host, "/") == "default/web"
     # Not served on plain HTTP: the shorter prefix of the other Ingress answers.
     assert await harness.served_by(host, "/hidden") == "default/web"
+
+
+def tls_spec(host: str, secret: str) -> str:
+    return f"\n  tls: [{{hosts: ['{host}'], secretName: {secret}}}]"
+
+
+async def test_a_tls_entry_does_not_serve_another_ingress_host(harness: Harness) -> None:
+    """Security: team-b lists team-a's hosts under `tls` with its own Secret but has no paths for
+    them. Clients of team-a's hosts must never get team-b's certificate: not in place of team-a's
+    own (team-b's Ingress is older), not for a host team-a serves on plain HTTP only."""
+    shop, plain = "shop.tenant-a.example.com", "plain.tenant-a.example.com"
+    ca = CA()
+    a_cert = ca.issue(shop)
+    b_cert = ca.issue(shop, plain)
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("team-a", "web"), ("team-b", "web")),
+            "secrets.yaml": tls_secret_yaml("team-a", "cert", a_cert.cert_pem, a_cert.key_pem)
+            + "\n---\n"
+            + tls_secret_yaml("team-b", "cert", b_cert.cert_pem, b_cert.key_pem),
+            "a.yaml": ingress(
+                "a",
+                rule(shop, path("/", "web")) + rule(plain, path("/", "web")),
+                ns="team-a",
+                created="2024-01-01T00:00:00Z",
+                extra_spec=tls_spec(shop, "cert"),
+            ),
+            "b.yaml": ingress(
+                "b",
+                rule("b.tenant-b.example.com", path("/", "web")),
+                ns="team-b",
+                created="2020-01-01T00:00:00Z",
+                annotations='{projectcontour.io/tls-minimum-protocol-version: "1.3"}',
+                extra_spec=f"\n  tls: [{{hosts: ['{shop}', '{plain}'], secretName: cert}}]",
+            ),
+        }
+    )
+    context = ca.client_context()
+    r = await harness.https_get(shop, "/", verify=context)
+    assert r.status_code == 200 and r.json()["namespace"] == "team-a"
+    assert await harness.peer_certificate(shop, context) == a_cert.der
+    # Team-b's TLS-version annotation does not apply to team-a's host: TLS 1.2 still works.
+    tls12 = ca.client_context()
+    tls12.maximum_version = ssl.TLSVersion.TLSv1_2
+    assert await harness.peer_certificate(shop, tls12) == a_cert.der
+    # No HTTPS for the plain host at all: no filter chain for its server name.
+    with pytest.raises((ssl.SSLError, OSError)):
+        await harness.peer_certificate(plain, context)
+    assert await harness.served_by(plain) == "team-a/web"
+    b_status = harness.status_of("Ingress", "team-b", "b")
+    accepted = next(c for c in b_status["conditions"] if c["type"] == "Accepted")
+    assert accepted["status"] == "True"
+    assert f'this Ingress has no paths for host "{shop}"' in accepted["message"]
+    assert f'this Ingress has no paths for host "{plain}"' in accepted["message"]

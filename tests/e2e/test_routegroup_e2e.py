@@ -652,6 +652,105 @@ async def test_loopback_cannot_enter_another_tenants_host(harness: Harness) -> N
     assert r.json()["service"] == "a-app"
 
 
+async def test_loopback_cannot_leave_its_hosts_by_an_absolute_path(harness: Harness) -> None:
+    """A loopback route's modPath to "http://victim.example.org/..." would make the looped request
+    line absolute-form, and the second hop would route it to the victim's virtual host from
+    127.0.0.1: refused, the route answers 500. A path starting "//" stays origin-form."""
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "victim-app"), ("default", "own-app")),
+            "victim.yaml": routegroup(
+                "victim",
+                f"""
+                hosts: [victim.example.org]
+                backends:
+                {service_backend("app", "victim-app")}
+                routes:
+                - pathSubtree: /
+                  backends: [{{backendName: app}}]
+                """,
+            ),
+            "intruder.yaml": routegroup(
+                "intruder",
+                f"""
+                hosts: [intruder.example.org]
+                backends:
+                {service_backend("app", "own-app")}
+                - {{name: loop, type: loopback}}
+                defaultBackends: [{{backendName: app}}]
+                routes:
+                - pathSubtree: /
+                - path: /steal
+                  filters: ['modPath("^.*$", "http://victim.example.org/admin")']
+                  backends: [{{backendName: loop}}]
+                - path: /slashes
+                  filters: ['setPath("//victim.example.org/admin")']
+                  backends: [{{backendName: loop}}]
+                """,
+            ),
+        }
+    )
+    r = await harness.get("intruder.example.org", "/steal")
+    assert r.status_code == 500 and "victim-app" not in r.text
+    accepted = condition(dict(harness.status_of("RouteGroup", "default", "intruder")), "Accepted")
+    assert accepted["reason"] == "FilterNotSupported"
+    assert str(accepted["message"]).startswith(
+        "spec.routes[1].filters[0]: filter modPath is not supported with the loopback backend"
+    )
+    r = await harness.get("intruder.example.org", "/slashes")
+    assert r.status_code == 200
+    assert (r.json()["service"], r.json()["path"]) == ("own-app", "//victim.example.org/admin")
+
+
+async def test_loop_keeps_its_mark_and_the_client_address(harness: Harness) -> None:
+    """A route cannot drop the loop mark (one request would loop without end) nor pass a
+    client-supplied X-Forwarded-For to the second hop, which trusts it from 127.0.0.1."""
+    await apply_routegroup(
+        harness,
+        "marked",
+        f"""
+        hosts: [marked.example.org]
+        backends:
+        {service_backend("app", "marked-app")}
+        - {{name: loop, type: loopback}}
+        defaultBackends: [{{backendName: app}}]
+        routes:
+        - pathSubtree: /
+        - path: /unmarked
+          filters: ['dropRequestHeader("X-Turnout-Loopback")']
+          backends: [{{backendName: loop}}]
+        - path: /spoof
+          filters: ['setRequestHeader("X-Forwarded-For", "10.20.30.40")']
+          backends: [{{backendName: loop}}]
+        - path: /again
+          filters: ['setPath("/moved")']
+          backends: [{{backendName: loop}}]
+        """,
+        "marked-app",
+    )
+    for path in ("/unmarked", "/spoof"):
+        r = await harness.get("marked.example.org", path)
+        assert r.status_code == 500 and r.text == "", path
+    message = str(
+        condition(dict(harness.status_of("RouteGroup", "default", "marked")), "Accepted")["message"]
+    )
+    assert (
+        "spec.routes[1].filters[0]: filter dropRequestHeader is not supported with the header "
+        '"x-turnout-loopback"' in message
+    )
+    assert (
+        "spec.routes[2].filters[0]: filter setRequestHeader is not supported with the loopback"
+        in message
+    )
+    # The client's own X-Forwarded-For does not reach the second hop either.
+    r = await harness.get(
+        "marked.example.org", "/again", headers={"X-Forwarded-For": "10.20.30.40"}
+    )
+    assert r.status_code == 200 and r.json()["path"] == "/moved"
+    forwarded = r.json()["headers"]["x-forwarded-for"]
+    assert "10.20.30.40" not in forwarded and forwarded.startswith("127.0.0.1"), forwarded
+
+
 async def test_traffic_segments_tile_the_requests(harness: Harness) -> None:
     """Skipper's documented TrafficSegment(0, .5), (.5, .8), (.8, 1): one draw per request, each
     route takes its segment's share, and none is left unserved."""
@@ -689,8 +788,8 @@ async def test_traffic_segments_tile_the_requests(harness: Harness) -> None:
 
 async def test_hosts_match_with_any_port(harness: Harness) -> None:
     """Skipper's host regex for spec.hosts takes any port: clients on a non-default port send
-    `Host: host:port`, and Envoy ignores the port in host matching. The trailing dot Skipper also
-    takes is a documented difference (Envoy's strip_trailing_host_dot is listener-wide)."""
+    `Host: host:port`, and Envoy ignores the port in host matching. It also takes a trailing dot,
+    which the listeners strip (Envoy's strip_trailing_host_dot)."""
     await apply_routegroup(
         harness,
         "ported",
@@ -707,7 +806,7 @@ async def test_hosts_match_with_any_port(harness: Harness) -> None:
         "ported.example.org:8080",
         f"ported.example.org:{harness.http_port}",
         "PORTED.example.org:80",
+        "ported.example.org.",
     ):
         assert await harness.served_by(host, "/x") == "default/ported-app", host
     assert await harness.served_by("other.example.org:8080", "/x") == "404"
-    assert await harness.served_by("ported.example.org.", "/x") == "404"

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 from envoy.config.route.v3 import route_pb2
+from envoy.service.discovery.v3 import discovery_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_xds import AdsClient, FakeEnvoy, resource_names, until
+from tests.unit.test_xds import refs as xds_refs
 from tests.unit.test_xds import snapshot as xds_snapshot
 from turnout.admin.server import status_json
 from turnout.config import ServeConfig
@@ -29,6 +31,7 @@ from turnout.dialects.gatewayapi.hostnames import (
     wider_patterns,
 )
 from turnout.dialects.gatewayapi.status import programmed_statuses
+from turnout.envoy.resources import LISTENER_TYPE, ROUTE_TYPE
 from turnout.envoy.translate import translate
 from turnout.envoy.xds import XdsServer
 from turnout.graph.build import compile_snapshot
@@ -506,6 +509,18 @@ def _gateway(controller: Controller, name: str) -> Mapping[str, Any]:
     )
 
 
+def _use_accepted_listeners(fake: FakeEnvoy, response: Any, message: str) -> None:
+    """What Envoy does with the listeners of a rejected LDS response that its message does not
+    name: it adds them and subscribes to their route configurations."""
+    accepted = discovery_pb2.DiscoveryResponse()
+    accepted.CopyFrom(response)
+    del accepted.resources[:]
+    for packed, name in zip(response.resources, resource_names(response), strict=True):
+        if name not in message:
+            accepted.resources.append(packed)
+    fake._subscribe(ROUTE_TYPE, xds_refs(accepted))
+
+
 async def test_controller_programmed_per_gateway_when_one_listener_is_rejected(
     tmp_path: Path,
 ) -> None:
@@ -521,12 +536,16 @@ async def test_controller_programmed_per_gateway_when_one_listener_is_rejected(
     )
     await controller.start()
 
+    fakes: list[FakeEnvoy] = []
+
     def reject(response: Any) -> str | None:
         if response.type_url.endswith("Listener") and "gateway_18092" in resource_names(response):
+            _use_accepted_listeners(fakes[0], response, BIND_ERROR)
             return BIND_ERROR
         return None
 
     fake = FakeEnvoy(AdsClient(controller.xds_port), reject=reject).start()
+    fakes.append(fake)
     try:
 
         def settled() -> bool:
@@ -550,6 +569,50 @@ async def test_controller_programmed_per_gateway_when_one_listener_is_rejected(
         expected = f"Envoy node-a rejected listener gateway_18092: {BIND_ERROR}"
         assert _messages(web["conditions"])["Programmed"] == expected
         assert _messages(busy["conditions"])["Programmed"] == f"listener 'web': {expected}"
+        # Reported on the Gateway, the rejection does not make the controller (/readyz) unready.
+        await until(lambda: controller.readiness()[0], 5.0)
+        assert "except listener(s) gateway_18092" in controller.readiness()[1]
+    finally:
+        await fake.stop()
+        await controller.stop()
+
+
+async def test_rejection_of_a_listener_no_gateway_reports_keeps_the_controller_unready(
+    tmp_path: Path,
+) -> None:
+    """Only a rejection that the Gateway listeners report is left out of readiness: Envoy
+    refusing the default HTTP listener (reported on no object) keeps /readyz failing."""
+    (tmp_path / "gw.yaml").write_text(TWO_GATEWAYS_FILE)
+    controller = Controller(
+        ServeConfig(
+            paths=(tmp_path,), run_envoy=False, watch=False, demo_backends=False, xds_port=0
+        )
+    )
+    await controller.start()
+    refused = "Error adding/updating listener(s) ingress_http: cannot bind '0.0.0.0:8080'"
+    fakes: list[FakeEnvoy] = []
+
+    def reject(response: Any) -> str | None:
+        if response.type_url.endswith("Listener") and "ingress_http" in resource_names(response):
+            _use_accepted_listeners(fakes[0], response, refused)
+            return refused
+        return None
+
+    fake = FakeEnvoy(AdsClient(controller.xds_port), reject=reject).start()
+    fakes.append(fake)
+    try:
+        await until(lambda: bool(controller.xds.nacks()), 5.0)
+        await until(
+            lambda: (
+                _conditions(_gateway(controller, "busy")["conditions"])["Programmed"]
+                == ("True", "Programmed")
+            ),
+            5.0,
+        )
+        ready, reason = controller.readiness()
+        assert not ready
+        version = fake.last[LISTENER_TYPE].version_info
+        assert reason == f"Envoy node-a rejected listener version {version}: {refused}"
     finally:
         await fake.stop()
         await controller.stop()

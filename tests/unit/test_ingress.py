@@ -291,6 +291,29 @@ def test_claims_one_per_host_by_the_oldest_ingress_and_https_for_tls_hosts() -> 
     ]
 
 
+def test_a_tls_entry_claims_https_only_for_hosts_of_its_own_ingress() -> None:
+    # Another namespace's Ingress naming a.example.com under tls (it routes only b.example.com)
+    # must not put that host on the HTTPS listener, nor b's.
+    snapshot = Snapshot.of(
+        [
+            ingress("a", rule("a.example.com", path("/")), namespace="team-a"),
+            ingress(
+                "b",
+                rule("b.example.com", path("/")),
+                namespace="team-b",
+                created="2000-01-01T00:00:00Z",
+                tls=[{"hosts": ["a.example.com", "b.example.com"], "secretName": "cert"}],
+            ),
+        ]
+    )
+    claims = IngressDialect().claims(snapshot, CompileOptions())
+    assert sorted((c.listener, c.hostname, c.claimant.name) for c in claims) == [
+        (HTTP_LISTENER, "a.example.com", "a"),
+        (HTTP_LISTENER, "b.example.com", "b"),
+        (HTTPS_LISTENER, "b.example.com", "b"),
+    ]
+
+
 class _HTTPSClaimer:
     """A stand-in for a dialect that claims a hostname on the HTTPS listener only."""
 

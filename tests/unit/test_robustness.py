@@ -161,12 +161,12 @@ def test_invalid_endpoint_addresses_and_ports_are_dropped() -> None:
                 "labels": {"kubernetes.io/service-name": "good"},
             },
             "ports": [{"name": "http", "port": 8080}],
-            "endpoints": [{"addresses": ["not-an-ip", "10.0.0.2", "::1"]}],
+            "endpoints": [{"addresses": ["not-an-ip", "10.0.0.2", "fd00::1"]}],
         },
     )
     result = compile_snapshot(Snapshot.of([*GOOD, slice_]))
     endpoints = {(e.address, e.port) for e in result.graph.clusters[0].endpoints}
-    assert endpoints == {("10.0.0.1", 8080), ("10.0.0.2", 8080), ("::1", 8080)}
+    assert endpoints == {("10.0.0.1", 8080), ("10.0.0.2", 8080), ("fd00::1", 8080)}
 
 
 @pytest.mark.parametrize(

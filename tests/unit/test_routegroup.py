@@ -477,6 +477,98 @@ def test_a_loopback_may_route_again_only_within_its_own_hosts() -> None:
         assert evaluate(ok.graph, make_request("a.example.org", "/x")).clusters, own
 
 
+def _one_route(filters: list[str], backend: str = "loop") -> dict[str, Any]:
+    return {
+        "hosts": ["b.example.org"],
+        "backends": [
+            {"name": "loop", "type": "loopback"},
+            {"name": "web", "type": "service", "serviceName": "web", "servicePort": 80},
+        ],
+        "routes": [
+            {"pathSubtree": "/", "filters": filters, "backends": [{"backendName": backend}]}
+        ],
+    }
+
+
+def _accepted(filters: list[str], backend: str = "loop") -> dict[str, Any]:
+    result = compile_snapshot(
+        Snapshot.of([*web_service(), routegroup("b", _one_route(filters, backend))])
+    )
+    (status,) = result.statuses
+    (accepted,) = [c for c in status.body["conditions"] if c["type"] == "Accepted"]
+    if accepted["status"] == "False":
+        refused = evaluate(result.graph, make_request("b.example.org", "/x"))
+        assert refused.status == 500 and not refused.clusters
+    return dict(accepted)
+
+
+def test_a_loopback_path_must_stay_origin_form() -> None:
+    """The looped request line carries the rewritten path; one that does not start with "/" is an
+    absolute URI to the second hop, which takes its host from it and so reaches another tenant's
+    virtual host from 127.0.0.1: refused on loopback routes, naming the filter."""
+    for replacement in ("http://a.example.org/anything", "$1", "a.example.org/x", "/x y", "//"):
+        filters = [f'modPath("^(.*)$", "{replacement}")']
+        accepted = _accepted(filters)
+        if replacement == "//":
+            assert accepted["status"] == "True", accepted
+            continue
+        assert accepted["reason"] == "FilterNotSupported", (replacement, accepted)
+        assert accepted["message"].startswith(
+            "spec.routes[0].filters[0]: filter modPath is not supported with the loopback backend "
+            '"loop" (spec.backends[0]): the looped request line would carry a path'
+        ), accepted
+    for ok in ('modPath("^/api", "/")', 'modPath("^/v1(.*)$", "/v2$1")', 'setPath("/moved")'):
+        assert _accepted([ok])["status"] == "True", ok
+    # To a Service the request line is the backend's business: unchanged.
+    assert _accepted(['modPath("^.*$", "http://a.example.org/")'], "web")["status"] == "True"
+
+
+def test_a_loopback_route_may_not_change_the_clients_forwarding_headers() -> None:
+    """The second hop comes from 127.0.0.1 and trusts X-Forwarded-For (--num-trusted-hops) and
+    x-envoy-* headers on it: a loopback route may not set, add or drop them."""
+    for call in (
+        'setRequestHeader("X-Forwarded-For", "10.20.30.40")',
+        'appendRequestHeader("x-forwarded-for", "10.20.30.40")',
+        'dropRequestHeader("X-Forwarded-Proto")',
+        'setRequestHeader("Forwarded", "for=10.20.30.40")',
+        'setRequestHeader("X-Real-IP", "10.20.30.40")',
+        'setRequestHeader("X-Envoy-Upstream-Rq-Timeout-Ms", "1")',
+    ):
+        accepted = _accepted([call])
+        assert accepted["reason"] == "FilterNotSupported", (call, accepted)
+        assert "may not change the client's forwarding headers" in accepted["message"], call
+        assert _accepted([call], "web")["status"] == "True", call
+
+
+def test_no_route_may_name_the_loop_mark() -> None:
+    """Envoy applies the loopback cluster's mark before the route's own header changes, so a
+    route that dropped it would loop without end: any filter naming it is refused, everywhere."""
+    for backend in ("loop", "web"):
+        for call in (
+            'dropRequestHeader("X-Turnout-Loopback")',
+            'setRequestHeader("x-TURNOUT-loopback", "1")',
+            'setResponseHeader("X-Turnout-Loopback", "1")',
+            'setRequestHeader("X-Copy", "${request.header.X-Turnout-Loopback}")',
+        ):
+            accepted = _accepted([call], backend)
+            assert accepted["reason"] == "FilterNotSupported", (call, accepted)
+            assert 'with the header "x-turnout-loopback"' in accepted["message"], call
+
+
+def test_the_loop_replaces_x_forwarded_for_with_the_client_address() -> None:
+    """The loopback share sets the mark and X-Forwarded-For to the address the first hop took for
+    the client, so the second hop sees no client-supplied list."""
+    result = compile_snapshot(Snapshot.of([routegroup("b", _one_route([]))]))
+    decision = evaluate(result.graph, make_request("b.example.org", "/x"))
+    assert decision.route is not None
+    (share,) = decision.route.action.clusters  # type: ignore[union-attr]
+    assert share.policies is not None and share.policies.request_headers is not None
+    assert {(h.name, h.value) for h in share.policies.request_headers.set} == {
+        ("x-turnout-loopback", "1"),
+        ("x-forwarded-for", "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"),
+    }
+
+
 def test_traffic_segments_that_tile_share_the_draw_in_order() -> None:
     """Skipper's documented TrafficSegment(0, .5), (.5, .8), (.8, 1), written in any order: each
     route takes its segment of the one draw. A segment that leaves a gap below it is refused."""

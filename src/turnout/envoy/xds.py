@@ -521,8 +521,10 @@ class _Stream:
             return counted | _referenced(self._target(parent).values(), target, type_url)
         return counted | self.snapshot.referenced[type_url]
 
-    def _synced(self, type_url: str) -> bool:
-        """Has the stream acknowledged the current content of this type?"""
+    def _synced(self, type_url: str, excused: frozenset[str] = frozenset()) -> bool:
+        """Has the stream acknowledged the current content of this type? `excused`: listeners
+        whose rejection `excused_listeners` accepted; they and the names only they reference
+        do not count."""
         st = self.types[type_url]
         if st.pending:
             return False
@@ -532,8 +534,19 @@ class _Stream:
             # asked yet does not have them.
             if not st.requested:
                 return not target
+            if excused and type_url == LISTENER_TYPE:
+                return True
             return st.acked_version == self._target_version(type_url, target)
         counted = self._counted_names(type_url, target)
+        if excused and _PARENT_TYPE.get(type_url) == LISTENER_TYPE:
+            listeners = self._target(LISTENER_TYPE)
+            still = _referenced(
+                (res for name, res in listeners.items() if name not in excused), target, type_url
+            )
+            only_excused = _referenced(
+                (listeners[name] for name in excused if name in listeners), target, type_url
+            )
+            counted -= only_excused - still - st.subscribed(target)
         if not st.requested:
             return not counted
         return all(
@@ -541,19 +554,47 @@ class _Stream:
             for name in counted
         )
 
-    def fully_synced(self) -> bool:
+    def fully_synced(self, excused: frozenset[str] = frozenset()) -> bool:
         return (
             self.snapshot is not None
             and self.snapshot is self.server._snapshot
             and not any(self.retained.values())
-            and all(self._synced(t) for t in TYPE_ORDER)
+            and all(self._synced(t, excused) for t in TYPE_ORDER)
         )
 
-    def first_unsynced(self) -> str:
+    def _refused_listeners(self) -> frozenset[str]:
+        """The listeners of the stream's last listener response that Envoy rejected by name, when
+        it rejected each in its current content and has every other listener of the
+        configuration in effect as it is now (and no removed one); else empty."""
+        if self.snapshot is None:
+            return frozenset()
+        st = self.types[LISTENER_TYPE]
+        if st.pending or st.last_outcome is not _Outcome.NACK or not st.refused:
+            return frozenset()
+        target = self._target(LISTENER_TYPE)
+        for name, (digest, _) in st.refused.items():
+            res = target.get(name)
+            if res is None or res.digest != digest:
+                return frozenset()
+        for name, res in target.items():
+            if name not in st.refused and st.in_effect.get(name) != res.digest:
+                return frozenset()
+        if any(name not in target for name in st.in_effect):
+            return frozenset()
+        return frozenset(st.refused)
+
+    def excused_listeners(self, reported: frozenset[str]) -> frozenset[str]:
+        """The listeners whose rejection does not make this stream unready: the refused
+        listeners (`_refused_listeners`) when they are all of `reported` (whose rejection the
+        caller reports on the objects that declared them); else empty."""
+        refused = self._refused_listeners()
+        return refused if refused <= reported else frozenset()
+
+    def first_unsynced(self, excused: frozenset[str] = frozenset()) -> str:
         if self.snapshot is not self.server._snapshot:
             return f"Envoy {self.node} has not been sent the current configuration yet"
         for type_url in TYPE_ORDER:
-            if not self._synced(type_url):
+            if not self._synced(type_url, excused):
                 version = self._target_version(type_url, self._target(type_url))
                 return (
                     f"waiting for Envoy {self.node} to acknowledge "
@@ -601,7 +642,13 @@ class _Stream:
         """Drop the retained clusters once nothing Envoy holds can still route to them."""
         if not any(self.retained.values()):
             return
-        if self._synced(LISTENER_TYPE) and self._synced(ROUTE_TYPE):
+        # Listeners Envoy refused and never had (a port it cannot bind) route nowhere: with all
+        # the others current, nothing Envoy holds can reach the stale clusters either.
+        refused = self._refused_listeners()
+        if refused & self.types[LISTENER_TYPE].in_effect.keys():
+            refused = frozenset()
+        listeners_current = self._synced(LISTENER_TYPE) or bool(refused)
+        if listeners_current and self._synced(ROUTE_TYPE, refused):
             for type_url, retained in self.retained.items():
                 if retained:
                     log.debug(
@@ -767,21 +814,36 @@ class XdsServer:
         """Recent NACKs from every stream, oldest first."""
         return list(self._nacks)
 
-    def readiness(self) -> tuple[bool, str]:
+    def readiness(self, reported: frozenset[str] = frozenset()) -> tuple[bool, str]:
         """(True, ...) when at least one Envoy is connected and every connected Envoy has
-        acknowledged the current snapshot; otherwise (False, the first reason why not)."""
+        acknowledged the current snapshot; otherwise (False, the first reason why not).
+
+        `reported`: listeners whose rejection the caller reports on the object that declared
+        them (a Gateway's port). Envoy rejecting only such listeners, by name, while it has
+        everything else of the snapshot in effect, still counts as ready: one tenant's
+        unbindable port must not make the whole control plane unready."""
         if self._snapshot is None:
             return False, "no configuration has been built yet"
         if not self._streams:
             return False, "no Envoy is connected"
+        excused = {s.id: s.excused_listeners(reported) for s in self._streams.values()}
         for stream in self._streams.values():
             for nack in stream.nacks():
+                if nack.type_url == LISTENER_TYPE and excused[stream.id]:
+                    continue
                 return False, nack.describe()
         for stream in self._streams.values():
-            if not stream.fully_synced():
-                return False, stream.first_unsynced()
+            if not stream.fully_synced(excused[stream.id]):
+                return False, stream.first_unsynced(excused[stream.id])
         nodes = ", ".join(sorted(s.node for s in self._streams.values()))
-        return True, f"Envoy {nodes} acknowledged version {self._snapshot.version}"
+        reason = f"Envoy {nodes} acknowledged version {self._snapshot.version}"
+        rejected = sorted(set().union(*excused.values()))
+        if rejected:
+            reason += (
+                f" except listener(s) {', '.join(rejected)}, whose rejection is reported on the"
+                " objects that declare them"
+            )
+        return True, reason
 
     def listener_state(self, name: str) -> ListenerState:
         """Whether the current content of Envoy listener `name`, and of the route

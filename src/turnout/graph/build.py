@@ -5,7 +5,8 @@ A pure function: the same snapshot and options give the same graph and statuses.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from turnout.dialects.base import (
@@ -16,6 +17,7 @@ from turnout.dialects.base import (
     Dialect,
     HostClaim,
     ListenerDecl,
+    Ownership,
     ownership_from_claims,
 )
 from turnout.graph.model import (
@@ -23,6 +25,7 @@ from turnout.graph.model import (
     CABundle,
     Cluster,
     Forward,
+    HostnameMatch,
     Listener,
     ListenerProtocol,
     RoutingGraph,
@@ -30,10 +33,16 @@ from turnout.graph.model import (
     VirtualHost,
 )
 from turnout.graph.secrets import SecretResolver
-from turnout.graph.services import BackendResolver
+from turnout.graph.services import (
+    BackendResolver,
+    ForbiddenEndpoint,
+    drop_forbidden_endpoints,
+    endpoint_reserved_ports,
+    endpoint_sources,
+)
 from turnout.graph.tls_refs import ca_bundle_names, tcp_cluster_names, tls_secret_names
-from turnout.graph.validate import enforce_envoy_limits, source_problems
-from turnout.objects import group_of
+from turnout.graph.validate import enforce_envoy_limits, hostname_problem, source_problems
+from turnout.objects import KubeObject, group_of
 from turnout.status.model import ObjectStatus
 from turnout.store import Snapshot, SourceProblem
 
@@ -222,7 +231,12 @@ def compile_snapshot(
         for m in route.policies.mirrors
     }
     used.discard(INVALID_BACKEND)  # a share answered 500, never a cluster (model.py)
-    clusters = tuple(c for c in backends.clusters() if c.name in used)
+    clusters, forbidden = drop_forbidden_endpoints(
+        tuple(c for c in backends.clusters() if c.name in used),
+        endpoint_reserved_ports(options, declared.values()),
+        options.address,
+        backends.own_clusters(),
+    )
     used_secrets = tls_secret_names(listeners)
     tls_secrets = tuple(s for s in secrets.secrets() if s.name in used_secrets)
     statuses.sort(key=lambda s: (s.ref.group, s.ref.kind, s.ref.namespace, s.ref.name))
@@ -235,11 +249,83 @@ def compile_snapshot(
             ca_bundles=_used_ca_bundles(listeners, clusters, secrets),
         )
     )
+    graph = _hold_owned_hosts(graph, ownership)
     return CompileResult(
         graph=graph,
         statuses=tuple(statuses),
-        problems=(*snapshot.problems, *kind_problems, *source_problems(limit_problems, snapshot)),
+        problems=(
+            *snapshot.problems,
+            *kind_problems,
+            *_forbidden_problems(forbidden, snapshot),
+            *source_problems(limit_problems, snapshot),
+        ),
     )
+
+
+def _hold_owned_hosts(graph: RoutingGraph, ownership: Ownership) -> RoutingGraph:
+    """`graph` with a virtual host without routes (Envoy answers 404) for every hostname owned
+    on a plain HTTP listener that has none: the owner's root was invalid, or the safety net left
+    its virtual host out.
+
+    Without it, the owner's requests (cookies and credentials included) would fall to another
+    namespace's host-less `*` virtual host (an Ingress without host, a RouteGroup without hosts).
+    Contour lets them fall; turnout serves many tenants from one Envoy, so an owned name stays
+    the owner's even while it serves nothing. 404 is what Envoy answers for a host it does not
+    serve. HTTPS listeners need no such hold: each TLS host is a filter chain chosen by SNI, and
+    a host without one never reaches another host's routes."""
+    by_listener: dict[str, list[tuple[str, KubeObject]]] = {}
+    for (listener, hostname), owner in ownership.owners.items():
+        by_listener.setdefault(listener, []).append((hostname, owner))
+    listeners: list[Listener] = []
+    changed = False
+    for lst in graph.listeners:
+        owned = by_listener.get(lst.name)
+        if lst.protocol is not ListenerProtocol.HTTP or not owned:
+            listeners.append(lst)
+            continue
+        served = {vh.name for vh in lst.virtual_hosts}
+        held = [
+            VirtualHost(
+                name=hostname,
+                hostname=hostname,
+                routes=(),
+                owner=owner.ref,
+                hostname_match=HostnameMatch.WILDCARD_ANY_LABELS
+                if hostname.startswith("*.")
+                else HostnameMatch.EXACT,
+            )
+            for hostname, owner in sorted(owned, key=lambda h: h[0])
+            if hostname != "*" and hostname not in served and hostname_problem(hostname) is None
+        ]
+        if held:
+            changed = True
+            vhosts = sorted((*lst.virtual_hosts, *held), key=lambda vh: vh.name)
+            lst = dataclasses.replace(lst, virtual_hosts=tuple(vhosts))
+        listeners.append(lst)
+    return dataclasses.replace(graph, listeners=tuple(listeners)) if changed else graph
+
+
+def _forbidden_problems(
+    forbidden: Iterable[ForbiddenEndpoint], snapshot: Snapshot
+) -> tuple[SourceProblem, ...]:
+    """One error per endpoint left out, on the Service (or the RouteGroup backend) whose
+    cluster listed it, naming the EndpointSlices or Endpoints that wrote it."""
+    out: list[SourceProblem] = []
+    for f in forbidden:
+        c, ep = f.cluster, f.endpoint
+        service = snapshot.get("", "Service", c.namespace, c.service)
+        sources = endpoint_sources(snapshot, c.namespace, c.service, ep.address)
+        via = f" (listed by {', '.join(sources)})" if sources and service is not None else ""
+        what = "Service" if service is not None else "backend"
+        out.append(
+            SourceProblem(
+                service.origin.source if service is not None else "<graph>",
+                service.origin.line if service is not None else None,
+                f"endpoint {ep.address}:{ep.port}{via}: {f.reason}; the endpoint is left out",
+                f"{what} {c.namespace}/{c.service}",
+            )
+        )
+    return tuple(out)
 
 
 def _used_ca_bundles(

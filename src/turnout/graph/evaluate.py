@@ -27,8 +27,10 @@ translator's configuration, so differential tests can hold Envoy to it
    - `%00` is answered 400;
    - repeated slashes stay (`//a` is not `/a`), and letter case is never changed.
    The query string is passed on exactly as sent.
-3. **Virtual host.** The Host is lower-cased and everything after its last `:` removed (outside
-   `[...]`; `ignore_port_in_host_matching`), then: the exact domain, else the longest `*`-suffix
+3. **Virtual host.** One trailing dot of the Host's name is removed (`strip_trailing_host_dot`;
+   the raw `:authority` seen by header and wildcard matches loses it too), the Host is
+   lower-cased and everything after its last `:` removed (outside `[...]`;
+   `ignore_port_in_host_matching`), then: the exact domain, else the longest `*`-suffix
    wildcard with at least one character in place of `*`, else `*`. Among repeated domains the
    first one counts, as in the translator.
 4. **Route**, the first in the graph's order that matches:
@@ -586,6 +588,9 @@ def normalize_request(request: Request) -> Request | str:
     problem = _target_problem(request.path)
     if problem is not None:
         return problem
+    host = strip_trailing_host_dot(request.host)
+    if host != request.host:
+        request = dataclasses.replace(request, host=host)
     path, sep, query = request.path.partition("?")
     normalized = normalize_path(path)
     if normalized is None:
@@ -593,6 +598,16 @@ def normalize_request(request: Request) -> Request | str:
     if normalized == path:
         return request
     return dataclasses.replace(request, path=normalized + sep + query)
+
+
+def strip_trailing_host_dot(host: str) -> str:
+    """The Host without one trailing dot on its name, the port kept (`a.example.com.:8080` is
+    `a.example.com:8080`), as the HCM's `strip_trailing_host_dot` does before any routing."""
+    colon = host.rfind(":")
+    if colon < 0 or host.rfind("]") > colon:
+        return host[:-1] if host.endswith(".") else host
+    name, port = host[:colon], host[colon:]
+    return name[:-1] + port if name.endswith(".") else host
 
 
 def evaluate(graph: RoutingGraph, request: Request) -> Decision:

@@ -10,12 +10,17 @@ import hashlib
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from turnout.graph.model import Cluster, Endpoint, UpstreamProtocol, UpstreamSettings
 from turnout.objects import KubeObject
 from turnout.store import Snapshot
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from turnout.dialects.base import CompileOptions, ListenerDecl
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
@@ -269,6 +274,7 @@ class BackendResolver:
         self._clusters: dict[str, Cluster] = {}
         self._slices = index_endpoint_slices(snapshot)
         self._external_names = enable_external_name_service
+        self._own: set[str] = set()
 
     def refusal(self, service: KubeObject) -> Unresolved | None:
         """Why `service` cannot be routed to as such (today: an ExternalName Service that is not
@@ -372,10 +378,14 @@ class BackendResolver:
         endpoints: tuple[Endpoint, ...] = (),
         dns_name: str | None = None,
         settings: UpstreamSettings | None = None,
+        own: bool = False,
     ) -> Cluster:
         """A cluster of fixed IP endpoints, or of one DNS name resolved by Envoy (RouteGroup `lb`
         and `network` backends). `name` stands where a Service name would; the endpoints are part
-        of the cluster's identity, so two backends of one name never share a cluster."""
+        of the cluster's identity, so two backends of one name never share a cluster.
+
+        `own`: turnout's own upstream (RouteGroup `loopback`: Envoy's HTTP listener), exempt
+        from `drop_forbidden_endpoints`; never for an address a tenant wrote."""
         settings = settings or UpstreamSettings()
         endpoints = tuple(sorted(set(endpoints)))
         digest = hashlib.sha1(repr((settings, endpoints, dns_name)).encode()).hexdigest()[:10]
@@ -386,10 +396,16 @@ class BackendResolver:
                 cname, namespace, name, port, settings, endpoints=endpoints, dns_name=dns_name
             )
             self._clusters[cname] = cluster
+        if own:
+            self._own.add(cname)
         return cluster
 
     def clusters(self) -> tuple[Cluster, ...]:
         return tuple(self._clusters[k] for k in sorted(self._clusters))
+
+    def own_clusters(self) -> frozenset[str]:
+        """The names of turnout's own clusters (see `static`)."""
+        return frozenset(self._own)
 
 
 def _cluster(
@@ -424,3 +440,117 @@ def _cluster(
         health_port=health_port,
         dns_name=dns_name,
     )
+
+
+def endpoint_reserved_ports(
+    options: CompileOptions, listeners: Iterable[ListenerDecl] = ()
+) -> dict[int, str]:
+    """The ports on this host no backend may point at, with what each one is: turnout's and
+    Envoy's own (`options.reserved_ports`), the shared HTTP and HTTPS listeners and every
+    Gateway listener of this compile (a backend there re-enters the public listener from
+    127.0.0.1)."""
+    reserved = dict(options.reserved_ports)
+    reserved.setdefault(options.http_port, "--http-port")
+    reserved.setdefault(options.https_port, "--https-port")
+    for decl in sorted(listeners, key=lambda d: (d.port, d.name)):
+        reserved.setdefault(decl.port, f"listener {decl.name}")
+    return reserved
+
+
+def forbidden_endpoint(
+    address: str, port: int, reserved: Mapping[int, str], own_address: str | None
+) -> str | None:
+    """Why no tenant's backend may be this IP address and port; None when it may.
+
+    One Envoy serves every tenant, so a backend may not be Envoy's or turnout's own interfaces:
+    a reserved port (`reserved`: turnout's admin and xDS ports, Envoy's admin port, where POST
+    /quitquitquit stops Envoy, and every listener port, which would re-enter the public listener
+    from 127.0.0.1 and pass source-address policies meant for the host itself) on a loopback,
+    unspecified or turnout's own address; nor, whatever the port, a link-local address (cloud
+    metadata services live at 169.254.169.254) or an unspecified one (0.0.0.0 and :: reach this
+    host). Other loopback ports stay allowed: standalone turnout runs its backends there. A DNS
+    name is not checked (Envoy resolves it), the stance Contour takes for ExternalName Services.
+    """
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_unspecified:
+        return "the unspecified address reaches this host, which is not allowed"
+    if ip.is_link_local:
+        return "link-local addresses (cloud metadata services) are not allowed"
+    what = reserved.get(port)
+    if what is None:
+        return None
+    if ip.is_loopback or (own_address is not None and str(ip) == own_address):
+        return (
+            f"port {port} on this host is turnout's or Envoy's own ({what}), which is not allowed"
+        )
+    return None
+
+
+def endpoint_sources(snapshot: Snapshot, namespace: str, service: str, address: str) -> list[str]:
+    """The EndpointSlices (or the Endpoints) of a Service that list `address`, as "Kind name"."""
+    found = [
+        f"EndpointSlice {namespace}/{eps.name}"
+        for eps in snapshot.kind("discovery.k8s.io", "EndpointSlice")
+        if eps.namespace == namespace
+        and eps.labels.get(SERVICE_NAME_LABEL) == service
+        and any(
+            _ip(a) == address
+            for ep in _seq(eps.raw.get("endpoints"))
+            if isinstance(ep, Mapping)
+            for a in _seq(ep.get("addresses"))
+        )
+    ]
+    if found:
+        return sorted(found)
+    endpoints = snapshot.get("", "Endpoints", namespace, service)
+    if endpoints is not None:
+        return [f"Endpoints {namespace}/{service}"]
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class ForbiddenEndpoint:
+    """An endpoint left out of a cluster, and why."""
+
+    cluster: Cluster
+    endpoint: Endpoint
+    reason: str
+
+
+def drop_forbidden_endpoints(
+    clusters: tuple[Cluster, ...],
+    reserved: Mapping[int, str],
+    own_address: str | None,
+    exempt: frozenset[str] = frozenset(),
+) -> tuple[tuple[Cluster, ...], tuple[ForbiddenEndpoint, ...]]:
+    """The clusters without the endpoints `forbidden_endpoint` refuses, and what was dropped.
+
+    It runs on the assembled graph, so it covers every dialect (EndpointSlices and Endpoints
+    are tenant-written, and every dialect's Service backends come from them) and knows every
+    listener port of the compile. A cluster left with no endpoint answers 503, as a Service
+    without ready endpoints does. `exempt`: turnout's own clusters, by name."""
+    kept: list[Cluster] = []
+    dropped: list[ForbiddenEndpoint] = []
+    for c in clusters:
+        if c.name in exempt:
+            kept.append(c)
+            continue
+        good: list[Endpoint] = []
+        for ep in c.endpoints:
+            reason = forbidden_endpoint(ep.address, ep.port, reserved, own_address)
+            if reason is None and ep.health_port:
+                # Health checks are requests too, with a path the tenant chooses.
+                reason = forbidden_endpoint(ep.address, ep.health_port, reserved, own_address)
+            if reason is None:
+                good.append(ep)
+            else:
+                dropped.append(ForbiddenEndpoint(c, ep, reason))
+        if len(good) != len(c.endpoints):
+            c = replace(c, endpoints=tuple(good))
+        kept.append(c)
+    return tuple(kept), tuple(dropped)

@@ -29,11 +29,13 @@ from turnout.dialects.base import (
     DialectOutput,
     HostClaim,
     ListenerDecl,
+    Ownership,
 )
 from turnout.dialects.gatewayapi.attachment import (
     Attachment,
     attach,
     parent_refs,
+    route_hostname_list,
     route_hostnames_problem,
 )
 from turnout.dialects.gatewayapi.classes import (
@@ -42,6 +44,7 @@ from turnout.dialects.gatewayapi.classes import (
     our_classes,
 )
 from turnout.dialects.gatewayapi.conditions import ACCEPTED, RouteProblem
+from turnout.dialects.gatewayapi.foreign import foreign_message, foreign_owner
 from turnout.dialects.gatewayapi.grpcroute import compile_grpcroute
 from turnout.dialects.gatewayapi.hostnames import (
     ServedKinds,
@@ -148,6 +151,10 @@ class GatewayAPIDialect:
         ]
         # A Gateway that is not accepted serves nothing and holds no port.
         serving = [i for i, g in enumerate(gateways) if g.ref not in refused]
+        # Before the port conflicts: a listener refused for a foreign hostname binds nothing
+        # and so keeps no port from younger Gateways.
+        for i in serving:
+            read[i] = _foreign_hostname_conflicts(read[i], ctx.ownership)
         settled = resolve_conflicts([read[i] for i in serving])
         for i, listeners in zip(serving, settled, strict=True):
             read[i] = listeners
@@ -244,11 +251,16 @@ class GatewayAPIDialect:
                 outcomes.append(ParentOutcome(Attachment(parent, gateway, (), problem)))
                 continue
             attachment = attach(route, parent, gateway, listeners, namespace_labels)
+            foreign_notes: tuple[str, ...] = ()
+            if attachment.problem is None:
+                attachment, foreign_notes = _without_foreign_hostnames(
+                    route, attachment, ctx.ownership
+                )
             if attachment.problem is not None:
                 outcomes.append(ParentOutcome(attachment))
                 continue
             problems: list[RouteProblem] = []
-            notes: list[str] = []
+            notes: list[str] = list(foreign_notes)
             rejected = False
             streamed = route.kind in (TLS_ROUTE, TCP_ROUTE)
             clash = None if streamed else _kind_clash(route, attachment, served)
@@ -315,6 +327,66 @@ class GatewayAPIDialect:
                     counted.add(_key(listener))
                     served.attached[_key(listener)] = served.attached.get(_key(listener), 0) + 1
         return route_status(route, outcomes, ctx.options.gateway_controller_name)
+
+
+def _foreign_hostname_conflicts(
+    listeners: Sequence[GatewayListener], ownership: Ownership
+) -> list[GatewayListener]:
+    """The listeners, those whose hostname another namespace's older object serves on the
+    shared listeners Conflicted (HostnameConflict): see `foreign`."""
+    out: list[GatewayListener] = []
+    for lst in listeners:
+        owner = None
+        if lst.not_accepted is None and lst.conflict is None:
+            owner = foreign_owner(ownership, lst.hostname, lst.gateway, (lst.gateway.namespace,))
+        if owner is not None and lst.hostname is not None:
+            message = f"{lst.field}.hostname: {foreign_message(lst.hostname, owner)}"
+            lst = replace(lst, conflict=("HostnameConflict", message))
+        out.append(lst)
+    return out
+
+
+def _without_foreign_hostnames(
+    route: KubeObject, attachment: Attachment, ownership: Ownership
+) -> tuple[Attachment, tuple[str, ...]]:
+    """The attachment without the hostnames another namespace's older object serves on the
+    shared listeners (see `foreign`), and a note for each one left out; NotAllowedByListeners
+    when none is left."""
+    own = (route.namespace, attachment.gateway.namespace)
+    kept: list[tuple[GatewayListener, tuple[str, ...]]] = []
+    notes: dict[str, str] = {}
+    for lst, hostnames in attachment.listeners:
+        if not lst.ready:
+            # It serves nothing (a foreign listener hostname makes it Conflicted); the route
+            # is told so by the listener's own note.
+            kept.append((lst, hostnames))
+            continue
+        served: list[str] = []
+        for hostname in hostnames:
+            owner = foreign_owner(ownership, hostname, route, own)
+            if owner is None:
+                served.append(hostname)
+            else:
+                where = (
+                    "spec.hostnames"
+                    if route_hostname_list(route)
+                    else f"the hostname of listener {lst.name!r}"
+                )
+                notes.setdefault(hostname, f"{where}: {foreign_message(hostname, owner)}")
+        if served:
+            kept.append((lst, tuple(served)))
+    if not notes:
+        return attachment, ()
+    if not kept:
+        gateway = attachment.gateway
+        problem = RouteProblem(
+            ACCEPTED,
+            "NotAllowedByListeners",
+            f"{attachment.parent.field}: Gateway {gateway.namespace}/{gateway.name}: "
+            + "; ".join(notes[h] for h in sorted(notes)),
+        )
+        return replace(attachment, listeners=(), problem=problem), ()
+    return replace(attachment, listeners=tuple(kept)), tuple(notes[h] for h in sorted(notes))
 
 
 def gateway_problem(

@@ -34,6 +34,7 @@ from turnout.dialects.gatewayapi.kinds import (
     text,
 )
 from turnout.dialects.gatewayapi.listeners import GatewayListener, closed_message, idle_message
+from turnout.graph.model import RoutingGraph
 from turnout.objects import KubeObject, ObjectRef, thaw
 from turnout.status.model import ObjectStatus, State
 
@@ -331,3 +332,12 @@ def programmed_counts(statuses: Iterable[ObjectStatus]) -> dict[str, int]:
                 value = str(c.get("status"))
                 counts[value] = counts.get(value, 0) + 1
     return counts
+
+
+def gateway_listener_names(graph: RoutingGraph) -> frozenset[str]:
+    """The Envoy listeners of the graph that serve Gateway ports (`gateway_<port>`): Envoy's
+    rejection of one of them is reported on the Gateway listeners of that port
+    (`programmed_statuses`), so it need not fail the controller's readiness."""
+    return frozenset(
+        lst.name for lst in graph.listeners if lst.name == gateway_listener_name(lst.port)
+    )

@@ -9,6 +9,9 @@ section 4: Ingresses for one host merge, as every Ingress controller does). With
   `ImplementationSpecific` is a regex when the path holds any of `^+*[]%`, else a string prefix;
 - two paths with the same match (after that normalisation) conflict: the one of the older Ingress
   is served, in one Ingress the one written first, and the other is reported;
+- a host's certificate comes from the `tls` entries of its group only: an Ingress's entry for a
+  host it has no paths for is ignored (and reported), so that no namespace sets the certificate
+  of hosts it does not serve;
 - `defaultBackend` serves the `*` virtual host (requests that match no host of any rule), below
   every rule: a rule for the same match replaces it without a conflict;
 - the routes are then in Contour's precedence order (exact, regex, prefixes longest first), across
@@ -105,9 +108,21 @@ def _route_hosts(ing: ParsedIngress) -> list[str]:
     return list(hosts)
 
 
+def _own_tls(ing: ParsedIngress) -> list[tuple[str, TLSSpec]]:
+    """The (host, entry) pairs of an Ingress's `tls` that may serve: only hosts its own rules have
+    paths for. An entry for a host only other Ingresses route would put this Ingress's Secret
+    (and its TLS-version annotations) in front of their paths: across namespaces, one tenant's
+    certificate on another's host."""
+    routed = set(_route_hosts(ing))
+    return [
+        (host, tls) for tls in ing.spec.tls for host in dict.fromkeys(tls.hosts) if host in routed
+    ]
+
+
 def ingress_claims(parsed: Iterable[ParsedIngress]) -> list[HostClaim]:
     """One claim per host, by the oldest Ingress that has paths for it: the group's age. A host
-    that any of them lists under `tls` is claimed on the HTTPS listener too, by the same one."""
+    that a member of its group lists under `tls` is claimed on the HTTPS listener too, by the
+    same one."""
     oldest: dict[str, KubeObject] = {}
     tls_hosts: set[str] = set()
     for ing in parsed:  # oldest first
@@ -115,8 +130,7 @@ def ingress_claims(parsed: Iterable[ParsedIngress]) -> list[HostClaim]:
             continue
         for host in _route_hosts(ing):
             oldest.setdefault(host, ing.obj)
-        for tls in ing.spec.tls:
-            tls_hosts.update(tls.hosts)
+        tls_hosts.update(host for host, _ in _own_tls(ing))
     claims = [HostClaim(HTTP_LISTENER, host, obj) for host, obj in oldest.items()]
     claims.extend(
         HostClaim(HTTPS_LISTENER, host, obj) for host, obj in oldest.items() if host in tls_hosts
@@ -181,10 +195,9 @@ class _Compiler:
             by_host.setdefault(CATCH_ALL, []).extend(defaults)
 
         tls_by_host: dict[str, list[tuple[ParsedIngress, TLSSpec]]] = {}
-        for ing in admitted:
-            for tls in ing.spec.tls:
-                for host in dict.fromkeys(tls.hosts):
-                    tls_by_host.setdefault(host, []).append((ing, tls))
+        for ing in admitted:  # a host's group members only, oldest first
+            for host, tls in _own_tls(ing):
+                tls_by_host.setdefault(host, []).append((ing, tls))
 
         vhosts: list[tuple[str, VirtualHost]] = []
         for host in sorted(by_host):
@@ -383,9 +396,10 @@ class _Compiler:
         tls_entries: list[tuple[ParsedIngress, TLSSpec]],
         members: list[ParsedIngress],
     ) -> TLSTermination | None:
-        """The certificate for a host: the first `tls` entry that lists it (oldest Ingress first,
-        then as written) whose Secret can be used. Entries after it that name another Secret are
-        reported, so nobody wonders which certificate clients get."""
+        """The certificate for a host: the first `tls` entry of a group member (an Ingress with
+        paths for the host) that lists it, oldest Ingress first, then as written, whose Secret can
+        be used. Entries after it that name another Secret are reported, so nobody wonders which
+        certificate clients get."""
         chosen: _TLSChoice | None = None
         for ing, tls in tls_entries:
             st = self.status[ing.key]
@@ -453,14 +467,22 @@ class _Compiler:
 
     def _unused_tls(self, admitted: list[ParsedIngress], by_host: Mapping[str, object]) -> None:
         for ing in admitted:
+            own = set(_route_hosts(ing))
             for tls in ing.spec.tls:
                 for j, host in enumerate(tls.hosts):
+                    if host in own:
+                        continue
                     if host not in by_host:
-                        self.status[ing.key].warning(
-                            "TLSHostNotRouted",
-                            f'{tls.field}.hosts[{j}]: no rule of any Ingress has paths for host "'
-                            f'{host}"; the entry does nothing for it',
+                        why = f'no rule of any Ingress has paths for host "{host}"'
+                    else:
+                        why = (
+                            f'this Ingress has no paths for host "{host}", and a tls entry '
+                            "only serves the hosts of its own Ingress's rules"
                         )
+                    self.status[ing.key].warning(
+                        "TLSHostNotRouted",
+                        f"{tls.field}.hosts[{j}]: {why}; the entry does nothing for it",
+                    )
 
 
 def _insecure_route(route: Route, annotations: Mapping[str, str]) -> Route | None:

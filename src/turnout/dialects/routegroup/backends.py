@@ -35,7 +35,13 @@ from turnout.graph.model import (
     UpstreamProtocol,
     UpstreamSettings,
 )
-from turnout.graph.services import BackendResolver, Unresolved, external_name_phrase
+from turnout.graph.services import (
+    BackendResolver,
+    Unresolved,
+    endpoint_reserved_ports,
+    external_name_phrase,
+    forbidden_endpoint,
+)
 from turnout.store import Snapshot
 
 BACKEND_PROTOCOL_ANNOTATION = "zalando.org/skipper-backend-protocol"
@@ -92,6 +98,7 @@ def loopback_cluster(resolver: BackendResolver, options: CompileOptions) -> Clus
         "loopback",
         options.http_port,
         endpoints=(Endpoint(address, options.http_port),),
+        own=True,
     )
 
 
@@ -146,34 +153,13 @@ def parse_target(url: str, options: CompileOptions | None = None) -> Target | st
 def forbidden_address(target: Target, options: CompileOptions) -> str | None:
     """Why a backend may not be this IP address and port; None when it may.
 
-    Skipper trusts whoever writes RouteGroups; turnout serves many tenants from one Envoy, so a
-    backend may not be Envoy's or turnout's own interfaces: the reserved ports (admin, xDS, Envoy
-    admin: POST /quitquitquit stops Envoy) on a loopback, unspecified or turnout's own address,
-    nor a link-local address (cloud metadata services live at 169.254.169.254) or an unspecified
-    one (0.0.0.0 and :: reach this host), whatever the port. Other loopback ports stay allowed:
-    standalone turnout runs its backends there. A DNS name is not checked (Envoy resolves it),
-    the stance Contour takes for ExternalName Services.
+    Skipper trusts whoever writes RouteGroups; turnout serves many tenants from one Envoy, so
+    the graph's rule for every endpoint (`forbidden_endpoint`) applies here too, with the ports
+    known before the Gateway listeners are (the graph checks those once assembled).
     """
-    try:
-        ip = ipaddress.ip_address(target.host)
-    except ValueError:
-        return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip.is_unspecified:
-        return "the unspecified address reaches this host, which is not allowed"
-    if ip.is_link_local:
-        return "link-local addresses (cloud metadata services) are not allowed"
-    reserved = dict(options.reserved_ports).get(target.port)
-    if reserved is None:
-        return None
-    own = {options.address} if options.address else set()
-    if ip.is_loopback or str(ip) in own:
-        return (
-            f"port {target.port} on this host is turnout's or Envoy's own ({reserved}), "
-            "which is not allowed"
-        )
-    return None
+    return forbidden_endpoint(
+        target.host, target.port, endpoint_reserved_ports(options), options.address
+    )
 
 
 def is_ip(host: str) -> bool:

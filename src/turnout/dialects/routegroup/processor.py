@@ -38,6 +38,7 @@ from turnout.dialects.routegroup.eskip import (
     Position,
     parse_filters,
     parse_predicates,
+    string_arg,
 )
 from turnout.dialects.routegroup.filters import (
     FilterTranslation,
@@ -703,6 +704,17 @@ def _uninstallable(
             preserve_false = index if call.args == ("false",) else -1
         if index in refused:
             continue
+        if _names_loop_mark(call):
+            out.append(
+                CallProblem(
+                    name,
+                    index,
+                    f"filter {name} is not supported with the header "
+                    f'"{rg_backends.LOOPBACK_HEADER}": turnout marks looped requests with it to '
+                    "stop them after one loop, and a route may not read or change the mark",
+                )
+            )
+            continue
         if answers is not None:
             if name in _UPSTREAM_FILTERS:
                 out.append(
@@ -743,6 +755,22 @@ def _uninstallable(
                 )
                 break
     loopbacks = [b for b in backends if b.type is BackendType.LOOPBACK]
+    if loopbacks and answers is None:
+        marked = {p.index for p in out}
+        for index, (call, _) in enumerate(filter_calls):
+            if index in refused or index in marked:
+                continue
+            escape = _loop_escape(call)
+            if escape is not None:
+                b = loopbacks[0]
+                out.append(
+                    CallProblem(
+                        call.name,
+                        index,
+                        f'filter {call.name} is not supported with the loopback backend "{b.name}" '
+                        f"({b.field}): {escape}",
+                    )
+                )
     host_filter = _host_filter(filter_calls)
     if loopbacks and answers is None and host_filter >= 0 and host_filter not in refused:
         out.extend(_foreign_loop_host(rg, loopbacks[0], filter_calls, host_filter, filters))
@@ -761,6 +789,48 @@ def _uninstallable(
                 )
             )
     return out
+
+
+def _names_loop_mark(call: Call) -> bool:
+    return any(rg_backends.LOOPBACK_HEADER in (string_arg(arg) or "").lower() for arg in call.args)
+
+
+# Request headers the second hop of a loop takes for the client's address or for Envoy's own
+# instructions: a request from 127.0.0.1 is internal to Envoy, so it trusts them.
+_FORWARDING_HEADERS = ("forwarded", "x-real-ip")
+_FORWARDING_PREFIXES = ("x-forwarded-", "x-envoy-")
+# What may follow the leading "/" of a path the second hop reads as origin-form.
+_ORIGIN_PATH = re.compile(r"/[^\x00-\x20\x7f#]*")
+
+
+def _loop_escape(call: Call) -> str | None:
+    """Why a filter on a loopback route could let the looped request leave the RouteGroup's own
+    hosts or pass for another client, or None. The second hop parses the request line again: a
+    path that does not start with "/" is absolute-form, and Envoy takes the authority from it;
+    and it comes from 127.0.0.1, so Envoy trusts its X-Forwarded-For and x-envoy-* headers."""
+    args = [string_arg(arg) for arg in call.args]
+    if call.name in ("setRequestHeader", "appendRequestHeader", "dropRequestHeader") and args:
+        header = (args[0] or "").lower()
+        if header in _FORWARDING_HEADERS or header.startswith(_FORWARDING_PREFIXES):
+            return (
+                f'the looped request comes from Envoy itself, which trusts "{args[0]}" on it; '
+                "a loopback route may not change the client's forwarding headers"
+            )
+    if call.name == "modPath" and len(args) == 2:
+        replacement = args[1]
+        if replacement is None or not _ORIGIN_PATH.fullmatch(replacement):
+            return (
+                "the looped request line would carry a path that may not start with a literal "
+                '"/" (the replacement must start with "/" and hold no space or control '
+                "character): Envoy reads any other request target as an absolute URI and takes "
+                "its host from it, which could leave this RouteGroup's hosts"
+            )
+    if call.name == "setPath" and args and (args[0] is None or not _ORIGIN_PATH.fullmatch(args[0])):
+        return (
+            'the looped request line would carry a path that does not start with "/", which '
+            "Envoy reads as an absolute URI with a host of its own"
+        )
+    return None
 
 
 def _host_filter(filter_calls: Sequence[tuple[Call, str]]) -> int:
@@ -911,8 +981,13 @@ def _with_loopback_mark(policies: BackendPolicies | None) -> BackendPolicies:
     policies = policies or BackendPolicies()
     headers = policies.request_headers or HeaderPolicy()
     mark = HeaderValue(rg_backends.LOOPBACK_HEADER, "1")
+    # The client address as the first hop determined it, in place of whatever X-Forwarded-For
+    # the route's filters or the client left: with --num-trusted-hops 1 the second hop takes it
+    # for the client; with 0 (or more than 1) it takes the peer, 127.0.0.1.
+    client = HeaderValue("x-forwarded-for", "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%")
+    kept = tuple(h for h in headers.set if h.name.lower() != "x-forwarded-for")
     return dataclasses.replace(
-        policies, request_headers=dataclasses.replace(headers, set=(*headers.set, mark))
+        policies, request_headers=dataclasses.replace(headers, set=(*kept, mark, client))
     )
 
 

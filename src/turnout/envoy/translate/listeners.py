@@ -337,6 +337,9 @@ def http_connection_manager(
     hcm.rds.config_source.CopyFrom(ads_config_source())
     hcm.rds.route_config_name = route_config_name
     hcm.normalize_path.value = True
+    # `Host: a.example.com.` is the same name as `a.example.com`: without this it would miss the
+    # owner's virtual host and fall to another namespace's `*` one (the evaluator strips it too).
+    hcm.strip_trailing_host_dot = True
     hcm.use_remote_address.value = True
     hcm.xff_num_trusted_hops = options.num_trusted_hops
     hcm.http_filters.extend(policy_http_filters(options.jwt_providers))
