@@ -4,13 +4,19 @@ CA), and a file of another CA makes Envoy refuse the backend (503)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.e2e.certs import CA
+from tests.e2e.gateway_backends import (
+    HTTP_ROUTE,
+    SECURE_REF,
+    backend_tls_policy,
+    gateway,
+    get_when_listening,
+    listener,
+)
 from tests.e2e.harness import Harness, free_port, service_yaml
 from tests.e2e.upstream_servers import start_tls_echo
 from turnout.envoy.translate import translate
@@ -25,78 +31,13 @@ HOST = "system-ca.example.com"
 
 
 def manifests(port: int, backend_port: int) -> dict[str, str]:
-    gateway = f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata:
-  name: turnout
-spec:
-  controllerName: turnout.dev/gateway-controller
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: gw
-  namespace: infra
-spec:
-  gatewayClassName: turnout
-  listeners:
-    - name: http
-      port: {port}
-      protocol: HTTP
-      allowedRoutes:
-        namespaces:
-          from: All
-"""
-    route = f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: web
-  namespace: apps
-spec:
-  parentRefs:
-    - name: gw
-      namespace: infra
-  hostnames: ["{HOST}"]
-  rules:
-    - backendRefs:
-        - name: secure
-          port: 443
-"""
-    policy = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: BackendTLSPolicy
-metadata:
-  name: secure
-  namespace: apps
-spec:
-  targetRefs:
-    - group: ""
-      kind: Service
-      name: secure
-  validation:
-    wellKnownCACertificates: System
-    hostname: backend.internal
-"""
+    validation = "    wellKnownCACertificates: System\n    hostname: backend.internal\n"
     return {
-        "gw.yaml": gateway,
-        "route.yaml": route,
+        "gw.yaml": gateway(listener("http", port, "HTTP")),
+        "route.yaml": HTTP_ROUTE.format(host=HOST, refs=SECURE_REF),
         "svc.yaml": service_yaml("apps", "secure", 443, backend_port),
-        "policy.yaml": policy,
+        "policy.yaml": backend_tls_policy(validation),
     }
-
-
-async def get(port: int) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=5.0) as client:
-        for attempt in range(50):
-            try:
-                return await client.get(f"http://127.0.0.1:{port}/x", headers={"Host": HOST})
-            except httpx.ConnectError:  # the listener may still be binding
-                if attempt == 49:
-                    raise
-                await asyncio.sleep(0.1)
-    raise AssertionError("unreachable")
 
 
 async def test_system_ca_certificates_are_the_system_ca_file(
@@ -113,7 +54,7 @@ async def test_system_ca_certificates_are_the_system_ca_file(
     try:
         files = manifests(port, backend.port)
         await harness.apply(files, options={"system_ca_file": str(trusted)})
-        r = await get(port)
+        r = await get_when_listening(port, HOST, "/x")
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["tls"] is True and body["sni"] == "backend.internal"
@@ -126,7 +67,7 @@ async def test_system_ca_certificates_are_the_system_ca_file(
 
         # The same objects with a system file that lacks the backend's CA: the handshake fails.
         await harness.apply(files, options={"system_ca_file": str(untrusted)})
-        r = await get(port)
+        r = await get_when_listening(port, HOST, "/x")
         assert r.status_code == 503, r.text
         assert backend.requests == 1
     finally:

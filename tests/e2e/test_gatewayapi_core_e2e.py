@@ -7,15 +7,8 @@ listeners proxy streams."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import shutil
-import signal
 import socket
 import ssl
-import subprocess
-import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,11 +18,11 @@ import pytest
 
 from tests.e2e.certs import CA, tls_secret_yaml
 from tests.e2e.harness import Harness, free_port
+from tests.e2e.serve import copy_example, serving
 
 # The sync `turnout serve` test below runs outside the session's event loop.
 session_loop = pytest.mark.asyncio(loop_scope="session")
 
-REPO = Path(__file__).resolve().parents[2]
 
 CLASS = """
 apiVersion: gateway.networking.k8s.io/v1
@@ -344,18 +337,14 @@ async def test_https_listener_terminates_with_its_certificate_ref(harness: Harne
     hostname: foreign.example.com
     tls:
       certificateRefs: [{{name: cert, namespace: elsewhere}}]"""
-    await harness.apply(
-        {
-            "gw.yaml": docs(
-                CLASS,
-                gateway("gw", "app", listeners),
-                http_route("web", "app", "{name: gw}", "web"),
-                tls_secret_yaml("app", "cert", issued.cert_pem, issued.key_pem),
-                tls_secret_yaml("elsewhere", "cert", issued.cert_pem, issued.key_pem),
-            ),
-            "svc.yaml": services,
-        }
+    objects = (
+        CLASS,
+        gateway("gw", "app", listeners),
+        http_route("web", "app", "{name: gw}", "web"),
+        tls_secret_yaml("app", "cert", issued.cert_pem, issued.key_pem),
+        tls_secret_yaml("elsewhere", "cert", issued.cert_pem, issued.key_pem),
     )
+    await harness.apply({"gw.yaml": docs(*objects), "svc.yaml": services})
     status = harness.status_of("Gateway", "app", "gw")
     foreign = listener_status(status, "foreign")
     resolved = condition(foreign["conditions"], "ResolvedRefs")
@@ -397,31 +386,19 @@ spec:
   from: [{group: gateway.networking.k8s.io, kind: Gateway, namespace: app}]
   to: [{group: "", kind: Secret}]
 """
-    await harness.apply(
-        {
-            "gw.yaml": docs(
-                CLASS,
-                gateway("gw", "app", listeners),
-                http_route("web", "app", "{name: gw}", "web"),
-                tls_secret_yaml("app", "cert", issued.cert_pem, issued.key_pem),
-                tls_secret_yaml("elsewhere", "cert", issued.cert_pem, issued.key_pem),
-                grant,
-            ),
-            "svc.yaml": services,
-        }
-    )
+    await harness.apply({"gw.yaml": docs(*objects, grant), "svc.yaml": services})
     foreign = listener_status(harness.status_of("Gateway", "app", "gw"), "foreign")
     assert condition(foreign["conditions"], "ResolvedRefs")["status"] == "True"
 
 
-@session_loop
-async def test_tcp_listener_proxies_connections(harness: Harness) -> None:
-    port = free_port()
-    services = await harness.services(("app", "stream"))
-    listeners = f"""  - name: tcp
+def tcp_listener(port: int) -> str:
+    return f"""  - name: tcp
     port: {port}
     protocol: TCP"""
-    route = """
+
+
+# A TCPRoute on the Gateway `app/gw` to the echo Service `app/stream`.
+STREAM_ROUTE = """
 apiVersion: gateway.networking.k8s.io/v1alpha2
 kind: TCPRoute
 metadata: {name: stream, namespace: app}
@@ -429,8 +406,18 @@ spec:
   parentRefs: [{name: gw}]
   rules: [{backendRefs: [{name: stream, port: 80}]}]
 """
+
+
+@session_loop
+async def test_tcp_listener_proxies_connections(harness: Harness) -> None:
+    port = free_port()
+    services = await harness.services(("app", "stream"))
+    listeners = tcp_listener(port)
     await harness.apply(
-        {"gw.yaml": docs(CLASS, gateway("gw", "app", listeners), route), "svc.yaml": services}
+        {
+            "gw.yaml": docs(CLASS, gateway("gw", "app", listeners), STREAM_ROUTE),
+            "svc.yaml": services,
+        }
     )
     # The echo backend speaks HTTP; through a TCP proxy it answers as itself, whatever the Host.
     assert await served_on(port, "any.host") == "app/stream"
@@ -445,9 +432,7 @@ async def test_empty_tcp_gateway_is_programmed_then_routes_attach(harness: Harne
     that (its port refuses connections); a TCPRoute added afterwards is served."""
     port = free_port()
     services = await harness.services(("app", "stream"))
-    listeners = f"""  - name: tcp
-    port: {port}
-    protocol: TCP"""
+    listeners = tcp_listener(port)
     files = {"gw.yaml": docs(CLASS, gateway("gw", "app", listeners)), "svc.yaml": services}
     await harness.apply(files)
 
@@ -462,15 +447,7 @@ async def test_empty_tcp_gateway_is_programmed_then_routes_attach(harness: Harne
     assert "port stays closed until a route attaches" in tcp["message"]
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2.0).close()
-    route = """
-apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: TCPRoute
-metadata: {name: stream, namespace: app}
-spec:
-  parentRefs: [{name: gw}]
-  rules: [{backendRefs: [{name: stream, port: 80}]}]
-"""
-    files["gw.yaml"] = docs(CLASS, gateway("gw", "app", listeners), route)
+    files["gw.yaml"] = docs(CLASS, gateway("gw", "app", listeners), STREAM_ROUTE)
     await harness.apply(files)
     assert await served_on(port, "any.host") == "app/stream"
     assert await harness.eventually(programmed, ("True", "Programmed")) == ("True", "Programmed")
@@ -479,51 +456,16 @@ spec:
 def test_turnout_serve_routes_the_gateway_api_example(tmp_path: Path) -> None:
     """`turnout serve examples/gateway-api` as a user runs it: GatewayClass, Gateway, HTTPRoute
     and demo Services, through turnout's own Envoy, with Programmed in /status after the ACK."""
-    example = tmp_path / "gateway-api"
-    shutil.copytree(REPO / "examples" / "gateway-api", example)
-    # The example uses fixed ports; move them to free ones so tests never collide.
+    # The example's Gateway listens on 8081; a free port instead, so tests never collide.
     gateway_port = free_port()
-    for name in ("services.yaml", "gateway.yaml"):
-        path = example / name
-        text = path.read_text()
-        for fixed in ("9201", "9202", "9203"):
-            text = text.replace(fixed, str(free_port()))
-        path.write_text(text.replace("port: 8081", f"port: {gateway_port}"))
-    admin_port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "turnout",
-        "serve",
-        str(example),
-        "--http-port",
-        str(free_port()),
-        "--https-port",
-        str(free_port()),
-        "--admin-port",
-        str(admin_port),
-        "--xds-port",
-        str(free_port()),
-        "--envoy-admin-port",
-        str(free_port()),
-        "--log-level",
-        "warning",
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    example = copy_example(
+        "gateway-api", tmp_path, ["services.yaml", "gateway.yaml"], ["9201", "9202", "9203"]
     )
-    try:
+    gateway_file = example / "gateway.yaml"
+    gateway_file.write_text(gateway_file.read_text().replace("port: 8081", f"port: {gateway_port}"))
+    admin_port = free_port()
+    with serving(example, free_port(), admin_port):
         admin = f"http://127.0.0.1:{admin_port}"
-        deadline = time.monotonic() + 30.0
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, f"turnout exited with {proc.returncode}"
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{admin}/readyz", timeout=1.0).status_code == 200:
-                    break
-            time.sleep(0.2)
         base = f"http://127.0.0.1:{gateway_port}"
         host = {"Host": "shop.gateway.local"}
         r = httpx.get(f"{base}/", headers=host)
@@ -539,14 +481,6 @@ def test_turnout_serve_routes_the_gateway_api_example(tmp_path: Path) -> None:
         metrics = httpx.get(f"{admin}/metrics").text
         assert 'turnout_gateways{programmed="True"} 1.0' in metrics
         assert 'turnout_gateways{programmed="False"} 0.0' in metrics
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            output = proc.communicate(timeout=15)[0].decode()
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output = proc.communicate()[0].decode()
-    assert proc.returncode == 0, output
 
 
 @session_loop

@@ -17,6 +17,15 @@ import pytest
 import pytest_asyncio
 
 from tests.e2e.certs import CA, Issued
+from tests.e2e.gateway_backends import (
+    HTTP_ROUTE,
+    SECURE_REF,
+    backend_tls_policy,
+    gateway,
+    get_when_listening,
+    listener,
+    parent_condition,
+)
 from tests.e2e.harness import Harness, free_port, service_yaml
 from tests.e2e.upstream_servers import server_context, start_tls_echo
 from turnout.envoy.translate import translate
@@ -27,40 +36,6 @@ pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
     pytest.mark.skipif(envoy_binary() is None, reason="no envoy binary"),
 ]
-
-GATEWAY_CLASS = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata:
-  name: turnout
-spec:
-  controllerName: turnout.dev/gateway-controller
-"""
-
-
-def gateway(*listeners: str) -> str:
-    body = "".join(listeners)
-    return f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: gw
-  namespace: infra
-spec:
-  gatewayClassName: turnout
-  listeners:
-{body}"""
-
-
-def listener(name: str, port: int, protocol: str, extra: str = "") -> str:
-    return f"""\
-    - name: {name}
-      port: {port}
-      protocol: {protocol}
-      allowedRoutes:
-        namespaces:
-          from: All
-{extra}"""
 
 
 class StreamServer:
@@ -94,6 +69,24 @@ class StreamServer:
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
+
+
+def tcp_route(name: str, rules: str, *, created: str = "", section: str = "") -> str:
+    """TCPRoute `apps/name` on the Gateway `infra/gw` (on its listener `section` if given), with
+    the YAML lines of its `spec.rules` (indented by two spaces)."""
+    timestamp = f'\n  creationTimestamp: "{created}"' if created else ""
+    section_name = f"\n      sectionName: {section}" if section else ""
+    return f"""\
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata:
+  name: {name}
+  namespace: apps{timestamp}
+spec:
+  parentRefs:
+    - name: gw
+      namespace: infra{section_name}
+{rules}"""
 
 
 def tcp_service(namespace: str, name: str, port: int, backend_port: int) -> str:
@@ -137,15 +130,7 @@ async def stream(
 async def outcome(port: int, host: str, path: str = "/") -> str:
     """`namespace/name` of the echo backend that answered a request to Envoy on `port`, or the
     status code."""
-    async with httpx.AsyncClient(timeout=5.0) as client:
-        for attempt in range(50):
-            try:
-                r = await client.get(f"http://127.0.0.1:{port}{path}", headers={"Host": host})
-                break
-            except httpx.ConnectError:
-                if attempt == 49:
-                    raise
-                await asyncio.sleep(0.1)
+    r = await get_when_listening(port, host, path)
     if r.status_code != 200:
         return str(r.status_code)
     body = r.json()
@@ -192,25 +177,10 @@ async def test_tcproute_streams_on_its_own_port(
     harness: Harness, servers: dict[str, tuple[int, Issued | None]]
 ) -> None:
     port = free_port()
-    route = """\
-apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: TCPRoute
-metadata:
-  name: db
-  namespace: apps
-spec:
-  parentRefs:
-    - name: gw
-      namespace: infra
-      sectionName: tcp
-  rules:
-    - backendRefs:
-        - name: one
-          port: 5432
-"""
+    route = tcp_route("db", "  rules: [{backendRefs: [{name: one, port: 5432}]}]\n", section="tcp")
     await harness.apply(
         {
-            "gw.yaml": GATEWAY_CLASS + "---\n" + gateway(listener("tcp", port, "TCP")),
+            "gw.yaml": gateway(listener("tcp", port, "TCP")),
             "route.yaml": route,
             "svc.yaml": tcp_service("apps", "one", 5432, servers["one"][0]),
         }
@@ -230,26 +200,12 @@ async def test_tcproute_split_rejects_the_invalid_share(
     harness: Harness, servers: dict[str, tuple[int, Issued | None]]
 ) -> None:
     port = free_port()
-    route = """\
-apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: TCPRoute
-metadata:
-  name: db
-  namespace: apps
-spec:
-  parentRefs:
-    - name: gw
-      namespace: infra
-  rules:
-    - backendRefs:
-        - name: one
-          port: 5432
-        - name: missing
-          port: 5432
-"""
+    route = tcp_route(
+        "db", "  rules: [{backendRefs: [{name: one, port: 5432}, {name: missing, port: 5432}]}]\n"
+    )
     await harness.apply(
         {
-            "gw.yaml": GATEWAY_CLASS + "---\n" + gateway(listener("tcp", port, "TCP")),
+            "gw.yaml": gateway(listener("tcp", port, "TCP")),
             "route.yaml": route,
             "svc.yaml": tcp_service("apps", "one", 5432, servers["one"][0]),
         }
@@ -270,8 +226,7 @@ spec:
     # Half of the connections are closed without an answer (p=0.5, n=60: 5 standard deviations).
     assert set(counts) == {"one", "closed"}
     assert 11 <= counts["closed"] <= 49, counts
-    (parent,) = harness.status_of("TCPRoute", "apps", "db")["parents"]
-    resolved = next(c for c in parent["conditions"] if c["type"] == "ResolvedRefs")
+    resolved = parent_condition(harness, "TCPRoute", "db", "ResolvedRefs")
     assert (resolved["status"], resolved["reason"]) == ("False", "BackendNotFound")
     assert_envoy_accepts(harness)
 
@@ -282,22 +237,11 @@ async def test_an_older_malformed_tcproute_does_not_take_the_listener(
     port = free_port()
 
     def route(name: str, created: str, rules: str) -> str:
-        return f"""\
-apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: TCPRoute
-metadata:
-  name: {name}
-  namespace: apps
-  creationTimestamp: "{created}"
-spec:
-  parentRefs:
-    - name: gw
-      namespace: infra
-{rules}"""
+        return tcp_route(name, rules, created=created)
 
     await harness.apply(
         {
-            "gw.yaml": GATEWAY_CLASS + "---\n" + gateway(listener("tcp", port, "TCP")),
+            "gw.yaml": gateway(listener("tcp", port, "TCP")),
             "broken.yaml": route("broken", "2024-01-01T00:00:00Z", "")
             + "---\n"
             + route(
@@ -320,12 +264,10 @@ spec:
         hello, echoed, _ = await stream(port, b"ping")
         assert (hello, echoed) == (b"one", b"ping")
     for name in ("broken", "bad-weight"):
-        (parent,) = harness.status_of("TCPRoute", "apps", name)["parents"]
-        accepted = next(c for c in parent["conditions"] if c["type"] == "Accepted")
+        accepted = parent_condition(harness, "TCPRoute", name, "Accepted")
         assert (accepted["status"], accepted["reason"]) == ("False", "UnsupportedValue")
         assert accepted["message"].startswith("spec.rules")
-    (parent,) = harness.status_of("TCPRoute", "apps", "good")["parents"]
-    accepted = next(c for c in parent["conditions"] if c["type"] == "Accepted")
+    accepted = parent_condition(harness, "TCPRoute", "good", "Accepted")
     assert (accepted["status"], accepted["message"]) == ("True", "Route is accepted")
     assert_envoy_accepts(harness)
 
@@ -359,7 +301,7 @@ spec:
     tls_listener = listener("tls", port, "TLS", "      tls:\n        mode: Passthrough\n")
     await harness.apply(
         {
-            "gw.yaml": GATEWAY_CLASS + "---\n" + gateway(tls_listener),
+            "gw.yaml": gateway(tls_listener),
             "routes.yaml": routes,
             "svc.yaml": services,
         }
@@ -384,21 +326,6 @@ spec:
     assert_envoy_accepts(harness)
 
 
-HTTP_ROUTE = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: web
-  namespace: apps
-spec:
-  parentRefs:
-    - name: gw
-      namespace: infra
-  hostnames: ["{host}"]
-  rules:
-    - backendRefs:
-{refs}"""
-
 GRANT = """\
 apiVersion: gateway.networking.k8s.io/v1beta1
 kind: ReferenceGrant
@@ -421,19 +348,17 @@ async def test_cross_namespace_backend_needs_the_grant_and_loses_it(harness: Har
     host = "grant.example.com"
     refs = "        - name: web\n          namespace: backends\n          port: 80\n"
     files = {
-        "gw.yaml": GATEWAY_CLASS + "---\n" + gateway(listener("http", port, "HTTP")),
+        "gw.yaml": gateway(listener("http", port, "HTTP")),
         "route.yaml": HTTP_ROUTE.format(host=host, refs=refs),
         "svc.yaml": await harness.services(("backends", "web")),
     }
     await harness.apply({**files, "grant.yaml": GRANT})
     assert await outcome(port, host) == "backends/web"
-    (parent,) = harness.status_of("HTTPRoute", "apps", "web")["parents"]
-    assert {c["type"]: c["reason"] for c in parent["conditions"]}["ResolvedRefs"] == "ResolvedRefs"
+    assert parent_condition(harness, "HTTPRoute", "web", "ResolvedRefs")["reason"] == "ResolvedRefs"
 
     await harness.apply(files)  # the grant is deleted
     assert await outcome(port, host) == "500"
-    (parent,) = harness.status_of("HTTPRoute", "apps", "web")["parents"]
-    resolved = next(c for c in parent["conditions"] if c["type"] == "ResolvedRefs")
+    resolved = parent_condition(harness, "HTTPRoute", "web", "ResolvedRefs")
     assert (resolved["status"], resolved["reason"]) == ("False", "RefNotPermitted")
     assert_envoy_accepts(harness)
 
@@ -453,7 +378,7 @@ async def test_three_way_split_with_an_invalid_backend_answers_a_third_500(
     )
     await harness.apply(
         {
-            "gw.yaml": GATEWAY_CLASS + "---\n" + gateway(listener("http", port, "HTTP")),
+            "gw.yaml": gateway(listener("http", port, "HTTP")),
             "route.yaml": HTTP_ROUTE.format(host=host, refs=refs),
             "svc.yaml": await harness.services(("apps", "a"), ("apps", "b")),
         }
@@ -472,8 +397,7 @@ async def test_three_way_split_with_an_invalid_backend_answers_a_third_500(
     # p = 1/3, n = 300: 100 expected, 8.2 standard deviation; the bounds are 5 of them.
     for key in counts:
         assert 59 <= counts[key] <= 141, counts
-    (parent,) = harness.status_of("HTTPRoute", "apps", "web")["parents"]
-    resolved = next(c for c in parent["conditions"] if c["type"] == "ResolvedRefs")
+    resolved = parent_condition(harness, "HTTPRoute", "web", "ResolvedRefs")
     assert (resolved["status"], resolved["reason"]) == ("False", "BackendNotFound")
     assert "backendRefs[2]" in resolved["message"]
     assert_envoy_accepts(harness)
@@ -487,23 +411,16 @@ async def test_backend_tls_policy_makes_envoy_validate_the_backend(
     backend = await start_tls_echo("secure", ca.issue("backend.internal"))
     try:
         ca_map = "\n".join("    " + line for line in ca.cert_pem.splitlines())
-        policy = f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: BackendTLSPolicy
-metadata:
-  name: secure
-  namespace: apps
-spec:
-  targetRefs:
-    - group: ""
-      kind: Service
-      name: secure
-  validation:
+        validation = """\
     caCertificateRefs:
       - group: ""
         kind: ConfigMap
         name: backend-ca
-    hostname: {{hostname}}
+    hostname: {hostname}
+"""
+        policy = (
+            backend_tls_policy(validation)
+            + f"""\
 ---
 apiVersion: v1
 kind: ConfigMap
@@ -514,27 +431,18 @@ data:
   ca.crt: |
 {ca_map}
 """
+        )
         files = {
-            "gw.yaml": GATEWAY_CLASS + "---\n" + gateway(listener("http", port, "HTTP")),
-            "route.yaml": HTTP_ROUTE.format(
-                host=host, refs="        - name: secure\n          port: 443\n"
-            ),
+            "gw.yaml": gateway(listener("http", port, "HTTP")),
+            "route.yaml": HTTP_ROUTE.format(host=host, refs=SECURE_REF),
             "svc.yaml": service_yaml("apps", "secure", 443, backend.port),
         }
         await harness.apply({**files, "policy.yaml": policy.format(hostname="backend.internal")})
+        r = await get_when_listening(port, host, "/x")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["tls"] is True and body["sni"] == "backend.internal"
         async with httpx.AsyncClient(timeout=5.0) as client:
-            for attempt in range(50):
-                try:
-                    r = await client.get(f"http://127.0.0.1:{port}/x", headers={"Host": host})
-                    break
-                except httpx.ConnectError:
-                    if attempt == 49:
-                        raise
-                    await asyncio.sleep(0.1)
-            assert r.status_code == 200, r.text
-            body = r.json()
-            assert body["tls"] is True and body["sni"] == "backend.internal"
-
             # A name the backend's certificate does not carry: Envoy refuses the handshake.
             await harness.apply({**files, "policy.yaml": policy.format(hostname="other.internal")})
             r = await client.get(f"http://127.0.0.1:{port}/x", headers={"Host": host})
@@ -545,8 +453,7 @@ data:
             await harness.apply({**files, "policy.yaml": without_ca})
             r = await client.get(f"http://127.0.0.1:{port}/x", headers={"Host": host})
             assert r.status_code == 500
-            (parent,) = harness.status_of("HTTPRoute", "apps", "web")["parents"]
-            resolved = next(c for c in parent["conditions"] if c["type"] == "ResolvedRefs")
+            resolved = parent_condition(harness, "HTTPRoute", "web", "ResolvedRefs")
             assert (resolved["status"], resolved["reason"]) == ("False", "BackendNotFound")
             assert "BackendTLSPolicy secure" in resolved["message"]
             assert "(Accepted NoValidCACertificate)" in resolved["message"]

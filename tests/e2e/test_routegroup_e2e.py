@@ -25,18 +25,31 @@ def routegroup(name: str, spec: str, namespace: str = "default", annotations: st
     )
 
 
+async def apply_routegroups(harness: Harness, specs: dict[str, str], *services: str) -> None:
+    """Applies a RouteGroup of each name and spec in `specs` and an echo Service of each name in
+    `services`, all in `default`."""
+    files = {f"rg-{name}.yaml": routegroup(name, spec) for name, spec in specs.items()}
+    files["svc.yaml"] = await harness.services(*(("default", s) for s in services))
+    await harness.apply(files)
+
+
 async def apply_routegroup(harness: Harness, name: str, spec: str, *services: str) -> None:
     """Applies RouteGroup `name` of `spec` and an echo Service of each name, all in `default`."""
-    await harness.apply(
-        {
-            "svc.yaml": await harness.services(*(("default", s) for s in services)),
-            "rg.yaml": routegroup(name, spec),
-        }
-    )
+    await apply_routegroups(harness, {name: spec}, *services)
 
 
 def service_backend(name: str, service: str) -> str:
     return f"- {{name: {name}, type: service, serviceName: {service}, servicePort: 80}}"
+
+
+def loopback_spec(host: str, service: str, routes: str) -> str:
+    """A RouteGroup spec on `host` whose default backend "app" is `service`, beside a loopback
+    backend "loop"; `routes` follow the catch-all `pathSubtree: /`."""
+    return (
+        f"hosts: [{host}]\nbackends:\n{service_backend('app', service)}\n"
+        "- {name: loop, type: loopback}\ndefaultBackends: [{backendName: app}]\n"
+        f"routes:\n- pathSubtree: /\n{textwrap.dedent(routes).strip()}\n"
+    )
 
 
 def condition(status: dict[str, object], type_: str) -> dict[str, object]:
@@ -45,6 +58,33 @@ def condition(status: dict[str, object], type_: str) -> dict[str, object]:
     found = [c for c in conditions if c["type"] == type_]
     assert len(found) == 1, conditions
     return dict(found[0])
+
+
+def accepted_of(harness: Harness, name: str) -> dict[str, object]:
+    """The Accepted condition in the status of RouteGroup `name` in `default`."""
+    return condition(dict(harness.status_of("RouteGroup", "default", name)), "Accepted")
+
+
+def assert_filter_refused(harness: Harness, name: str, message_start: str) -> None:
+    """RouteGroup `name` is not accepted for the filter its Accepted message starts naming."""
+    accepted = accepted_of(harness, name)
+    assert accepted["reason"] == "FilterNotSupported"
+    assert str(accepted["message"]).startswith(message_start), accepted
+
+
+async def fresh_client_gets(
+    harness: Harness, n: int, headers: dict[str, str]
+) -> list[tuple[str, str]]:
+    """Who answers each of `n` GETs of / sent as by a new client (no cookie kept from an earlier
+    answer): the service's name, or the status code, and the `canary` cookie set."""
+    answers: list[tuple[str, str]] = []
+    async with httpx.AsyncClient(base_url=harness.base_url, timeout=5.0) as client:
+        for _ in range(n):
+            client.cookies.clear()
+            r = await client.get("/", headers=headers)
+            answer = str(r.json()["service"]) if r.status_code == 200 else str(r.status_code)
+            answers.append((answer, r.cookies.get("canary") or ""))
+    return answers
 
 
 def within_sigmas(count: int, n: int, p: float, sigmas: float = 4.0) -> bool:
@@ -301,13 +341,7 @@ async def test_ab_test_with_canary_cookie(harness: Harness) -> None:
         "service-b",
     )
     n = 400
-    seen: Counter[tuple[str, str]] = Counter()
-    async with httpx.AsyncClient(base_url=harness.base_url, timeout=5.0) as client:
-        for _ in range(n):
-            client.cookies.clear()  # each request is a new client
-            r = await client.get("/", headers={"Host": "ab.example.org"})
-            answer = str(r.json()["service"]) if r.status_code == 200 else str(r.status_code)
-            seen[(answer, r.cookies.get("canary") or "")] += 1
+    seen = Counter(await fresh_client_gets(harness, n, {"Host": "ab.example.org"}))
     # The cookie a client gets names the variant that answered.
     assert set(seen) <= {("service-a", "A"), ("service-b", "B")}, seen
     assert within_sigmas(seen[("service-a", "A")], n, 0.1), seen
@@ -319,12 +353,8 @@ async def test_ab_test_with_canary_cookie(harness: Harness) -> None:
     # The Traffic(.1) route weighs as much as the Cookie routes and is written first: it comes
     # first for every client, so one in ten with canary=B moves to A, as in Skipper.
     n = 300
-    moved: Counter[str] = Counter()
-    async with httpx.AsyncClient(base_url=harness.base_url, timeout=5.0) as client:
-        for _ in range(n):
-            client.cookies.clear()
-            r = await client.get("/", headers={"Host": "ab.example.org", "Cookie": "canary=B"})
-            moved[str(r.json()["service"]) if r.status_code == 200 else str(r.status_code)] += 1
+    with_b = await fresh_client_gets(harness, n, {"Host": "ab.example.org", "Cookie": "canary=B"})
+    moved = Counter(answer for answer, _ in with_b)
     assert moved["service-a"] + moved["service-b"] == n, moved
     assert within_sigmas(moved["service-a"], n, 0.1), moved
 
@@ -488,7 +518,7 @@ async def test_unsupported_filter_reported_in_status(harness: Harness) -> None:
     # The route that needs the filter answers 500: its requests never reach the route for "/".
     assert (await harness.get("guarded.example.org", "/admin/users")).status_code == 500
     assert await harness.served_by("guarded.example.org", "/shop") == "default/app"
-    accepted = condition(dict(harness.status_of("RouteGroup", "default", "guarded")), "Accepted")
+    accepted = accepted_of(harness, "guarded")
     assert accepted["status"] == "False"
     assert accepted["reason"] == "FilterNotSupported"
     assert "spec.routes[1].filters[0]" in str(accepted["message"])
@@ -591,7 +621,7 @@ async def test_backends_cannot_publish_envoys_admin_interface(harness: Harness) 
         r = await harness.get("adm.example.org", path)
         assert r.status_code == 500, (path, r.text[:200])
         assert "envoy" not in r.text.lower(), path
-    accepted = condition(dict(harness.status_of("RouteGroup", "default", "adm")), "Accepted")
+    accepted = accepted_of(harness, "adm")
     assert accepted["status"] == "False"
     assert accepted["reason"] == "AddressNotValid"
     message = str(accepted["message"])
@@ -604,12 +634,10 @@ async def test_backends_cannot_publish_envoys_admin_interface(harness: Harness) 
 async def test_loopback_cannot_enter_another_tenants_host(harness: Harness) -> None:
     """RouteGroup A's loopback route that sets B's Host would reach B's /admin as a request from
     Envoy itself, past B's ClientIP allow-list: refused, and A's route answers 500."""
-    await harness.apply(
+    await apply_routegroups(
+        harness,
         {
-            "svc.yaml": await harness.services(("default", "b-admin"), ("default", "a-app")),
-            "b.yaml": routegroup(
-                "tenant-b",
-                f"""
+            "tenant-b": f"""
                 hosts: [b.example.org]
                 backends:
                 {service_backend("admin", "b-admin")}
@@ -618,33 +646,28 @@ async def test_loopback_cannot_enter_another_tenants_host(harness: Harness) -> N
                   predicates: ['ClientIP("127.0.0.1/32")']
                   backends: [{{backendName: admin}}]
                 """,
-            ),
-            "a.yaml": routegroup(
-                "tenant-a",
-                f"""
-                hosts: [a.example.org]
-                backends:
-                {service_backend("app", "a-app")}
-                - {{name: loop, type: loopback}}
-                defaultBackends: [{{backendName: app}}]
-                routes:
-                - pathSubtree: /
+            "tenant-a": loopback_spec(
+                "a.example.org",
+                "a-app",
+                """
                 - path: /steal
                   filters: ['setRequestHeader("Host", "b.example.org")', 'setPath("/admin")']
-                  backends: [{{backendName: loop}}]
+                  backends: [{backendName: loop}]
                 - path: /again
                   filters: ['setPath("/moved")']
-                  backends: [{{backendName: loop}}]
+                  backends: [{backendName: loop}]
                 """,
             ),
-        }
+        },
+        "b-admin",
+        "a-app",
     )
     r = await harness.get("a.example.org", "/steal")
     assert r.status_code == 500 and "b-admin" not in r.text
-    accepted = condition(dict(harness.status_of("RouteGroup", "default", "tenant-a")), "Accepted")
-    assert accepted["reason"] == "FilterNotSupported"
-    assert str(accepted["message"]).startswith(
-        "spec.routes[1].filters[0]: filter setRequestHeader: with the loopback backend"
+    assert_filter_refused(
+        harness,
+        "tenant-a",
+        "spec.routes[1].filters[0]: filter setRequestHeader: with the loopback backend",
     )
     # A loop within the RouteGroup's own host still routes again.
     r = await harness.get("a.example.org", "/again")
@@ -656,12 +679,10 @@ async def test_loopback_cannot_leave_its_hosts_by_an_absolute_path(harness: Harn
     """A loopback route's modPath to "http://victim.example.org/..." would make the looped request
     line absolute-form, and the second hop would route it to the victim's virtual host from
     127.0.0.1: refused, the route answers 500. A path starting "//" stays origin-form."""
-    await harness.apply(
+    await apply_routegroups(
+        harness,
         {
-            "svc.yaml": await harness.services(("default", "victim-app"), ("default", "own-app")),
-            "victim.yaml": routegroup(
-                "victim",
-                f"""
+            "victim": f"""
                 hosts: [victim.example.org]
                 backends:
                 {service_backend("app", "victim-app")}
@@ -669,33 +690,28 @@ async def test_loopback_cannot_leave_its_hosts_by_an_absolute_path(harness: Harn
                 - pathSubtree: /
                   backends: [{{backendName: app}}]
                 """,
-            ),
-            "intruder.yaml": routegroup(
-                "intruder",
-                f"""
-                hosts: [intruder.example.org]
-                backends:
-                {service_backend("app", "own-app")}
-                - {{name: loop, type: loopback}}
-                defaultBackends: [{{backendName: app}}]
-                routes:
-                - pathSubtree: /
+            "intruder": loopback_spec(
+                "intruder.example.org",
+                "own-app",
+                """
                 - path: /steal
                   filters: ['modPath("^.*$", "http://victim.example.org/admin")']
-                  backends: [{{backendName: loop}}]
+                  backends: [{backendName: loop}]
                 - path: /slashes
                   filters: ['setPath("//victim.example.org/admin")']
-                  backends: [{{backendName: loop}}]
+                  backends: [{backendName: loop}]
                 """,
             ),
-        }
+        },
+        "victim-app",
+        "own-app",
     )
     r = await harness.get("intruder.example.org", "/steal")
     assert r.status_code == 500 and "victim-app" not in r.text
-    accepted = condition(dict(harness.status_of("RouteGroup", "default", "intruder")), "Accepted")
-    assert accepted["reason"] == "FilterNotSupported"
-    assert str(accepted["message"]).startswith(
-        "spec.routes[1].filters[0]: filter modPath is not supported with the loopback backend"
+    assert_filter_refused(
+        harness,
+        "intruder",
+        "spec.routes[1].filters[0]: filter modPath is not supported with the loopback backend",
     )
     r = await harness.get("intruder.example.org", "/slashes")
     assert r.status_code == 200
@@ -708,32 +724,27 @@ async def test_loop_keeps_its_mark_and_the_client_address(harness: Harness) -> N
     await apply_routegroup(
         harness,
         "marked",
-        f"""
-        hosts: [marked.example.org]
-        backends:
-        {service_backend("app", "marked-app")}
-        - {{name: loop, type: loopback}}
-        defaultBackends: [{{backendName: app}}]
-        routes:
-        - pathSubtree: /
-        - path: /unmarked
-          filters: ['dropRequestHeader("X-Turnout-Loopback")']
-          backends: [{{backendName: loop}}]
-        - path: /spoof
-          filters: ['setRequestHeader("X-Forwarded-For", "10.20.30.40")']
-          backends: [{{backendName: loop}}]
-        - path: /again
-          filters: ['setPath("/moved")']
-          backends: [{{backendName: loop}}]
-        """,
+        loopback_spec(
+            "marked.example.org",
+            "marked-app",
+            """
+            - path: /unmarked
+              filters: ['dropRequestHeader("X-Turnout-Loopback")']
+              backends: [{backendName: loop}]
+            - path: /spoof
+              filters: ['setRequestHeader("X-Forwarded-For", "10.20.30.40")']
+              backends: [{backendName: loop}]
+            - path: /again
+              filters: ['setPath("/moved")']
+              backends: [{backendName: loop}]
+            """,
+        ),
         "marked-app",
     )
     for path in ("/unmarked", "/spoof"):
         r = await harness.get("marked.example.org", path)
         assert r.status_code == 500 and r.text == "", path
-    message = str(
-        condition(dict(harness.status_of("RouteGroup", "default", "marked")), "Accepted")["message"]
-    )
+    message = str(accepted_of(harness, "marked")["message"])
     assert (
         "spec.routes[1].filters[0]: filter dropRequestHeader is not supported with the header "
         '"x-turnout-loopback"' in message

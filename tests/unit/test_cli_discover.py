@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
+from tests.unit.test_oidc_filters import RG
 from turnout.cli import main
 
 
@@ -61,32 +62,11 @@ async def issuer() -> AsyncIterator[Issuer]:
         await runner.cleanup()
 
 
-ROUTEGROUP = """\
-apiVersion: zalando.org/v1
-kind: RouteGroup
-metadata: {name: rg, namespace: default}
-spec:
-  hosts: [jwt.example.com]
-  backends:
-  - {name: app, type: service, serviceName: app, servicePort: 80}
-  defaultBackends: [{backendName: app}]
-  routes:
-  - pathSubtree: /secure
-    filters: ['jwtValidation("%s")']
-  - pathSubtree: /open
----
-apiVersion: v1
-kind: Service
-metadata: {name: app, namespace: default}
-spec:
-  ports: [{name: http, port: 80}]
-"""
-
 HINT = "run `turnout check --discover` to resolve the issuer"
 
 
 def write(tmp_path: Path, issuer_url: str) -> str:
-    (tmp_path / "rg.yaml").write_text(textwrap.dedent(ROUTEGROUP % issuer_url))
+    (tmp_path / "rg.yaml").write_text(textwrap.dedent(RG % issuer_url))
     return str(tmp_path)
 
 
@@ -159,7 +139,7 @@ async def test_explain_discover_shows_the_jwt_requirement(
     issuer: Issuer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write(tmp_path, issuer.url)
-    ask = ("explain", path, "--host", "jwt.example.com", "--path", "/secure/x")
+    ask = ("explain", path, "--host", "a.example.com", "--path", "/secure/x")
     assert await run(*ask, "--discover") == 0
     captured = capsys.readouterr()
     assert f"401 unless a valid JWT of issuer {issuer.url} (keys {issuer.url}/keys)" in (

@@ -102,6 +102,34 @@ spec: {controllerName: turnout.dev/gateway-controller}
 """
 
 
+def _gateway_doc(name: str, *listeners: str) -> str:
+    """A Gateway `app/name` of the class `turnout` with `listeners` (YAML flow mappings)."""
+    items = "".join(f"  - {listener}\n" for listener in listeners)
+    return (
+        "---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n"
+        f"metadata: {{name: {name}, namespace: app}}\n"
+        f"spec:\n  gatewayClassName: turnout\n  listeners:\n{items}"
+    )
+
+
+def _service_doc(name: str, port_name: str, port: int, target: int, address: str) -> str:
+    """Service `app/name` and its EndpointSlice with the one endpoint `address`."""
+    return f"""\
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: app}}
+spec: {{ports: [{{name: {port_name}, port: {port}}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {name}, namespace: app, labels: {{kubernetes.io/service-name: {name}}}}}
+addressType: IPv4
+ports: [{{name: {port_name}, port: {target}}}]
+endpoints: [{{addresses: ["{address}"]}}]
+"""
+
+
 def _compile(text: str, options: CompileOptions | None = None) -> Any:
     parsed = parse_text(text, "test.yaml")
     assert not parsed.problems
@@ -123,28 +151,24 @@ def _conditions(conditions: Any) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["reason"]) for c in conditions}
 
 
+def _programmed_of(status: Mapping[str, Any]) -> tuple[str, str]:
+    """The status and reason of the Programmed condition of a Gateway's or listener's status."""
+    return _conditions(status["conditions"])["Programmed"]
+
+
+def _programmed_message(status: Mapping[str, Any]) -> str:
+    return _messages(status["conditions"])["Programmed"]
+
+
 GATEWAYS = (
     CLASS
-    + """
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: a, namespace: app}
-spec:
-  gatewayClassName: turnout
-  listeners:
-  - {name: web, port: 8081, protocol: HTTP, hostname: a.example.com}
-  - {name: secure, port: 9443, protocol: TLS, tls: {mode: Passthrough}}
-  - {name: stream, port: 9000, protocol: TCP}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: b, namespace: app}
-spec:
-  gatewayClassName: turnout
-  listeners:
-  - {name: web, port: 8081, protocol: HTTP, hostname: b.example.com}
-"""
+    + _gateway_doc(
+        "a",
+        "{name: web, port: 8081, protocol: HTTP, hostname: a.example.com}",
+        "{name: secure, port: 9443, protocol: TLS, tls: {mode: Passthrough}}",
+        "{name: stream, port: 9000, protocol: TCP}",
+    )
+    + _gateway_doc("b", "{name: web, port: 8081, protocol: HTTP, hostname: b.example.com}")
 )
 
 
@@ -200,23 +224,15 @@ def test_a_gateway_of_another_controller_name_is_not_turnouts() -> None:
 
 
 def test_bad_listener_values_never_raise() -> None:
-    text = (
-        CLASS
-        + """
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: odd, namespace: app}
-spec:
-  gatewayClassName: turnout
-  listeners:
-  - "not a listener"
-  - {name: [x], port: "80", protocol: 7, hostname: 5}
-  - {name: sel, port: 8081, protocol: HTTP,
-     allowedRoutes: {namespaces: {from: Selector, selector: {matchExpressions: [{key: a}]}}}}
-  - {name: kinds, port: 8082, protocol: HTTP, allowedRoutes: {kinds: ["HTTPRoute"]}}
-  - {name: tls, port: 8443, protocol: HTTPS, tls: {certificateRefs: ["x", {name: 3}]}}
-"""
+    text = CLASS + _gateway_doc(
+        "odd",
+        '"not a listener"',
+        '{name: [x], port: "80", protocol: 7, hostname: 5}',
+        "{name: sel, port: 8081, protocol: HTTP,\n"
+        "     allowedRoutes: {namespaces: {from: Selector,"
+        " selector: {matchExpressions: [{key: a}]}}}}",
+        '{name: kinds, port: 8082, protocol: HTTP, allowedRoutes: {kinds: ["HTTPRoute"]}}',
+        '{name: tls, port: 8443, protocol: HTTPS, tls: {certificateRefs: ["x", {name: 3}]}}',
     )
     result = _compile(text, CompileOptions(https_port=10443))
     status = _status(result, "Gateway", "app", "odd")
@@ -258,39 +274,28 @@ def _gateway_status(programmed_reason: str) -> ObjectStatus:
 
 def test_programmed_statuses_turn_only_pending_true() -> None:
     (out,) = programmed_statuses([_gateway_status("Pending")])
-    assert _conditions(out.body["conditions"])["Programmed"] == ("True", "Programmed")
+    assert _programmed_of(out.body) == ("True", "Programmed")
     listeners = out.body["listeners"]
-    assert _conditions(listeners[0]["conditions"])["Programmed"] == ("True", "Programmed")
-    assert _conditions(listeners[1]["conditions"])["Programmed"] == ("False", "Invalid")
+    assert _programmed_of(listeners[0]) == ("True", "Programmed")
+    assert _programmed_of(listeners[1]) == ("False", "Invalid")
     (invalid,) = programmed_statuses([_gateway_status("Invalid")])
-    assert _conditions(invalid.body["conditions"])["Programmed"] == ("False", "Invalid")
+    assert _programmed_of(invalid.body) == ("False", "Invalid")
 
 
-GATEWAY_FILE = (
-    CLASS
-    + """
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: app}
-spec:
-  gatewayClassName: turnout
-  listeners:
-  - {name: web, port: 18081, protocol: HTTP}
-"""
-)
+GATEWAY_FILE = CLASS + _gateway_doc("gw", "{name: web, port: 18081, protocol: HTTP}")
 
 
 def _programmed(controller: Controller) -> tuple[str, str]:
     status = next(s for s in controller.statuses() if s.ref.kind == "Gateway")
-    listener = _conditions(status.body["listeners"][0]["conditions"])["Programmed"]
-    gateway = _conditions(status.body["conditions"])["Programmed"]
+    listener = _programmed_of(status.body["listeners"][0])
+    gateway = _programmed_of(status.body)
     assert listener == gateway
     return gateway
 
 
-async def _controller(tmp_path: Path) -> Controller:
-    (tmp_path / "gw.yaml").write_text(GATEWAY_FILE)
+async def _controller(tmp_path: Path, text: str = GATEWAY_FILE) -> Controller:
+    """A started controller serving `text` as its one file, without Envoy (a FakeEnvoy connects)."""
+    (tmp_path / "gw.yaml").write_text(text)
     controller = Controller(
         ServeConfig(
             paths=(tmp_path,), run_envoy=False, watch=False, demo_backends=False, xds_port=0
@@ -300,6 +305,12 @@ async def _controller(tmp_path: Path) -> Controller:
     return controller
 
 
+def _applied_version(controller: Controller) -> str:
+    applied = controller.applied
+    assert applied is not None
+    return applied.version
+
+
 async def test_controller_reports_programmed_once_envoy_acked(tmp_path: Path) -> None:
     controller = await _controller(tmp_path)
     fake: FakeEnvoy | None = None
@@ -307,16 +318,15 @@ async def test_controller_reports_programmed_once_envoy_acked(tmp_path: Path) ->
         # No Envoy connected yet: the compile's Pending stands.
         assert _programmed(controller) == ("False", "Pending")
         fake = FakeEnvoy(AdsClient(controller.xds_port)).start()
-        applied = controller.applied
-        assert applied is not None
-        assert await controller.xds.wait_acked(applied.version, 5.0)
+        version = _applied_version(controller)
+        assert await controller.xds.wait_acked(version, 5.0)
         assert _programmed(controller) == ("True", "Programmed")
         # A changed listener is Pending again until Envoy acknowledges it too. `reload` returns
         # without yielding to the event loop after installing the snapshot, so no ADS stream
         # has seen it yet: this check cannot race the fake Envoy's ACK.
         (tmp_path / "gw.yaml").write_text(GATEWAY_FILE.replace("18081", "18082"))
         newer = await controller.reload()
-        assert newer is not None and newer.version != applied.version
+        assert newer is not None and newer.version != version
         assert _programmed(controller) == ("False", "Pending")
         assert await controller.xds.wait_acked(newer.version, 5.0)
         assert _programmed(controller) == ("True", "Programmed")
@@ -328,24 +338,8 @@ async def test_controller_reports_programmed_once_envoy_acked(tmp_path: Path) ->
 
 EMPTY_STREAM_GATEWAYS = (
     CLASS
-    + """
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: empty-tcp, namespace: app}
-spec:
-  gatewayClassName: turnout
-  listeners:
-  - {name: tcp, port: 18095, protocol: TCP}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: empty-tls, namespace: app}
-spec:
-  gatewayClassName: turnout
-  listeners:
-  - {name: tls, port: 18096, protocol: TLS, tls: {mode: Passthrough}}
-"""
+    + _gateway_doc("empty-tcp", "{name: tcp, port: 18095, protocol: TCP}")
+    + _gateway_doc("empty-tls", "{name: tls, port: 18096, protocol: TLS, tls: {mode: Passthrough}}")
 )
 
 
@@ -355,53 +349,30 @@ async def test_a_gateway_with_nothing_to_serve_is_programmed_once_envoy_acked(
     """ "Wait for Programmed, then attach routes" must work for TCP and TLS Gateways, which get
     no Envoy listener until a route attaches: Programmed True once every Envoy acknowledged the
     configuration (their ports closed), Pending before."""
-    (tmp_path / "gw.yaml").write_text(EMPTY_STREAM_GATEWAYS)
-    controller = Controller(
-        ServeConfig(
-            paths=(tmp_path,), run_envoy=False, watch=False, demo_backends=False, xds_port=0
-        )
-    )
-    await controller.start()
+    controller = await _controller(tmp_path, EMPTY_STREAM_GATEWAYS)
     fake: FakeEnvoy | None = None
     try:
         for name in ("empty-tcp", "empty-tls"):
             gateway = _gateway(controller, name)
-            assert _conditions(gateway["conditions"])["Programmed"] == ("False", "Pending")
+            assert _programmed_of(gateway) == ("False", "Pending")
         fake = FakeEnvoy(AdsClient(controller.xds_port)).start()
-        applied = controller.applied
-        assert applied is not None
-        assert await controller.xds.wait_acked(applied.version, 5.0)
+        assert await controller.xds.wait_acked(_applied_version(controller), 5.0)
         for name, port in (("empty-tcp", 18095), ("empty-tls", 18096)):
             gateway = _gateway(controller, name)
-            assert _conditions(gateway["conditions"])["Programmed"] == ("True", "Programmed")
-            assert (
-                "ports stay closed until a route attaches"
-                in (_messages(gateway["conditions"])["Programmed"])
-            )
+            assert _programmed_of(gateway) == ("True", "Programmed")
+            assert "ports stay closed until a route attaches" in _programmed_message(gateway)
             (listener,) = gateway["listeners"]
-            assert _conditions(listener["conditions"])["Programmed"] == ("True", "Programmed")
-            assert (
-                f"nothing on port {port} can be served yet"
-                in (_messages(listener["conditions"])["Programmed"])
-            )
+            assert _programmed_of(listener) == ("True", "Programmed")
+            assert f"nothing on port {port} can be served yet" in _programmed_message(listener)
     finally:
         if fake is not None:
             await fake.stop()
         await controller.stop()
 
 
-UNRELATED_FILE = """
-apiVersion: v1
-kind: Service
-metadata: {name: other, namespace: app}
-spec: {ports: [{name: http, port: 80}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: other, namespace: app, labels: {kubernetes.io/service-name: other}}
-addressType: IPv4
-ports: [{name: http, port: 8080}]
-endpoints: [{addresses: ["10.0.0.9"]}]
+UNRELATED_FILE = (
+    _service_doc("other", "http", 80, 8080, "10.0.0.9")
+    + """\
 ---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
@@ -414,21 +385,21 @@ spec:
       paths:
       - {path: /, pathType: Prefix, backend: {service: {name: other, port: {number: 80}}}}
 """
+)
 
 
 async def test_controller_keeps_programmed_across_unrelated_changes(tmp_path: Path) -> None:
     controller = await _controller(tmp_path)
     fake = FakeEnvoy(AdsClient(controller.xds_port)).start()
     try:
-        applied = controller.applied
-        assert applied is not None
-        assert await controller.xds.wait_acked(applied.version, 5.0)
+        version = _applied_version(controller)
+        assert await controller.xds.wait_acked(version, 5.0)
         assert _programmed(controller) == ("True", "Programmed")
         # A new Service, endpoints and an Ingress on turnout's own HTTP listener: a new
         # configuration, but the Gateway's Envoy listener and route configuration are unchanged.
         (tmp_path / "other.yaml").write_text(UNRELATED_FILE)
         newer = await controller.reload()
-        assert newer is not None and newer.version != applied.version
+        assert newer is not None and newer.version != version
         assert _programmed(controller) == ("True", "Programmed")
         assert await controller.xds.wait_acked(newer.version, 5.0)
         assert _programmed(controller) == ("True", "Programmed")
@@ -444,12 +415,10 @@ async def test_controller_reports_envoys_rejection_as_invalid(tmp_path: Path) ->
         reject=lambda r: "listener is broken" if r.type_url.endswith("Listener") else None,
     ).start()
     try:
-        applied = controller.applied
-        assert applied is not None
-        assert not await controller.xds.wait_acked(applied.version, 1.0)
+        assert not await controller.xds.wait_acked(_applied_version(controller), 1.0)
         assert _programmed(controller) == ("False", "Invalid")
         status = next(s for s in controller.statuses() if s.ref.kind == "Gateway")
-        message = _messages(status.body["listeners"][0]["conditions"])["Programmed"]
+        message = _programmed_message(status.body["listeners"][0])
         assert message == "Envoy node-a rejected listener gateway_18081: listener is broken"
     finally:
         await fake.stop()
@@ -458,16 +427,12 @@ async def test_controller_reports_envoys_rejection_as_invalid(tmp_path: Path) ->
 
 TWO_GATEWAYS_FILE = (
     CLASS
-    + """
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: good, namespace: app}
-spec:
-  gatewayClassName: turnout
-  listeners:
-  - {name: tcp, port: 18091, protocol: TCP}
-  - {name: idle, port: 18093, protocol: TCP}
+    + _gateway_doc(
+        "good",
+        "{name: tcp, port: 18091, protocol: TCP}",
+        "{name: idle, port: 18093, protocol: TCP}",
+    )
+    + """\
 ---
 apiVersion: gateway.networking.k8s.io/v1alpha2
 kind: TCPRoute
@@ -475,27 +440,9 @@ metadata: {name: db, namespace: app}
 spec:
   parentRefs: [{name: good, sectionName: tcp}]
   rules: [{backendRefs: [{name: db, port: 5432}]}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: db, namespace: app}
-spec: {ports: [{name: db, port: 5432}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: db, namespace: app, labels: {kubernetes.io/service-name: db}}
-addressType: IPv4
-ports: [{name: db, port: 5432}]
-endpoints: [{addresses: ["10.0.0.7"]}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: busy, namespace: app}
-spec:
-  gatewayClassName: turnout
-  listeners:
-  - {name: web, port: 18092, protocol: HTTP}
 """
+    + _service_doc("db", "db", 5432, 5432, "10.0.0.7")
+    + _gateway_doc("busy", "{name: web, port: 18092, protocol: HTTP}")
 )
 BIND_ERROR = (
     "Error adding/updating listener(s) gateway_18092: cannot bind '127.0.0.1:18092': "
@@ -521,6 +468,22 @@ def _use_accepted_listeners(fake: FakeEnvoy, response: Any, message: str) -> Non
     fake._subscribe(ROUTE_TYPE, xds_refs(accepted))
 
 
+def _fake_envoy_refusing(controller: Controller, listener: str, message: str) -> FakeEnvoy:
+    """A started FakeEnvoy that refuses each LDS response holding `listener` with `message`
+    and, as Envoy does, adds the response's other listeners."""
+    fakes: list[FakeEnvoy] = []
+
+    def reject(response: Any) -> str | None:
+        if response.type_url.endswith("Listener") and listener in resource_names(response):
+            _use_accepted_listeners(fakes[0], response, message)
+            return message
+        return None
+
+    fake = FakeEnvoy(AdsClient(controller.xds_port), reject=reject).start()
+    fakes.append(fake)
+    return fake
+
+
 async def test_controller_programmed_per_gateway_when_one_listener_is_rejected(
     tmp_path: Path,
 ) -> None:
@@ -528,47 +491,31 @@ async def test_controller_programmed_per_gateway_when_one_listener_is_rejected(
     could not add (a port another process holds): those are Invalid with Envoy's message, every
     other Gateway is Programmed; a listener with nothing to serve has no Envoy listener and says
     so."""
-    (tmp_path / "gw.yaml").write_text(TWO_GATEWAYS_FILE)
-    controller = Controller(
-        ServeConfig(
-            paths=(tmp_path,), run_envoy=False, watch=False, demo_backends=False, xds_port=0
-        )
-    )
-    await controller.start()
-
-    fakes: list[FakeEnvoy] = []
-
-    def reject(response: Any) -> str | None:
-        if response.type_url.endswith("Listener") and "gateway_18092" in resource_names(response):
-            _use_accepted_listeners(fakes[0], response, BIND_ERROR)
-            return BIND_ERROR
-        return None
-
-    fake = FakeEnvoy(AdsClient(controller.xds_port), reject=reject).start()
-    fakes.append(fake)
+    controller = await _controller(tmp_path, TWO_GATEWAYS_FILE)
+    fake = _fake_envoy_refusing(controller, "gateway_18092", BIND_ERROR)
     try:
 
         def settled() -> bool:
-            good = _conditions(_gateway(controller, "good")["conditions"])["Programmed"]
+            good = _programmed_of(_gateway(controller, "good"))
             return good != ("False", "Pending")
 
         await until(settled, 5.0)
         good = _gateway(controller, "good")
-        assert _conditions(good["conditions"])["Programmed"] == ("True", "Programmed")
+        assert _programmed_of(good) == ("True", "Programmed")
         tcp, idle = good["listeners"]
-        assert _conditions(tcp["conditions"])["Programmed"] == ("True", "Programmed")
+        assert _programmed_of(tcp) == ("True", "Programmed")
         # Nothing to serve: no Envoy listener, and Envoy acknowledged that (port closed).
-        assert _conditions(idle["conditions"])["Programmed"] == ("True", "Programmed")
-        assert _messages(idle["conditions"])["Programmed"].startswith(
+        assert _programmed_of(idle) == ("True", "Programmed")
+        assert _programmed_message(idle).startswith(
             "Envoy acknowledged the configuration; nothing on port 18093 can be served yet"
         )
         busy = _gateway(controller, "busy")
-        assert _conditions(busy["conditions"])["Programmed"] == ("False", "Invalid")
+        assert _programmed_of(busy) == ("False", "Invalid")
         (web,) = busy["listeners"]
-        assert _conditions(web["conditions"])["Programmed"] == ("False", "Invalid")
+        assert _programmed_of(web) == ("False", "Invalid")
         expected = f"Envoy node-a rejected listener gateway_18092: {BIND_ERROR}"
-        assert _messages(web["conditions"])["Programmed"] == expected
-        assert _messages(busy["conditions"])["Programmed"] == f"listener 'web': {expected}"
+        assert _programmed_message(web) == expected
+        assert _programmed_message(busy) == f"listener 'web': {expected}"
         # Reported on the Gateway, the rejection does not make the controller (/readyz) unready.
         await until(lambda: controller.readiness()[0], 5.0)
         assert "except listener(s) gateway_18092" in controller.readiness()[1]
@@ -582,31 +529,13 @@ async def test_rejection_of_a_listener_no_gateway_reports_keeps_the_controller_u
 ) -> None:
     """Only a rejection that the Gateway listeners report is left out of readiness: Envoy
     refusing the default HTTP listener (reported on no object) keeps /readyz failing."""
-    (tmp_path / "gw.yaml").write_text(TWO_GATEWAYS_FILE)
-    controller = Controller(
-        ServeConfig(
-            paths=(tmp_path,), run_envoy=False, watch=False, demo_backends=False, xds_port=0
-        )
-    )
-    await controller.start()
+    controller = await _controller(tmp_path, TWO_GATEWAYS_FILE)
     refused = "Error adding/updating listener(s) ingress_http: cannot bind '0.0.0.0:8080'"
-    fakes: list[FakeEnvoy] = []
-
-    def reject(response: Any) -> str | None:
-        if response.type_url.endswith("Listener") and "ingress_http" in resource_names(response):
-            _use_accepted_listeners(fakes[0], response, refused)
-            return refused
-        return None
-
-    fake = FakeEnvoy(AdsClient(controller.xds_port), reject=reject).start()
-    fakes.append(fake)
+    fake = _fake_envoy_refusing(controller, "ingress_http", refused)
     try:
         await until(lambda: bool(controller.xds.nacks()), 5.0)
         await until(
-            lambda: (
-                _conditions(_gateway(controller, "busy")["conditions"])["Programmed"]
-                == ("True", "Programmed")
-            ),
+            lambda: _programmed_of(_gateway(controller, "busy")) == ("True", "Programmed"),
             5.0,
         )
         ready, reason = controller.readiness()
@@ -624,23 +553,17 @@ def test_compile_says_when_a_port_gets_no_envoy_listener() -> None:
     acknowledged")."""
     result = _compile(
         CLASS
-        + """
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: app}
-spec:
-  gatewayClassName: turnout
-  listeners:
-  - {name: tcp, port: 9000, protocol: TCP}
-  - {name: tls, port: 9443, protocol: TLS, tls: {mode: Passthrough}}
-"""
+        + _gateway_doc(
+            "gw",
+            "{name: tcp, port: 9000, protocol: TCP}",
+            "{name: tls, port: 9443, protocol: TLS, tls: {mode: Passthrough}}",
+        )
     )
     assert not any(lst.name.startswith("gateway_") for lst in translate(result.graph).listeners)
     status = next(s for s in result.statuses if s.ref.kind == "Gateway")
     for lst, port in zip(status.body["listeners"], (9000, 9443), strict=True):
-        assert _conditions(lst["conditions"])["Programmed"] == ("False", "Pending")
-        message = _messages(lst["conditions"])["Programmed"]
+        assert _programmed_of(lst) == ("False", "Pending")
+        message = _programmed_message(lst)
         assert message.startswith(f"nothing on port {port} can be served yet")
 
 
@@ -866,23 +789,11 @@ def test_hostname_pattern(hostname: str, valid: bool) -> None:
 
 
 def test_listener_hostnames_follow_the_hostname_pattern() -> None:
-    listeners = "\n".join(
-        f"  - {{name: l{i}, port: {18100 + i}, protocol: HTTP, hostname: {json.dumps(h)}}}"
+    listeners = [
+        f"{{name: l{i}, port: {18100 + i}, protocol: HTTP, hostname: {json.dumps(h)}}}"
         for i, h in enumerate(["localhost", "1.2.3.4", "a" * 250 + ".com"])
-    )
-    result = _compile(
-        CLASS
-        + f"""
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: app}}
-spec:
-  gatewayClassName: turnout
-  listeners:
-{listeners}
-"""
-    )
+    ]
+    result = _compile(CLASS + _gateway_doc("gw", *listeners))
     local, ip, long = _status(result, "Gateway", "app", "gw")["listeners"]
     assert _conditions(local["conditions"])["Accepted"] == ("True", "Accepted")
     assert _conditions(ip["conditions"])["Accepted"] == ("False", "UnsupportedValue")

@@ -126,6 +126,7 @@ def test_the_issuers_a_snapshot_names() -> None:
 
 # --- the dialect and its status ------------------------------------------------------------------
 
+# A RouteGroup guarding /secure with jwtValidation("%s"); test_cli_discover serves it from a file.
 RG = """\
     apiVersion: zalando.org/v1
     kind: RouteGroup

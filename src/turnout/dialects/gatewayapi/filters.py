@@ -11,7 +11,7 @@ reported the same way.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,63 +219,55 @@ def envoy_literal(value: str) -> str:
 # --- header and query matches --------------------------------------------------------------------
 
 
-def read_header_matches(r: SpecReader, m: Mapping[str, Any], path: str) -> tuple[HeaderMatch, ...]:
-    """`headers` of an HTTPRouteMatch or GRPCRouteMatch. Names are case-insensitive and only the
-    first of several entries with one name counts (HTTPHeaderMatch doc)."""
-    out: list[HeaderMatch] = []
+def _read_name_value_matches(
+    r: SpecReader,
+    m: Mapping[str, Any],
+    field_name: str,
+    path: str,
+    max_value: int,
+    key: Callable[[str], str],
+) -> list[tuple[str, StringMatchKind, str]]:
+    """The (name, kind, value) of each valid entry of the list of {type, name, value} matches
+    `field_name`, the first entry of a `key`ed name only; invalid entries are field errors."""
+    out: list[tuple[str, StringMatchKind, str]] = []
     seen: set[str] = set()
-    for where, h in r.list_items(m, "headers", path, MAX_MATCH_ITEMS):
-        r.check_fields(h, where, frozenset({"type", "name", "value"}))
-        kind = r.enum(h, "type", where, ("Exact", "RegularExpression"), "Exact")
-        name = r.string(h, "name", where, required=True)
-        value = r.string(h, "value", where, required=True)
+    for where, item in r.list_items(m, field_name, path, MAX_MATCH_ITEMS):
+        r.check_fields(item, where, frozenset({"type", "name", "value"}))
+        kind = r.enum(item, "type", where, ("Exact", "RegularExpression"), "Exact")
+        name = r.string(item, "name", where, required=True)
+        value = r.string(item, "value", where, required=True)
         if name and (problem := header_name_problem(name)) is not None:
             r.field_error(f"{where}.name", problem)
             continue
         if not name or kind is None:
             continue
-        if value and (problem := header_value_problem(value)) is not None:
+        if value and (problem := header_value_problem(value, max_value)) is not None:
             r.field_error(f"{where}.value", problem)
             continue
         if kind == "RegularExpression" and (problem := regex_error(value)) is not None:
             r.field_error(f"{where}.value", problem)
             continue
-        lowered = name.lower()
-        if lowered in seen:
+        keyed = key(name)
+        if keyed in seen:
             continue
-        seen.add(lowered)
+        seen.add(keyed)
         string_kind = StringMatchKind.EXACT if kind == "Exact" else StringMatchKind.REGEX
-        out.append(HeaderMatch(lowered, string_kind, value))
-    return tuple(out)
+        out.append((keyed, string_kind, value))
+    return out
+
+
+def read_header_matches(r: SpecReader, m: Mapping[str, Any], path: str) -> tuple[HeaderMatch, ...]:
+    """`headers` of an HTTPRouteMatch or GRPCRouteMatch. Names are case-insensitive and only the
+    first of several entries with one name counts (HTTPHeaderMatch doc)."""
+    found = _read_name_value_matches(r, m, "headers", path, MAX_HEADER_VALUE, str.lower)
+    return tuple(HeaderMatch(name, kind, value) for name, kind, value in found)
 
 
 def read_query_matches(r: SpecReader, m: Mapping[str, Any], path: str) -> tuple[QueryMatch, ...]:
     """`queryParams` of an HTTPRouteMatch. Names are case-sensitive; the first entry of a name
     counts."""
-    out: list[QueryMatch] = []
-    seen: set[str] = set()
-    for where, q in r.list_items(m, "queryParams", path, MAX_MATCH_ITEMS):
-        r.check_fields(q, where, frozenset({"type", "name", "value"}))
-        kind = r.enum(q, "type", where, ("Exact", "RegularExpression"), "Exact")
-        name = r.string(q, "name", where, required=True)
-        value = r.string(q, "value", where, required=True)
-        if name and (problem := header_name_problem(name)) is not None:
-            r.field_error(f"{where}.name", problem)
-            continue
-        if not name or kind is None:
-            continue
-        if value and (problem := header_value_problem(value, MAX_QUERY_VALUE)) is not None:
-            r.field_error(f"{where}.value", problem)
-            continue
-        if kind == "RegularExpression" and (problem := regex_error(value)) is not None:
-            r.field_error(f"{where}.value", problem)
-            continue
-        if name in seen:
-            continue
-        seen.add(name)
-        string_kind = StringMatchKind.EXACT if kind == "Exact" else StringMatchKind.REGEX
-        out.append(QueryMatch(name, string_kind, value))
-    return tuple(out)
+    found = _read_name_value_matches(r, m, "queryParams", path, MAX_QUERY_VALUE, str)
+    return tuple(QueryMatch(name, kind, value) for name, kind, value in found)
 
 
 # --- filters -------------------------------------------------------------------------------------

@@ -46,18 +46,17 @@ from turnout.dialects.gatewayapi.httproute import (
     ListenerInfo,
     compile_backends,
     mirrors_of,
+    rule_policies,
 )
 from turnout.dialects.gatewayapi.precedence import RankedRoute, grpc_match_key
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
 from turnout.dialects.regex import escape, regex_error
 from turnout.graph.model import (
     HeaderMatch,
-    HostRewrite,
     PathMatch,
     PathMatchKind,
     Route,
     RouteMatch,
-    RoutePolicies,
     RouteSource,
 )
 from turnout.objects import KubeObject
@@ -146,17 +145,8 @@ def _compile_rule(
         unsupported=_BACKEND_UNSUPPORTED,
         status=NO_BACKEND_STATUS,
     )
-    host = filters.request_headers.host if filters.request_headers is not None else None
-    policies = RoutePolicies(
-        request_headers=(
-            filters.request_headers.policy if filters.request_headers is not None else None
-        ),
-        response_headers=(
-            filters.response_headers.policy if filters.response_headers is not None else None
-        ),
-        host_rewrite=HostRewrite(literal=host) if host is not None else None,
-        mirrors=mirrors_of(r, route, ctx, grants, filters, "grpc"),
-    )
+    mirrors = mirrors_of(r, route, ctx, grants, filters, "grpc")
+    policies = rule_policies(filters, None, mirrors, websockets=False)
     out: list[RankedRoute] = []
     for j, m in enumerate(matches):
         match = RouteMatch(path=m.path, headers=m.headers)

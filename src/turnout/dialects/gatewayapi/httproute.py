@@ -247,7 +247,7 @@ def _compile_rule(
     if redirect is None:
         action, websockets = _backends(r, route, ctx, grants, refs, filters)
     mirrors = _mirrors(r, route, ctx, grants, filters)
-    policies = _rule_policies(filters, timeouts, mirrors, websockets)
+    policies = rule_policies(filters, timeouts, mirrors, websockets)
     out: list[RankedRoute] = []
     for j, m in enumerate(matches):
         source = RouteSource(route.ref, m.field)
@@ -526,9 +526,11 @@ def _mirrors(
 # --- policies, rewrites and redirects ------------------------------------------------------------
 
 
-def _rule_policies(
+def rule_policies(
     f: FilterSet, timeouts: Timeouts | None, mirrors: tuple[Mirror, ...], websockets: bool
 ) -> RoutePolicies:
+    """The policies of a rule's routes from its filters (a GRPCRoute's too: its filters are a
+    subset of these)."""
     host = f.rewrite.hostname if f.rewrite is not None else None
     if host is None and f.request_headers is not None:
         host = f.request_headers.host

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from turnout.dialects.base import CompileOptions
 from turnout.dialects.gatewayapi.conditions import (
@@ -38,6 +38,7 @@ from turnout.dialects.gatewayapi.kinds import (
     sequence,
     text,
 )
+from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
 from turnout.graph.model import TLSTermination
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import Unresolved
@@ -46,22 +47,6 @@ from turnout.objects import KubeObject
 SUPPORTED_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP")
 # Listeners of these classes may share a port; different classes may not.
 _PORT_CLASS = {"HTTP": "HTTP", "HTTPS": "TLS", "TLS": "TLS", "TCP": "TCP"}
-
-
-class Grants(Protocol):
-    """ReferenceGrant checks (refgrants.ReferenceGrants has this shape)."""
-
-    def permits(
-        self,
-        *,
-        from_group: str,
-        from_kind: str,
-        from_namespace: str,
-        to_group: str,
-        to_kind: str,
-        to_namespace: str,
-        to_name: str,
-    ) -> bool: ...
 
 
 def idle_message(port: int) -> str:
@@ -284,7 +269,7 @@ def _certificate(
     where: str,
     reading: _Reading,
     secrets: SecretResolver,
-    grants: Grants,
+    grants: ReferenceGrants,
 ) -> TLSTermination | None:
     refs = sequence(tls.get("certificateRefs"))
     if not refs:
@@ -340,7 +325,7 @@ def read_listener(
     *,
     options: CompileOptions,
     secrets: SecretResolver,
-    grants: Grants,
+    grants: ReferenceGrants,
 ) -> GatewayListener:
     """One listener, checked on its own (everything the API server's schema would refuse is a
     listener condition here, since files are not validated by an API server)."""
@@ -444,7 +429,7 @@ def read_listeners(
     *,
     options: CompileOptions,
     secrets: SecretResolver,
-    grants: Grants,
+    grants: ReferenceGrants,
 ) -> list[GatewayListener]:
     spec = mapping(gateway.spec)
     out = [

@@ -1,0 +1,95 @@
+"""`turnout serve` as a user runs it, for the tests of the real command: an example copied where
+its fixed ports can be moved, and the command run as a child process with its own Envoy."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.harness import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def copy_example(name: str, to: Path, files: Sequence[str], fixed_ports: Sequence[str]) -> Path:
+    """examples/`name` copied below `to`, with each of `fixed_ports` in `files` moved to a free
+    port, so that tests never collide with each other or with a user's demo."""
+    example = to / name
+    shutil.copytree(REPO / "examples" / name, example)
+    moved = {fixed: str(free_port()) for fixed in fixed_ports}
+    for file in files:
+        path = example / file
+        text = path.read_text()
+        for fixed, port in moved.items():
+            text = text.replace(fixed, port)
+        path.write_text(text)
+    return example
+
+
+def wait_ready(admin: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"turnout exited with {proc.returncode}")
+        try:
+            r = httpx.get(f"{admin}/readyz", timeout=1.0)
+            if r.status_code == 200:
+                return
+            last = r.text
+        except httpx.HTTPError as err:
+            last = str(err)
+        time.sleep(0.2)
+    raise AssertionError(f"turnout never became ready: {last}")
+
+
+@contextlib.contextmanager
+def serving(path: Path, http_port: int, admin_port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """Runs `turnout serve path` on `http_port` and `admin_port` (free ports for the rest) until
+    /readyz answers; on leaving, stops it with SIGTERM and, unless the body failed, asserts that
+    it exited cleanly."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "turnout",
+        "serve",
+        str(path),
+        "--http-port",
+        str(http_port),
+        "--https-port",
+        str(free_port()),
+        "--admin-port",
+        str(admin_port),
+        "--xds-port",
+        str(free_port()),
+        "--envoy-admin-port",
+        str(free_port()),
+        "--log-level",
+        "warning",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{admin_port}", proc)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            output = proc.communicate(timeout=15)[0].decode()
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output = proc.communicate()[0].decode()
+    assert proc.returncode == 0, output
