@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime
 import ssl
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import yaml
 from cryptography import x509
@@ -37,6 +39,14 @@ class Issued:
     @property
     def serial(self) -> int:
         return x509.load_pem_x509_certificate(self.cert_pem.encode()).serial_number
+
+    def load_into(self, context: ssl.SSLContext) -> None:
+        """Loads this certificate and key into `context` (`ssl` reads them only from files)."""
+        with tempfile.TemporaryDirectory(prefix="turnout-e2e-") as tmp:
+            cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
+            cert.write_text(self.cert_pem)
+            key.write_text(self.key_pem)
+            context.load_cert_chain(cert, key)
 
 
 def _key() -> ec.EllipticCurvePrivateKey:

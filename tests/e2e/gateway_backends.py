@@ -22,6 +22,11 @@ spec:
 """
 
 
+def docs(*parts: str) -> str:
+    """One YAML file of the documents `parts`."""
+    return "\n---\n".join(p.strip("\n") for p in parts) + "\n"
+
+
 def gateway(*listeners: str) -> str:
     """The GatewayClass `turnout` and the Gateway `infra/gw` with `listeners`."""
     body = "".join(listeners)
@@ -86,7 +91,8 @@ spec:
 
 
 async def get_when_listening(port: int, host: str, path: str = "/") -> httpx.Response:
-    """GET `path` of `host` from Envoy on `port`, retrying while the listener is still binding."""
+    """GET `path` of `host` from Envoy on `port`, retrying while the listener is still binding
+    (connect errors only)."""
     async with httpx.AsyncClient(timeout=5.0) as client:
         for attempt in range(50):
             try:

@@ -14,7 +14,7 @@ import socket
 import ssl
 import textwrap
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ import httpx
 
 from turnout.config import ServeConfig
 from turnout.controller import Controller
-from turnout.echo import start_echo
+from turnout.echo import EchoServer, start_echo
 
 
 def free_port() -> int:
@@ -67,6 +67,39 @@ def service_yaml(
               - addresses: ["127.0.0.1"]
             """)
     return doc
+
+
+def multi_endpoint_service(namespace: str, name: str, ports: Sequence[int]) -> str:
+    """A Service on port 80 whose endpoints are several backends on 127.0.0.1 (one
+    EndpointSlice per backend port, since a slice has one set of ports)."""
+    docs = [service_yaml(namespace, name, 80, None)]
+    for i, port in enumerate(ports):
+        docs.append(
+            textwrap.dedent(f"""\
+                apiVersion: discovery.k8s.io/v1
+                kind: EndpointSlice
+                metadata:
+                  name: {name}-{i}
+                  namespace: {namespace}
+                  labels: {{kubernetes.io/service-name: {name}}}
+                addressType: IPv4
+                ports: [{{name: http, port: {port}}}]
+                endpoints: [{{addresses: ["127.0.0.1"]}}]
+                """)
+        )
+    return "---\n".join(docs)
+
+
+@contextlib.asynccontextmanager
+async def backends(namespace: str, *names: str) -> AsyncIterator[list[EchoServer]]:
+    """Echo backends owned by one test (unlike the session-wide `Harness.backend`), so that it
+    can count their requests and make them fail without affecting other tests."""
+    servers = [await start_echo("127.0.0.1", 0, name=n, namespace=namespace) for n in names]
+    try:
+        yield servers
+    finally:
+        for s in servers:
+            await s.close()
 
 
 @dataclass
@@ -217,6 +250,19 @@ class Harness:
             return str(r.status_code)
         body = r.json()
         return f"{body['namespace']}/{body['service']}"
+
+    async def envoy_admin(self, path: str) -> Any:
+        """The JSON that Envoy's admin interface answers at `path`."""
+        config = self.controller.config
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            r = await client.get(f"http://{config.address}:{config.envoy_admin_port}{path}")
+            r.raise_for_status()
+            return r.json()
+
+    async def active_clusters(self) -> list[dict[str, Any]]:
+        """The dynamic clusters Envoy is using, as its config dump shows them."""
+        dump = await self.envoy_admin("/config_dump?resource=dynamic_active_clusters")
+        return [entry.get("cluster", {}) for entry in dump.get("configs", [])]
 
     async def distribution(self, host: str, path: str, n: int) -> Counter[str]:
         counts: Counter[str] = Counter()

@@ -43,7 +43,6 @@ from turnout.objects import ObjectRef
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(envoy_binary() is None, reason="no envoy binary"),
 ]
 
 OWNER = ObjectRef("projectcontour.io", "HTTPProxy", "default", "rich")

@@ -20,11 +20,10 @@ from tests.e2e.gateway_backends import (
 from tests.e2e.harness import Harness, free_port, service_yaml
 from tests.e2e.upstream_servers import start_tls_echo
 from turnout.envoy.translate import translate
-from turnout.envoy.validate import envoy_binary, validate_resources
+from turnout.envoy.validate import validate_resources
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
-    pytest.mark.skipif(envoy_binary() is None, reason="no envoy binary"),
 ]
 
 HOST = "system-ca.example.com"

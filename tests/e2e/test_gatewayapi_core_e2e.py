@@ -17,19 +17,12 @@ import httpx
 import pytest
 
 from tests.e2e.certs import CA, tls_secret_yaml
+from tests.e2e.gateway_backends import GATEWAY_CLASS, docs, get_when_listening
 from tests.e2e.harness import Harness, free_port
 from tests.e2e.serve import copy_example, serving
 
 # The sync `turnout serve` test below runs outside the session's event loop.
 session_loop = pytest.mark.asyncio(loop_scope="session")
-
-
-CLASS = """
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: turnout}
-spec: {controllerName: turnout.dev/gateway-controller}
-"""
 
 
 def gateway(name: str, namespace: str, listeners: str) -> str:
@@ -66,25 +59,8 @@ spec:
 """
 
 
-def docs(*parts: str) -> str:
-    return "\n---\n".join(p.strip("\n") for p in parts) + "\n"
-
-
-async def get_on(port: int, host: str, path: str = "/") -> httpx.Response:
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5.0) as client:
-        # A listener Envoy just received may still be binding: retry connect errors only.
-        for attempt in range(50):
-            try:
-                return await client.get(path, headers={"Host": host})
-            except httpx.ConnectError:
-                if attempt == 49:
-                    raise
-                await asyncio.sleep(0.1)
-    raise AssertionError("unreachable")
-
-
 async def served_on(port: int, host: str, path: str = "/") -> str:
-    r = await get_on(port, host, path)
+    r = await get_when_listening(port, host, path)
     if r.status_code != 200:
         return str(r.status_code)
     body = r.json()
@@ -122,7 +98,7 @@ async def test_gateway_listener_serves_its_port_and_is_programmed_after_ack(
     await harness.apply(
         {
             "gw.yaml": docs(
-                CLASS,
+                GATEWAY_CLASS,
                 gateway("gw", "infra", listeners),
                 http_route("web", "app", "{name: gw, namespace: infra}", "web"),
             ),
@@ -182,7 +158,7 @@ spec:
     await harness.apply(
         {
             "gw.yaml": docs(
-                CLASS,
+                GATEWAY_CLASS,
                 gateway("gw", "app", listeners),
                 http_route("web", "app", "{name: gw}", "web", hostnames=("shared.example.com",)),
                 proxy,
@@ -232,7 +208,7 @@ metadata: {name: team}
     await harness.apply(
         {
             "gw.yaml": docs(
-                CLASS,
+                GATEWAY_CLASS,
                 namespaces,
                 gateway("gw", "infra", listeners),
                 http_route("same", "infra", "{name: gw}", "same"),
@@ -279,7 +255,7 @@ async def test_hostnames_intersect_and_listeners_are_isolated(harness: Harness) 
     await harness.apply(
         {
             "gw.yaml": docs(
-                CLASS,
+                GATEWAY_CLASS,
                 gateway("gw", "app", listeners),
                 # Only www.example.com and deep.sub.example.com intersect *.example.com.
                 http_route(
@@ -338,7 +314,7 @@ async def test_https_listener_terminates_with_its_certificate_ref(harness: Harne
     tls:
       certificateRefs: [{{name: cert, namespace: elsewhere}}]"""
     objects = (
-        CLASS,
+        GATEWAY_CLASS,
         gateway("gw", "app", listeners),
         http_route("web", "app", "{name: gw}", "web"),
         tls_secret_yaml("app", "cert", issued.cert_pem, issued.key_pem),
@@ -415,7 +391,7 @@ async def test_tcp_listener_proxies_connections(harness: Harness) -> None:
     listeners = tcp_listener(port)
     await harness.apply(
         {
-            "gw.yaml": docs(CLASS, gateway("gw", "app", listeners), STREAM_ROUTE),
+            "gw.yaml": docs(GATEWAY_CLASS, gateway("gw", "app", listeners), STREAM_ROUTE),
             "svc.yaml": services,
         }
     )
@@ -433,7 +409,7 @@ async def test_empty_tcp_gateway_is_programmed_then_routes_attach(harness: Harne
     port = free_port()
     services = await harness.services(("app", "stream"))
     listeners = tcp_listener(port)
-    files = {"gw.yaml": docs(CLASS, gateway("gw", "app", listeners)), "svc.yaml": services}
+    files = {"gw.yaml": docs(GATEWAY_CLASS, gateway("gw", "app", listeners)), "svc.yaml": services}
     await harness.apply(files)
 
     async def programmed() -> tuple[str, str]:
@@ -447,7 +423,7 @@ async def test_empty_tcp_gateway_is_programmed_then_routes_attach(harness: Harne
     assert "port stays closed until a route attaches" in tcp["message"]
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2.0).close()
-    files["gw.yaml"] = docs(CLASS, gateway("gw", "app", listeners), STREAM_ROUTE)
+    files["gw.yaml"] = docs(GATEWAY_CLASS, gateway("gw", "app", listeners), STREAM_ROUTE)
     await harness.apply(files)
     assert await served_on(port, "any.host") == "app/stream"
     assert await harness.eventually(programmed, ("True", "Programmed")) == ("True", "Programmed")
@@ -509,7 +485,7 @@ async def test_listener_envoy_cannot_bind_is_invalid_and_the_rest_programmed(
         harness.write(
             {
                 "gw.yaml": docs(
-                    CLASS,
+                    GATEWAY_CLASS,
                     gateway("gw", "app", listeners),
                     gateway("other", "app", other_listener),
                     http_route("web", "app", "{name: gw}", "web"),

@@ -13,16 +13,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tests.e2e.gateway_backends import GATEWAY_CLASS, docs
 from tests.e2e.harness import Harness, free_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-
-CLASS = """
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: turnout}
-spec: {controllerName: turnout.dev/gateway-controller}
-"""
 
 
 def gateway(port: int) -> str:
@@ -50,14 +44,12 @@ spec:
 """
 
 
-def docs(*parts: str) -> str:
-    return "\n---\n".join(p.strip("\n") for p in parts) + "\n"
-
-
 async def setup(harness: Harness, *routes: str, backends: tuple[str, ...] = ("v1",)) -> int:
     port = free_port()
     services = await harness.services(*(("app", b) for b in backends))
-    await harness.apply({"gw.yaml": docs(CLASS, gateway(port), *routes), "svc.yaml": services})
+    await harness.apply(
+        {"gw.yaml": docs(GATEWAY_CLASS, gateway(port), *routes), "svc.yaml": services}
+    )
     for r in routes:
         name = r.split("name: ", 1)[1].split(",", 1)[0]
         status = harness.status_of("HTTPRoute", "app", name)
@@ -374,7 +366,9 @@ spec:
 """
     port = await setup(harness, good)
     services = await harness.services(("app", "v1"))
-    await harness.apply({"gw.yaml": docs(CLASS, gateway(port), good, bad), "svc.yaml": services})
+    await harness.apply(
+        {"gw.yaml": docs(GATEWAY_CLASS, gateway(port), good, bad), "svc.yaml": services}
+    )
     assert await served(port, "/") == "v1"
     assert (await send(port, "/", host="bad.example.org")).status_code == 404
     status = harness.status_of("HTTPRoute", "app", "bad")
@@ -488,7 +482,7 @@ spec:
         await harness.apply(
             {
                 "gw.yaml": docs(
-                    CLASS,
+                    GATEWAY_CLASS,
                     gateway(port),
                     grpc_route,
                     h2c_service("grpc-echo", echo.port),

@@ -6,16 +6,11 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-from tests.e2e.harness import Harness, service_yaml
-from turnout.echo import EchoServer, start_echo
+from tests.e2e.harness import Harness, backends, multi_endpoint_service, service_yaml
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -36,52 +31,10 @@ def route(name: str, namespace: str, spec: str, created: str | None = None) -> s
     )
 
 
-def multi_endpoint_service(namespace: str, name: str, ports: Sequence[int]) -> str:
-    """A Service on port 80 whose endpoints are several backends on 127.0.0.1 (one
-    EndpointSlice per backend port, since a slice has one set of ports)."""
-    docs = [service_yaml(namespace, name, 80, None)]
-    for i, port in enumerate(ports):
-        docs.append(
-            textwrap.dedent(f"""\
-                apiVersion: discovery.k8s.io/v1
-                kind: EndpointSlice
-                metadata:
-                  name: {name}-{i}
-                  namespace: {namespace}
-                  labels: {{kubernetes.io/service-name: {name}}}
-                addressType: IPv4
-                ports: [{{name: http, port: {port}}}]
-                endpoints: [{{addresses: ["127.0.0.1"]}}]
-                """)
-        )
-    return "---\n".join(docs)
-
-
-@asynccontextmanager
-async def backends(namespace: str, *names: str) -> AsyncIterator[list[EchoServer]]:
-    """Echo backends owned by one test, so it can make them fail without affecting others."""
-    servers = [await start_echo("127.0.0.1", 0, name=n, namespace=namespace) for n in names]
-    try:
-        yield servers
-    finally:
-        for s in servers:
-            await s.close()
-
-
-async def envoy_admin(harness: Harness, path: str) -> Any:
-    config = harness.controller.config
-    async with httpx.AsyncClient(timeout=5.0) as client:
-        r = await client.get(f"http://{config.address}:{config.envoy_admin_port}{path}")
-        r.raise_for_status()
-        return r.json()
-
-
 async def lb_policies(harness: Harness, prefix: str) -> dict[str, str]:
     """The `lb_policy` of every active cluster whose name starts with `prefix`."""
-    dump = await envoy_admin(harness, "/config_dump?resource=dynamic_active_clusters")
     out: dict[str, str] = {}
-    for entry in dump.get("configs", []):
-        cluster = entry.get("cluster", {})
+    for cluster in await harness.active_clusters():
         if cluster.get("name", "").startswith(prefix):
             out[cluster["name"]] = cluster.get("lb_policy", "ROUND_ROBIN")
     return out
@@ -90,7 +43,7 @@ async def lb_policies(harness: Harness, prefix: str) -> dict[str, str]:
 async def failed_active_hc(harness: Harness, prefix: str) -> dict[int, bool]:
     """Whether Envoy's active health check currently fails each endpoint (by port) of the
     clusters whose name starts with `prefix`."""
-    data = await envoy_admin(harness, "/clusters?format=json")
+    data = await harness.envoy_admin("/clusters?format=json")
     out: dict[int, bool] = {}
     for cluster in data.get("cluster_statuses", []):
         if not cluster.get("name", "").startswith(prefix):

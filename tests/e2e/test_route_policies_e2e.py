@@ -7,16 +7,14 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
 import httpx
 import pytest
 
-from tests.e2e.harness import Harness, service_yaml
-from turnout.echo import EchoServer, start_echo
+from tests.e2e.harness import Harness, backends, multi_endpoint_service, service_yaml
+from turnout.echo import EchoServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -30,41 +28,8 @@ def proxy(name: str, fqdn: str, routes: str, namespace: str = "default") -> str:
     )
 
 
-@asynccontextmanager
-async def backends(namespace: str, *names: str) -> AsyncIterator[list[EchoServer]]:
-    """Echo backends owned by one test, so that it can count their requests and make them fail
-    without affecting other tests."""
-    servers = [await start_echo("127.0.0.1", 0, name=n, namespace=namespace) for n in names]
-    try:
-        yield servers
-    finally:
-        for s in servers:
-            await s.close()
-
-
 def services(*servers: EchoServer) -> str:
     return "---\n".join(service_yaml(s.namespace, s.name, 80, s.port) for s in servers)
-
-
-def multi_endpoint_service(namespace: str, name: str, servers: Sequence[EchoServer]) -> str:
-    """A Service whose endpoints are several echo backends (one EndpointSlice each, since a
-    slice has one set of ports)."""
-    docs = [service_yaml(namespace, name, 80, None)]
-    for i, server in enumerate(servers):
-        docs.append(
-            textwrap.dedent(f"""\
-                apiVersion: discovery.k8s.io/v1
-                kind: EndpointSlice
-                metadata:
-                  name: {name}-{i}
-                  namespace: {namespace}
-                  labels: {{kubernetes.io/service-name: {name}}}
-                addressType: IPv4
-                ports: [{{name: http, port: {server.port}}}]
-                endpoints: [{{addresses: ["127.0.0.1"]}}]
-                """)
-        )
-    return "---\n".join(docs)
 
 
 def echo(response: httpx.Response) -> dict[str, Any]:
@@ -392,7 +357,7 @@ async def test_request_hash_keeps_a_header_value_on_one_endpoint(harness: Harnes
     async with backends("default", "one", "two") as servers:
         await harness.apply(
             {
-                "svc.yaml": multi_endpoint_service("default", "sticky", servers),
+                "svc.yaml": multi_endpoint_service("default", "sticky", [s.port for s in servers]),
                 "proxy.yaml": proxy(
                     "hash",
                     HASH_HOST,
@@ -439,7 +404,9 @@ async def test_cookie_strategy_sets_a_session_cookie_and_sticks_to_it(harness: H
     async with backends("default", "one", "two") as servers:
         await harness.apply(
             {
-                "svc.yaml": multi_endpoint_service("default", "sessions", servers),
+                "svc.yaml": multi_endpoint_service(
+                    "default", "sessions", [s.port for s in servers]
+                ),
                 "proxy.yaml": proxy(
                     "affinity",
                     COOKIE_HOST,

@@ -17,7 +17,6 @@ import pytest
 
 from tests.e2e.harness import Harness
 from tests.e2e.test_routegroup_e2e import within_sigmas
-from tests.e2e.test_upstream_policies_e2e import envoy_clusters
 from turnout.dialects.routegroup.eskip import parse_filters, parse_predicates
 from turnout.dialects.routegroup.filters import translate_filters
 from turnout.dialects.routegroup.predicates import translate_predicates
@@ -447,7 +446,9 @@ async def test_upstream_filters_reach_the_clusters(harness: Harness) -> None:
     )
     assert await harness.served_by(host, "/fade") == "default/rgf-a"
     assert await harness.served_by(host, "/hash", {"X-User": "u1"}) == "default/rgf-a"
-    clusters = [c for c in await envoy_clusters(harness) if c["name"].startswith("default/rgf-a/")]
+    clusters = [
+        c for c in await harness.active_clusters() if c["name"].startswith("default/rgf-a/")
+    ]
     fading = [c for c in clusters if "slow_start_config" in c.get("round_robin_lb_config", {})]
     assert len(fading) == 1, clusters
     slow = fading[0]["round_robin_lb_config"]["slow_start_config"]

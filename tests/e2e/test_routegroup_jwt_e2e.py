@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from tests.e2e.harness import Harness
 from turnout.dialects.base import CompileOptions, IssuerDiscovery
 from turnout.envoy.translate import translate
-from turnout.envoy.validate import envoy_binary, validate_resources
+from turnout.envoy.validate import validate_resources
 from turnout.graph.build import compile_snapshot
 from turnout.sources.oidc import DiscoverySettings
 from turnout.sources.parse import parse_text
@@ -34,7 +34,6 @@ from turnout.store import Snapshot
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.asyncio(loop_scope="session"),
-    pytest.mark.skipif(envoy_binary() is None, reason="no envoy binary"),
 ]
 
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import tempfile
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -74,8 +72,7 @@ async def echoes(ca: CA) -> AsyncIterator[tuple[int, int, Issued]]:
     """A plain TCP echo, and a TLS echo presenting its own certificate for DB."""
     backend_cert = ca.issue(DB)
     tls_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    with _pem_files(backend_cert) as (cert_path, key_path):
-        tls_ctx.load_cert_chain(cert_path, key_path)
+    backend_cert.load_into(tls_ctx)
     plain, tls = _Server(), _Server(tls_ctx)
     plain_port, tls_port = await plain.start(), await tls.start()
     try:
@@ -83,16 +80,6 @@ async def echoes(ca: CA) -> AsyncIterator[tuple[int, int, Issued]]:
     finally:
         await plain.close()
         await tls.close()
-
-
-@contextlib.contextmanager
-def _pem_files(issued: Issued) -> Iterator[tuple[str, str]]:
-    """`issued` as PEM files, which is how `ssl` wants to load a certificate and key."""
-    with tempfile.TemporaryDirectory(prefix="turnout-e2e-") as tmp:
-        cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
-        cert.write_text(issued.cert_pem)
-        key.write_text(issued.key_pem)
-        yield str(cert), str(key)
 
 
 def _opaque_secret(namespace: str, name: str, **entries: str) -> str:
@@ -379,8 +366,7 @@ async def mtls(harness: Harness, ca: CA) -> AsyncIterator[dict[str, Issued]]:
 def _with_certificate(ca: CA, issued: Issued | None) -> ssl.SSLContext:
     ctx = ca.client_context()
     if issued is not None:
-        with _pem_files(issued) as (cert, key):
-            ctx.load_cert_chain(cert, key)
+        issued.load_into(ctx)
     return ctx
 
 
@@ -503,16 +489,8 @@ spec:
         assert r.json()["service"] == "a"
         # B did not enable the fallback: misdirected, retry with SNI.
         assert (await http.get(url, headers={"Host": B})).status_code == 421
-    _, writer = await asyncio.open_connection(
-        "127.0.0.1", harness.https_port, ssl=no_sni, server_hostname="127.0.0.1"
-    )
-    try:
-        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError, ssl.SSLError):
-            await writer.wait_closed()
-    assert der == fallback.der
+    # An IP address as the server name sends no SNI.
+    assert await harness.peer_certificate("127.0.0.1", no_sni) == fallback.der
     # With SNI each host still gets its own certificate.
     assert await harness.peer_certificate(A, client) == cert_a.der
     r = await harness.https_get(B, verify=client)

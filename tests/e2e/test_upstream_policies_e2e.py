@@ -16,9 +16,8 @@ import pytest
 import yaml
 
 from tests.e2e.certs import CA
-from tests.e2e.harness import Harness
+from tests.e2e.harness import Harness, backends
 from tests.e2e.upstream_servers import Backend, start_h2_echo, start_tls_echo
-from turnout.echo import EchoServer, start_echo
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -88,12 +87,12 @@ def ca_secret(name: str, ca: CA) -> str:
 
 
 @asynccontextmanager
-async def running(*backends: Backend | EchoServer) -> AsyncIterator[None]:
+async def running(*servers: Backend) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        for b in backends:
-            await b.close()
+        for server in servers:
+            await server.close()
 
 
 async def get(harness: Harness, host: str, path: str = "/") -> httpx.Response:
@@ -299,8 +298,7 @@ def external_service(name: str, external: str, port: int) -> str:
 
 
 async def test_external_name_service_only_with_the_flag(harness: Harness) -> None:
-    echo = await start_echo("127.0.0.1", 0, name="outside", namespace=NS)
-    async with running(echo):
+    async with backends(NS, "outside") as (echo,):
         files = {
             # An IP literal resolves to itself; "localhost" is refused, as in Contour.
             "svc.yaml": external_service("outside", "127.0.0.1", echo.port)
@@ -331,10 +329,8 @@ async def test_external_name_service_only_with_the_flag(harness: Harness) -> Non
 
 
 async def test_failure_policy_ejects_an_endpoint_that_keeps_failing(harness: Harness) -> None:
-    good = await start_echo("127.0.0.1", 0, name="good", namespace=NS)
-    bad = await start_echo("127.0.0.1", 0, name="bad", namespace=NS)
-    bad.answer("/", 500)
-    async with running(good, bad):
+    async with backends(NS, "good", "bad") as (good, bad):
+        bad.answer("/", 500)
         files = {
             "svc.yaml": service("flaky", [good.port, bad.port], port=80),
             "on.yaml": proxy(
@@ -374,10 +370,8 @@ async def test_failure_policy_ejects_an_endpoint_that_keeps_failing(harness: Har
 
 
 async def test_failure_policy_retries_hide_the_failing_endpoint(harness: Harness) -> None:
-    good = await start_echo("127.0.0.1", 0, name="good", namespace=NS)
-    bad = await start_echo("127.0.0.1", 0, name="bad", namespace=NS)
-    bad.answer("/", 500)
-    async with running(good, bad):
+    async with backends(NS, "good", "bad") as (good, bad):
+        bad.answer("/", 500)
         await harness.apply(
             {
                 "svc.yaml": service("flaky", [good.port, bad.port], port=80),
@@ -399,20 +393,8 @@ async def test_failure_policy_retries_hide_the_failing_endpoint(harness: Harness
 # --- slow start ----------------------------------------------------------------------------------
 
 
-async def envoy_clusters(harness: Harness) -> list[dict[str, Any]]:
-    config = harness.controller.config
-    async with httpx.AsyncClient(timeout=5.0) as client:
-        r = await client.get(
-            f"http://{config.address}:{config.envoy_admin_port}"
-            "/config_dump?resource=dynamic_active_clusters"
-        )
-        r.raise_for_status()
-        return [entry.get("cluster", {}) for entry in r.json().get("configs", [])]
-
-
 async def test_slow_start_reaches_envoy(harness: Harness) -> None:
-    echo = await start_echo("127.0.0.1", 0, name="slow", namespace=NS)
-    async with running(echo):
+    async with backends(NS, "slow") as (echo,):
         await harness.apply(
             {
                 "svc.yaml": service("slow", [echo.port], port=80),
@@ -424,7 +406,7 @@ async def test_slow_start_reaches_envoy(harness: Harness) -> None:
             }
         )
         assert (await get(harness, "slow.example.com")).status_code == 200
-        slow = [c for c in await envoy_clusters(harness) if c["name"].startswith(f"{NS}/slow/")]
+        slow = [c for c in await harness.active_clusters() if c["name"].startswith(f"{NS}/slow/")]
         assert len(slow) == 1
         config = slow[0]["round_robin_lb_config"]["slow_start_config"]
         assert config["slow_start_window"] == "30s"
@@ -445,9 +427,7 @@ async def _shares(harness: Harness, host: str, n: int) -> Counter[str]:
 async def test_slow_start_gives_a_new_endpoint_a_small_share(harness: Harness) -> None:
     """One endpoint, then a second one joins: within the window the newcomer gets a small share
     with slowStartPolicy, and half without (a control route to the same Service)."""
-    old = await start_echo("127.0.0.1", 0, name="old", namespace=NS)
-    new = await start_echo("127.0.0.1", 0, name="new", namespace=NS)
-    async with running(old, new):
+    async with backends(NS, "old", "new") as (old, new):
         # Envoy scales the weight of every endpoint younger than the window, the first one too,
         # by max(minWeightPercent, (age / window) ^ (1 / aggression)) with an age of at least 1 s.
         # With the old endpoint about 3.5 s old and the new one 1-1.5 s, that is 0.12 against
@@ -481,8 +461,7 @@ async def test_idle_connection_timeout_closes_the_upstream_connection(harness: H
     """The echo reports the port of the connection each request came on: with idleConnection
     Envoy opens a new upstream connection after a pause longer than the timeout; without it the
     pooled connection is reused."""
-    echo = await start_echo("127.0.0.1", 0, name="pooled", namespace=NS)
-    async with running(echo):
+    async with backends(NS, "pooled") as (echo,):
         await harness.apply(
             {
                 "svc.yaml": service("pooled", [echo.port], port=80),

@@ -29,7 +29,7 @@ from envoy.type.matcher.v3 import regex_pb2
 from google.protobuf import any_pb2, duration_pb2
 
 from turnout.envoy.bootstrap import bootstrap_config, write_bootstrap
-from turnout.envoy.process import EnvoyNotFoundError, EnvoyProcess, envoy_binary
+from turnout.envoy.process import EnvoyProcess, envoy_binary
 from turnout.envoy.resources import ROUTE_TYPE, EnvoyResources
 from turnout.envoy.xds import XdsServer
 from turnout.metrics import Metrics
@@ -38,14 +38,6 @@ pytestmark = pytest.mark.e2e
 
 NODE = "e2e-envoy"
 ADS = config_source_pb2.ConfigSource(ads={}, resource_api_version=config_source_pb2.V3)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _need_envoy() -> None:
-    try:
-        envoy_binary()
-    except EnvoyNotFoundError as exc:
-        pytest.skip(str(exc))
 
 
 def free_port() -> int:

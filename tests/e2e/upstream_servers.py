@@ -16,10 +16,8 @@ import asyncio
 import contextlib
 import json
 import ssl
-import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import h2.config
@@ -36,11 +34,7 @@ def server_context(
     """A server TLS context for `issued`, and a map from SSL object id to the server name the
     client sent (filled during each handshake)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    with tempfile.TemporaryDirectory() as tmp:
-        cert, key = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
-        cert.write_text(issued.cert_pem)
-        key.write_text(issued.key_pem)
-        ctx.load_cert_chain(cert, key)
+    issued.load_into(ctx)
     if alpn:
         ctx.set_alpn_protocols(alpn)
     names: dict[int, str] = {}

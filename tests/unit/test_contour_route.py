@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.unit.fuzzing import mutator
 from tests.unit.test_fixtures import FIXTURES, _compile
 from turnout.dialects.base import CompileOptions
 from turnout.dialects.contour_route import ContourRouteDialect
@@ -318,27 +319,9 @@ TEMPLATE: dict[str, Any] = {
 }
 
 
-@st.composite
-def mutated(draw: st.DrawFn, value: Any) -> Any:
-    """`value` with one small change somewhere: a node replaced, a key dropped or added."""
-    if not isinstance(value, dict | list) or not value:
-        return draw(SCALARS) if draw(st.booleans()) else draw(JSON)
-    choice = draw(st.integers(0, 9))
-    if choice == 0:
-        return draw(JSON)
-    if isinstance(value, dict):
-        key = draw(st.sampled_from(sorted(value)))
-        if choice == 1:
-            return {k: v for k, v in value.items() if k != key}
-        if choice == 2:
-            return {**value, draw(st.sampled_from(FIELDS)): draw(JSON)}
-        return {**value, key: draw(mutated(value[key]))}
-    i = draw(st.integers(0, len(value) - 1))
-    if choice == 1:
-        return [*value[:i], *value[i + 1 :]]
-    if choice == 2:
-        return [*value, value[i]]
-    return [*value[:i], draw(mutated(value[i])), *value[i + 1 :]]
+mutated = mutator(
+    JSON, FIELDS, lambda draw, _: draw(SCALARS) if draw(st.booleans()) else draw(JSON)
+)
 
 
 ANCHOR = [

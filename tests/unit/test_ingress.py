@@ -22,6 +22,7 @@ from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
 from turnout.dialects.base import (
     HTTP_LISTENER,
     HTTPS_LISTENER,
@@ -707,19 +708,7 @@ STRINGS = st.one_of(
     ),
     st.text(max_size=8),
 )
-SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-2, 70000), STRINGS, st.floats(allow_nan=True)
-)
-JSON = st.recursive(
-    SCALARS,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4),
-        st.dictionaries(
-            st.one_of(st.sampled_from(FIELD_NAMES), st.text(max_size=4)), inner, max_size=5
-        ),
-    ),
-    max_leaves=30,
-)
+_, JSON = json_values(STRINGS, FIELD_NAMES)
 
 TEMPLATE: dict[str, Any] = {
     "ingressClassName": "turnout",
@@ -744,41 +733,11 @@ TEMPLATE: dict[str, Any] = {
 TEMPLATE["rules"][0]["http"]["paths"][2]["backend"] = backend("svc")
 
 
-@st.composite
-def mutated(draw: st.DrawFn, value: Any) -> Any:
-    """`value` with one small change somewhere: a node replaced, a key dropped or added."""
-    if not isinstance(value, dict | list) or not value:
-        # Mostly keep the type, so that the semantic checks run and not only the schema's.
-        if draw(st.integers(0, 3)) == 0:
-            return draw(JSON)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return draw(st.sampled_from([0, 1, 80, 81, 65536, -1]))
-        if isinstance(value, str):
-            return draw(STRINGS)
-        return draw(JSON)
-    choice = draw(st.integers(0, 9))
-    if choice == 0:
-        return draw(JSON)
-    if isinstance(value, dict):
-        key = draw(st.sampled_from(sorted(value)))
-        if choice == 1:
-            return {k: v for k, v in value.items() if k != key}
-        if choice == 2:
-            return {**value, draw(st.sampled_from(FIELD_NAMES)): draw(JSON)}
-        return {**value, key: draw(mutated(value[key]))}
-    i = draw(st.integers(0, len(value) - 1))
-    if choice == 1:
-        return [*value[:i], *value[i + 1 :]]
-    if choice == 2:
-        return [*value, value[i]]
-    return [*value[:i], draw(mutated(value[i])), *value[i + 1 :]]
-
-
-def mutations(value: Any, depth: int) -> st.SearchStrategy[Any]:
-    strategy: st.SearchStrategy[Any] = st.just(value)
-    for _ in range(depth):
-        strategy = strategy.flatmap(mutated)
-    return strategy
+mutated = mutator(
+    JSON,
+    FIELD_NAMES,
+    typed_leaf(JSON, STRINGS, [0, 1, 80, 81, 65536, -1], keep_booleans=False),
+)
 
 
 ANCHOR = [
@@ -825,7 +784,7 @@ def _assert_envoy_would_accept(result: CompileResult) -> None:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    spec=st.one_of(JSON, *(mutations(TEMPLATE, depth) for depth in (1, 2, 3))),
+    spec=st.one_of(JSON, *(mutations(mutated, TEMPLATE, depth) for depth in (1, 2, 3))),
     annotations=st.one_of(
         st.none(),
         st.dictionaries(

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
 from turnout.dialects.base import (
     HTTP_LISTENER,
     HTTPS_LISTENER,
@@ -435,19 +436,7 @@ STRINGS = st.one_of(
     ),
     st.text(max_size=8),
 )
-SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-2, 70000), STRINGS, st.floats(allow_nan=True)
-)
-JSON = st.recursive(
-    SCALARS,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4),
-        st.dictionaries(
-            st.one_of(st.sampled_from(FIELD_NAMES), st.text(max_size=4)), inner, max_size=5
-        ),
-    ),
-    max_leaves=30,
-)
+_, JSON = json_values(STRINGS, FIELD_NAMES)
 
 TEMPLATE: dict[str, Any] = {
     "virtualhost": {
@@ -478,43 +467,9 @@ TEMPLATE: dict[str, Any] = {
 LEAF_TEMPLATE = {k: v for k, v in TEMPLATE.items() if k != "virtualhost"}
 
 
-@st.composite
-def mutated(draw: st.DrawFn, value: Any) -> Any:
-    """`value` with a few small changes somewhere: a node replaced, a key dropped or added."""
-    if not isinstance(value, dict | list) or not value:
-        # Mostly keep the type, so that the semantic checks run, not only the schema.
-        if draw(st.integers(0, 3)) == 0:
-            return draw(JSON)
-        if isinstance(value, bool):
-            return draw(st.booleans())
-        if isinstance(value, int):
-            return draw(st.sampled_from([0, 1, 80, 81, 65536, -1, 4294967296]))
-        if isinstance(value, str):
-            return draw(STRINGS)
-        return draw(JSON)
-    choice = draw(st.integers(0, 9))
-    if choice == 0:
-        return draw(JSON)
-    if isinstance(value, dict):
-        key = draw(st.sampled_from(sorted(value)))
-        if choice == 1:
-            return {k: v for k, v in value.items() if k != key}
-        if choice == 2:
-            return {**value, draw(st.sampled_from(FIELD_NAMES)): draw(JSON)}
-        return {**value, key: draw(mutated(value[key]))}
-    i = draw(st.integers(0, len(value) - 1))
-    if choice == 1:
-        return [*value[:i], *value[i + 1 :]]
-    if choice == 2:
-        return [*value, value[i]]
-    return [*value[:i], draw(mutated(value[i])), *value[i + 1 :]]
-
-
-def mutations(value: Any, depth: int = 3) -> st.SearchStrategy[Any]:
-    strategy: st.SearchStrategy[Any] = st.just(value)
-    for _ in range(depth):
-        strategy = strategy.flatmap(mutated)
-    return strategy
+mutated = mutator(
+    JSON, FIELD_NAMES, typed_leaf(JSON, STRINGS, [0, 1, 80, 81, 65536, -1, 4294967296])
+)
 
 
 def _tls_secret() -> KubeObject:
@@ -592,7 +547,7 @@ def _assert_envoy_would_accept(result: CompileResult) -> None:
 @given(
     spec=st.one_of(
         JSON,
-        *(mutations(t, depth) for t in (TEMPLATE, LEAF_TEMPLATE) for depth in (1, 2, 3)),
+        *(mutations(mutated, t, depth) for t in (TEMPLATE, LEAF_TEMPLATE) for depth in (1, 2, 3)),
     ),
     namespace=st.sampled_from(["default", "other"]),
     api_version=st.sampled_from([BETA, ALPHA]),

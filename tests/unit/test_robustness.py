@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from turnout.envoy.translate import translate
-from turnout.graph.build import compile_snapshot
+from turnout.graph.build import CompileResult, compile_snapshot
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.objects import KubeObject, Origin, freeze
 from turnout.sources.parse import parse_text
@@ -189,31 +189,29 @@ def test_yaml_alias_bombs_and_deep_documents_are_refused(text: str, reason: str)
     assert result.failed and reason in result.problems[0].reason
 
 
+def _owner(result: CompileResult, hostname: str) -> str:
+    """The name of the object that owns the virtual host for `hostname`."""
+    return next(
+        v.owner.name
+        for lst in result.graph.listeners
+        for v in lst.virtual_hosts
+        if v.hostname == hostname
+    )
+
+
 def test_ownership_compares_creation_timestamps_as_instants() -> None:
     # 09:30 at UTC-2 is 11:30Z: later than 10:00Z, so it must lose although it sorts first as text.
     early = proxy("early", "same.example.com", "good", created="2024-01-01T10:00:00Z")
     late = proxy("late", "same.example.com", "good", created="2024-01-01T09:30:00-02:00")
     result = compile_snapshot(Snapshot.of([*GOOD, late, early]))
-    vh = next(
-        v
-        for lst in result.graph.listeners
-        for v in lst.virtual_hosts
-        if v.hostname == "same.example.com"
-    )
-    assert vh.owner.name == "early"
+    assert _owner(result, "same.example.com") == "early"
 
 
 def test_unparsable_creation_timestamp_never_wins_and_is_reported() -> None:
     garbage = proxy("garbage", "same.example.com", "good", created="yesterday")
     fine = proxy("fine", "same.example.com", "good", created="2030-01-01T00:00:00Z")
     result = compile_snapshot(Snapshot.of([*GOOD, garbage, fine]))
-    vh = next(
-        v
-        for lst in result.graph.listeners
-        for v in lst.virtual_hosts
-        if v.hostname == "same.example.com"
-    )
-    assert vh.owner.name == "fine"
+    assert _owner(result, "same.example.com") == "fine"
     assert any("'yesterday' is not an RFC 3339" in p.reason for p in result.problems)
 
 

@@ -33,8 +33,9 @@ def _tcp_proxies(objects: list[KubeObject]) -> dict[str, Any]:
     return {p.hostname: p for p in https.tcp_proxies}
 
 
-def test_a_long_httpproxy_include_chain() -> None:
-    api, kind = "projectcontour.io/v1", "HTTPProxy"
+def _chain(api: str, kind: str, link: str) -> list[KubeObject]:
+    """A passthrough root whose tcpproxy reaches the service through LENGTH objects, each
+    naming the next under `link`."""
     objects = [
         SERVICE,
         _obj(
@@ -43,41 +44,24 @@ def test_a_long_httpproxy_include_chain() -> None:
             "root",
             {
                 "virtualhost": {"fqdn": "db.example.com", "tls": {"passthrough": True}},
-                "tcpproxy": {"include": {"name": "p0"}},
+                "tcpproxy": {link: {"name": "p0"}},
             },
         ),
     ]
     objects += [
-        _obj(api, kind, f"p{i}", {"tcpproxy": {"include": {"name": f"p{i + 1}"}}})
-        for i in range(LENGTH)
+        _obj(api, kind, f"p{i}", {"tcpproxy": {link: {"name": f"p{i + 1}"}}}) for i in range(LENGTH)
     ]
     objects.append(
         _obj(api, kind, f"p{LENGTH}", {"tcpproxy": {"services": [{"name": "db", "port": 443}]}})
     )
-    proxies = _tcp_proxies(objects)
+    return objects
+
+
+def test_a_long_httpproxy_include_chain() -> None:
+    proxies = _tcp_proxies(_chain("projectcontour.io/v1", "HTTPProxy", "include"))
     assert [wc.cluster.split("/")[1] for wc in proxies["db.example.com"].clusters] == ["db"]
 
 
 def test_a_long_ingressroute_delegation_chain() -> None:
-    api, kind = "contour.heptio.com/v1beta1", "IngressRoute"
-    objects = [
-        SERVICE,
-        _obj(
-            api,
-            kind,
-            "root",
-            {
-                "virtualhost": {"fqdn": "db.example.com", "tls": {"passthrough": True}},
-                "tcpproxy": {"delegate": {"name": "p0"}},
-            },
-        ),
-    ]
-    objects += [
-        _obj(api, kind, f"p{i}", {"tcpproxy": {"delegate": {"name": f"p{i + 1}"}}})
-        for i in range(LENGTH)
-    ]
-    objects.append(
-        _obj(api, kind, f"p{LENGTH}", {"tcpproxy": {"services": [{"name": "db", "port": 443}]}})
-    )
-    proxies = _tcp_proxies(objects)
+    proxies = _tcp_proxies(_chain("contour.heptio.com/v1beta1", "IngressRoute", "delegate"))
     assert [wc.cluster.split("/")[1] for wc in proxies["db.example.com"].clusters] == ["db"]

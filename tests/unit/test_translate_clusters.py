@@ -12,7 +12,7 @@ from tests.unit.test_translate import _deprecated_fields
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate import translate, translate_cluster
 from turnout.envoy.translate.options import TranslateOptions
-from turnout.envoy.validate import envoy_binary, validate_resources
+from turnout.envoy.validate import validate_resources
 from turnout.graph.model import (
     Cluster,
     Endpoint,
@@ -192,7 +192,6 @@ def test_no_deprecated_field_is_set() -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(envoy_binary() is None, reason="no envoy binary")
 def test_envoy_accepts_every_strategy_and_health_check_without_deprecation_warnings() -> None:
     result = validate_resources(translate(every_kind_of_cluster()))
     assert result.ok, result.output[-3000:]

@@ -15,6 +15,8 @@ from typing import Any
 
 # The largest uint32, the type of Envoy's weights, thresholds and counts.
 MAX_UINT32 = 2**32 - 1
+# The most seconds Envoy takes in a google.protobuf.Duration (10000 years).
+MAX_DURATION_SECONDS = 315_576_000_000
 
 
 def describe(value: Any) -> str:

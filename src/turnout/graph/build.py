@@ -214,22 +214,12 @@ def compile_snapshot(
         )
     listeners.sort(key=lambda lst: lst.name)
 
-    used = {
-        wc.cluster
-        for listener in listeners
-        for vh in listener.virtual_hosts
-        for route in vh.routes
-        if isinstance(route.action, Forward)
-        for wc in route.action.clusters
-    } | tcp_cluster_names(listeners)
-    # A mirror's cluster receives copies of requests without being part of any split.
-    used |= {
-        m.cluster
-        for listener in listeners
-        for vh in listener.virtual_hosts
-        for route in vh.routes
-        for m in route.policies.mirrors
-    }
+    used = tcp_cluster_names(listeners)
+    for route in (r for lst in listeners for vh in lst.virtual_hosts for r in vh.routes):
+        if isinstance(route.action, Forward):
+            used.update(wc.cluster for wc in route.action.clusters)
+        # A mirror's cluster receives copies of requests without being part of any split.
+        used.update(m.cluster for m in route.policies.mirrors)
     used.discard(INVALID_BACKEND)  # a share answered 500, never a cluster (model.py)
     clusters, forbidden = drop_forbidden_endpoints(
         tuple(c for c in backends.clusters() if c.name in used),
@@ -332,12 +322,7 @@ def _used_ca_bundles(
     listeners: Sequence[Listener], clusters: Sequence[Cluster], secrets: SecretResolver
 ) -> tuple[CABundle, ...]:
     """The CA bundles and CRLs that served clusters (upstream validation) and served TLS
-    virtual hosts (client validation) name; a bundle only a dropped object named stays out."""
-    names = {c.validation.ca_secret for c in clusters if c.validation is not None}
-    for listener in listeners:
-        for vh in listener.virtual_hosts:
-            cv = vh.tls.client_validation if vh.tls is not None else None
-            if cv is not None:
-                names.update(n for n in (cv.ca_bundle, cv.crl_bundle) if n)
-    names |= ca_bundle_names(listeners, clusters)  # TLS-terminating TCP proxies validate too
+    virtual hosts and TLS-terminating TCP proxies (client validation) name; a bundle only a
+    dropped object named stays out."""
+    names = ca_bundle_names(listeners, clusters)
     return tuple(b for b in secrets.ca_bundles.bundles() if b.name in names)

@@ -52,7 +52,7 @@ from turnout.dialects.gatewayapi.hostnames import (
     specificity,
     wider_patterns,
 )
-from turnout.dialects.gatewayapi.httproute import ListenerInfo, compile_httproute
+from turnout.dialects.gatewayapi.httproute import CompiledRoute, ListenerInfo, compile_httproute
 from turnout.dialects.gatewayapi.kinds import (
     GATEWAY,
     GROUP,
@@ -220,10 +220,7 @@ class GatewayAPIDialect:
         grants: ReferenceGrants,
     ) -> ObjectStatus | None:
         outcomes: list[ParentOutcome] = []
-        compiled: dict[
-            tuple[int, str], tuple[tuple[RankedRoute, ...], tuple[RouteProblem, ...], bool]
-        ]
-        compiled = {}
+        compiled: dict[ListenerInfo, CompiledRoute] = {}
         # by whether the listener terminates TLS (a TLSRoute's BackendTLSPolicies apply)
         streams: dict[bool, CompiledStream] = {}
         contributed: set[_ListenerKey] = set()
@@ -290,12 +287,12 @@ class GatewayAPIDialect:
                         holders.append((route, stream.clusters))
             else:
                 for listener, hostnames in attachment.listeners:
-                    info = (listener.port, listener.scheme)
+                    info = ListenerInfo(port=listener.port, scheme=listener.scheme)
                     if info not in compiled:
-                        compiled[info] = _compile_http(route, listener, ctx, grants)
-                    ranked, route_problems, accepted = compiled[info]
-                    problems.extend(p for p in route_problems if p not in problems)
-                    if not accepted:
+                        compiled[info] = _compile_http(route, info, ctx, grants)
+                    result = compiled[info]
+                    problems.extend(p for p in result.problems if p not in problems)
+                    if not result.accepted:
                         rejected = True
                         continue
                     if _key(listener) in contributed:
@@ -304,7 +301,7 @@ class GatewayAPIDialect:
                     by_host_http = served.http.setdefault(_key(listener), {})
                     kinds = served.http_kinds.setdefault(_key(listener), ServedKinds[KubeObject]())
                     for hostname in hostnames:
-                        by_host_http.setdefault(hostname, []).extend(ranked)
+                        by_host_http.setdefault(hostname, []).extend(result.routes)
                         kinds.add(route.kind, hostname, route)
             idle = [lst for lst, _ in attachment.listeners if not lst.ready]
             if idle and len(idle) == len(attachment.listeners):
@@ -445,15 +442,12 @@ def _kind_clash(route: KubeObject, attachment: Attachment, served: _Served) -> R
 
 
 def _compile_http(
-    route: KubeObject, listener: GatewayListener, ctx: CompileContext, grants: ReferenceGrants
-) -> tuple[tuple[RankedRoute, ...], tuple[RouteProblem, ...], bool]:
-    info = ListenerInfo(port=listener.port, scheme=listener.scheme)
+    route: KubeObject, info: ListenerInfo, ctx: CompileContext, grants: ReferenceGrants
+) -> CompiledRoute:
     if route.kind == GRPC_ROUTE:
-        result = compile_grpcroute(route, info, ctx, grants)
-    else:
-        assert route.kind == HTTP_ROUTE
-        result = compile_httproute(route, info, ctx, grants)
-    return tuple(result.routes), tuple(result.problems), result.accepted
+        return compile_grpcroute(route, info, ctx, grants)
+    assert route.kind == HTTP_ROUTE
+    return compile_httproute(route, info, ctx, grants)
 
 
 def _compile_stream(

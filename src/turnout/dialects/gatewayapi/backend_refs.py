@@ -54,7 +54,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from turnout.dialects.base import CompileContext
-from turnout.dialects.gatewayapi.conditions import ACCEPTED, RESOLVED_REFS, RouteProblem
+from turnout.dialects.gatewayapi.conditions import (
+    ACCEPTED,
+    BACKEND_NOT_FOUND,
+    INVALID_KIND,
+    RESOLVED_REFS,
+    UNSUPPORTED_VALUE,
+    RouteProblem,
+)
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants, core_group
 from turnout.graph.model import (
     INVALID_BACKEND,
@@ -72,11 +79,8 @@ from turnout.graph.services import (
 )
 from turnout.objects import KubeObject
 
-INVALID_KIND = "InvalidKind"
 REF_NOT_PERMITTED = "RefNotPermitted"
-BACKEND_NOT_FOUND = "BackendNotFound"
 UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
-UNSUPPORTED_VALUE = "UnsupportedValue"
 
 MAX_WEIGHT = 1_000_000
 

@@ -51,26 +51,25 @@ from typing import Any
 from turnout.dialects.base import CompileContext
 from turnout.dialects.gatewayapi.conditions import (
     ACCEPTED,
+    BACKEND_NOT_FOUND,
+    CONFLICTED,
+    INVALID_KIND,
     RESOLVED_REFS,
     Condition,
     RouteProblem,
     conditions_json,
 )
 from turnout.dialects.gatewayapi.filters import MAX_HOSTNAME, precise_hostname_problem
-from turnout.dialects.gatewayapi.refgrants import GATEWAY_GROUP, core_group
+from turnout.dialects.gatewayapi.kinds import BACKEND_TLS_POLICY, GROUP, mapping, sequence
+from turnout.dialects.gatewayapi.refgrants import core_group
 from turnout.graph.model import CABundle, UpstreamValidation
 from turnout.graph.services import ServicePort
 from turnout.objects import KubeObject, ObjectRef
 from turnout.status.model import ObjectStatus, State
 from turnout.store import Snapshot
 
-BACKEND_TLS_POLICY = "BackendTLSPolicy"
-
-CONFLICTED = "Conflicted"
 INVALID = "Invalid"
-INVALID_KIND = "InvalidKind"
 INVALID_CA_CERTIFICATE_REF = "InvalidCACertificateRef"
-BACKEND_NOT_FOUND = "BackendNotFound"
 NO_VALID_CA_CERTIFICATE = "NoValidCACertificate"
 # turnout's own reason: the policy cannot apply to how a Gateway uses the Service (passthrough).
 NOT_APPLICABLE = "NotApplicable"
@@ -119,22 +118,16 @@ def _str(m: Mapping[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _list(m: Mapping[str, Any], key: str) -> tuple[Any, ...]:
-    value = m.get(key)
-    return tuple(value) if isinstance(value, list | tuple) else ()
-
-
 def _read(obj: KubeObject) -> PolicySpec:
-    spec = obj.spec if isinstance(obj.spec, Mapping) else {}
+    spec = mapping(obj.spec)
     targets: list[tuple[str, str]] = []
-    for ref in _list(spec, "targetRefs"):
+    for ref in sequence(spec.get("targetRefs")):
         if not isinstance(ref, Mapping):
             continue
         service = (core_group(_str(ref, "group")), _str(ref, "kind"), _str(ref, "name"))
         if service[:2] == ("", "Service") and service[2]:
             targets.append((service[2], _str(ref, "sectionName")))
-    validation = spec.get("validation")
-    validation = validation if isinstance(validation, Mapping) else {}
+    validation = mapping(spec.get("validation"))
     invalid: list[str] = []
     ca_refs = tuple(
         _CARef(
@@ -143,7 +136,7 @@ def _read(obj: KubeObject) -> PolicySpec:
             _str(ref, "name"),
             f"spec.validation.caCertificateRefs[{i}]",
         )
-        for i, ref in enumerate(_list(validation, "caCertificateRefs"))
+        for i, ref in enumerate(sequence(validation.get("caCertificateRefs")))
         if isinstance(ref, Mapping)
     )
     well_known = _str(validation, "wellKnownCACertificates")
@@ -166,7 +159,7 @@ def _read(obj: KubeObject) -> PolicySpec:
         hostname = ""
     names: list[str] = []
     uris: list[str] = []
-    for i, san in enumerate(_list(validation, "subjectAltNames")):
+    for i, san in enumerate(sequence(validation.get("subjectAltNames"))):
         where = f"spec.validation.subjectAltNames[{i}]"
         if not isinstance(san, Mapping):
             invalid.append(f"{where}: is not an object")
@@ -250,7 +243,7 @@ class BackendTLSPolicies:
 
     @staticmethod
     def from_snapshot(snapshot: Snapshot) -> BackendTLSPolicies:
-        policies = tuple(_read(o) for o in snapshot.kind(GATEWAY_GROUP, BACKEND_TLS_POLICY))
+        policies = tuple(_read(o) for o in snapshot.kind(GROUP, BACKEND_TLS_POLICY))
         out = BackendTLSPolicies(policies)
         # Oldest first, each policy against the older ones in force: a conflicted policy applies
         # nowhere, not even to its other targets (one policy is either in force or not), so it

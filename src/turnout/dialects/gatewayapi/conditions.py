@@ -19,6 +19,10 @@ CONFLICTED = "Conflicted"
 OVERLAPPING_TLS_CONFIG = "OverlappingTLSConfig"
 SUPPORTED_VERSION = "SupportedVersion"
 PENDING = "Pending"
+# Route (and policy) reasons reported by more than one module.
+UNSUPPORTED_VALUE = "UnsupportedValue"
+INVALID_KIND = "InvalidKind"
+BACKEND_NOT_FOUND = "BackendNotFound"
 
 
 @dataclass(frozen=True, slots=True)

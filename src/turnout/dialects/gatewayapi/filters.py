@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnout.dialects.fields import FieldReader, describe
-from turnout.dialects.gatewayapi.conditions import ACCEPTED, RESOLVED_REFS, RouteProblem
+from turnout.dialects.gatewayapi.conditions import (
+    ACCEPTED,
+    INVALID_KIND,
+    RESOLVED_REFS,
+    UNSUPPORTED_VALUE,
+    RouteProblem,
+)
 from turnout.dialects.regex import escape, regex_error
 from turnout.graph.model import (
     CorsPolicy,
@@ -26,9 +32,6 @@ from turnout.graph.model import (
     QueryMatch,
     StringMatchKind,
 )
-
-UNSUPPORTED_VALUE = "UnsupportedValue"
-INVALID_KIND = "InvalidKind"
 
 # Filter types (HTTPRouteFilterType, GRPCRouteFilterType).
 REQUEST_HEADER_MODIFIER = "RequestHeaderModifier"
@@ -81,7 +84,11 @@ class SpecReader(FieldReader):
 
     @property
     def rejected(self) -> bool:
-        return any(p.condition == ACCEPTED for p in self.problems)
+        return self.rejected_since(0)
+
+    def rejected_since(self, before: int) -> bool:
+        """Whether a problem reported after the first `before` ones rejects the route."""
+        return any(p.condition == ACCEPTED for p in self.problems[before:])
 
     def field_error(self, where: str, message: str) -> None:
         self.problems.append(RouteProblem(ACCEPTED, UNSUPPORTED_VALUE, f"{where}: {message}"))

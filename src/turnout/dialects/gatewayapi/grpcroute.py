@@ -131,7 +131,7 @@ def _compile_rule(
     matches = _matches(r, rule, where)
     filters = read_filters(r, rule, where, allowed=GRPC_FILTERS)
     refs = r.list_items(rule, "backendRefs", where, MAX_BACKEND_REFS)
-    if any(p.condition == "Accepted" for p in r.problems[before:]):
+    if r.rejected_since(before):
         return []
     action, _ = compile_backends(
         r,

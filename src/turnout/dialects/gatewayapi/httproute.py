@@ -238,7 +238,7 @@ def _compile_rule(
     timeouts = _timeouts(r, rule, where)
     refs = r.list_items(rule, "backendRefs", where, MAX_BACKEND_REFS)
     _check_combinations(r, filters, matches, refs, where)
-    if _rejected_since(r, before):
+    if r.rejected_since(before):
         return []
     action: RouteAction | None = None
     websockets = False
@@ -269,10 +269,6 @@ def _compile_rule(
             )
             out.append(RankedRoute(Route(match, variant_action, source, variant_policies), key))
     return out
-
-
-def _rejected_since(r: SpecReader, before: int) -> bool:
-    return any(p.condition == "Accepted" for p in r.problems[before:])
 
 
 def _matches(r: SpecReader, rule: Mapping[str, Any], where: str) -> list[_Match]:

@@ -21,8 +21,6 @@ TCP_ROUTE = "TCPRoute"
 REFERENCE_GRANT = "ReferenceGrant"
 BACKEND_TLS_POLICY = "BackendTLSPolicy"
 
-ROUTE_KINDS = (HTTP_ROUTE, GRPC_ROUTE, TLS_ROUTE, TCP_ROUTE)
-
 
 def gateway_listener_name(port: int) -> str:
     """The graph (and Envoy) listener serving every Gateway listener on `port`."""

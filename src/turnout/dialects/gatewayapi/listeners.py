@@ -14,7 +14,7 @@ there is not accepted (PortUnavailable), and nothing of a Gateway ever lands on 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -569,11 +569,3 @@ def mark_overlapping_tls(listeners: Sequence[GatewayListener]) -> list[GatewayLi
                 f"{listener.hostname or '(none)'} overlaps the TLS listener(s) {names}",
             )
     return out
-
-
-def ports_of(listeners: Iterable[GatewayListener]) -> dict[int, list[GatewayListener]]:
-    by_port: dict[int, list[GatewayListener]] = {}
-    for listener in listeners:
-        if listener.ready:
-            by_port.setdefault(listener.port, []).append(listener)
-    return by_port

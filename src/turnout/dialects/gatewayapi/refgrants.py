@@ -19,13 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from turnout.dialects.gatewayapi.kinds import GROUP, REFERENCE_GRANT
 from turnout.store import Snapshot
 
 if TYPE_CHECKING:
     from turnout.dialects.gatewayapi.backend_tls import BackendTLSPolicies
-
-GATEWAY_GROUP = "gateway.networking.k8s.io"
-REFERENCE_GRANT = "ReferenceGrant"
 
 
 def core_group(group: str) -> str:
@@ -119,7 +117,7 @@ class ReferenceGrants:
 
         # Both served versions (v1beta1, v1) share the group and kind, hence one store bucket.
         by_namespace: dict[str, list[_Grant]] = {}
-        for obj in snapshot.kind(GATEWAY_GROUP, REFERENCE_GRANT):
+        for obj in snapshot.kind(GROUP, REFERENCE_GRANT):
             grant = _read_grant(obj.namespace, obj.spec)
             if grant is not None:
                 by_namespace.setdefault(obj.namespace, []).append(grant)

@@ -22,12 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from turnout.dialects.base import CompileContext
-from turnout.dialects.gatewayapi.backend_refs import (
-    TLS_TERMINATE,
-    UNSUPPORTED_VALUE,
-    resolve_backend_ref,
-)
-from turnout.dialects.gatewayapi.conditions import ACCEPTED, RouteProblem
+from turnout.dialects.gatewayapi.backend_refs import TLS_TERMINATE, resolve_backend_ref
+from turnout.dialects.gatewayapi.conditions import ACCEPTED, UNSUPPORTED_VALUE, RouteProblem
+from turnout.dialects.gatewayapi.kinds import mapping
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
 from turnout.graph.model import INVALID_BACKEND, WeightedCluster
 from turnout.objects import KubeObject
@@ -70,7 +67,7 @@ def _rejected(problems: list[RouteProblem]) -> CompiledStream:
 def _compile(
     route: KubeObject, ctx: CompileContext, grants: ReferenceGrants, *, app: str
 ) -> CompiledStream:
-    spec = route.spec if isinstance(route.spec, Mapping) else {}
+    spec = mapping(route.spec)
     rules = spec.get("rules")
     if not isinstance(rules, Sequence) or isinstance(rules, str) or not rules:
         return _rejected([_unsupported("spec.rules: exactly one rule is required")])

@@ -27,10 +27,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from turnout.dialects.fields import MAX_UINT32
-from turnout.dialects.httpproxy.upstream import Reader
+from turnout.dialects.fields import MAX_DURATION_SECONDS, MAX_UINT32
+from turnout.dialects.httpproxy.status_names import IGNORED_FIELD, ROUTE_ERROR, SPEC_ERROR
+from turnout.dialects.httpproxy.upstream import Reader, WarningReader
 from turnout.graph.model import HTTPHealthCheck, UpstreamSettings
 
 ROUTE_FIELDS = frozenset({"healthCheckPolicy"})
@@ -48,10 +49,7 @@ _POLICY_FIELDS = frozenset(
 )
 _STATUS_FIELDS = frozenset({"start", "end"})
 
-ROUTE_ERROR = "RouteError"
-SPEC_ERROR = "SpecError"
 HEALTH_CHECK_POLICY_INVALID = "HealthCheckPolicyInvalid"
-IGNORED_FIELD = "IgnoredField"
 
 # Contour's defaults for a health check number left at 0 (`internal/envoy/healthcheck.go`).
 DEFAULT_HOST = "contour-envoy-healthcheck"
@@ -59,15 +57,6 @@ DEFAULT_INTERVAL_S = 10
 DEFAULT_TIMEOUT_S = 2
 DEFAULT_UNHEALTHY = 3
 DEFAULT_HEALTHY = 2
-
-# Envoy's bounds: thresholds are uint32 (`MAX_UINT32`), durations at most 10000 years.
-MAX_DURATION_SECONDS = 315_576_000_000
-
-
-class WarningReader(Reader, Protocol):
-    """`spec._Reader`: warnings go straight into its list of problems."""
-
-    problems: list[Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,7 @@ from turnout.dialects.httpproxy.spec import (
     parse_proxy,
 )
 from turnout.dialects.httpproxy.status import ORPHANED_MESSAGE, ProxyStatusAccessor
+from turnout.dialects.httpproxy.status_names import IGNORED_FIELD
 from turnout.dialects.httpproxy.tcpproxy import (
     PASSTHROUGH,
     TCPPROXY_ERROR,
@@ -763,7 +764,7 @@ class _Compiler:
         if upstream.validation_ignored(svc.upstream, settings):
             st.add_warning(
                 SPEC_ERROR,
-                "IgnoredField",
+                IGNORED_FIELD,
                 f'ignoring field "{svc.field}.validation"; it only applies to the tls and h2 '
                 "protocols",
             )

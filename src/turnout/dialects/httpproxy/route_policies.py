@@ -32,6 +32,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from turnout.dialects.fields import MAX_UINT32
+from turnout.dialects.httpproxy.status_names import (
+    IGNORED_FIELD,
+    ROUTE_ERROR,
+    SERVICE_ERROR,
+    SPEC_ERROR,
+)
+from turnout.dialects.httpproxy.upstream import WarningReader as Reader
 from turnout.graph.model import (
     BackendPolicies,
     CookieRewrite,
@@ -52,11 +59,7 @@ from turnout.graph.model import (
 )
 
 # Contour's condition types and reasons used here.
-ROUTE_ERROR = "RouteError"
-SERVICE_ERROR = "ServiceError"
-SPEC_ERROR = "SpecError"
 PREFIX_REPLACE_ERROR = "PrefixReplaceError"
-IGNORED_FIELD = "IgnoredField"
 REQUEST_HEADERS_POLICY_INVALID = "RequestHeadersPolicyInvalid"
 ROUTE_RESPONSE_HEADERS_POLICY_INVALID = "ResponseHeaderPolicyInvalid"  # sic: Contour's route reason
 SERVICE_RESPONSE_HEADERS_POLICY_INVALID = "ResponseHeadersPolicyInvalid"
@@ -112,27 +115,6 @@ _COOKIE_NAME = re.compile(r"[^()<>@,;:\\\"/\[\]?={} \t\x7f\x00-\x1f]+")
 _COOKIE_PATH = re.compile(r"[^;\x7f\x00-\x1f]+")
 _COOKIE_DOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _COOKIE_MAX = 4096
-
-
-class Reader(Protocol):
-    """What `spec._Reader` offers the readers here (spec.py imports this module, so the type is
-    described rather than imported)."""
-
-    problems: list[Any]
-
-    def error(self, message: str, reason: str = ...) -> None: ...
-
-    def mapping(self, value: Any, path: str) -> dict[str, Any] | None: ...
-
-    def check_fields(self, m: Mapping[str, Any], path: str, known: frozenset[str]) -> None: ...
-
-    def string(self, m: Mapping[str, Any], key: str, path: str, required: bool = ...) -> str: ...
-
-    def boolean(self, m: Mapping[str, Any], key: str, path: str) -> bool: ...
-
-    def integer(self, m: Mapping[str, Any], key: str, path: str, required: bool = ...) -> int: ...
-
-    def items(self, m: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Any]]: ...
 
 
 class Status(Protocol):

@@ -42,6 +42,17 @@ from turnout.dialects.httpproxy.route_policies import (
 from turnout.dialects.httpproxy.route_policies import (
     read_route_policies as read_traffic_policies,
 )
+
+# Status strings, re-exported for the modules that read them here.
+from turnout.dialects.httpproxy.status_names import FIELD_NOT_SUPPORTED as FIELD_NOT_SUPPORTED
+from turnout.dialects.httpproxy.status_names import IGNORED_FIELD as IGNORED_FIELD
+from turnout.dialects.httpproxy.status_names import INCLUDE_ERROR as INCLUDE_ERROR
+from turnout.dialects.httpproxy.status_names import ROOT_NAMESPACE_ERROR as ROOT_NAMESPACE_ERROR
+from turnout.dialects.httpproxy.status_names import ROUTE_ERROR as ROUTE_ERROR
+from turnout.dialects.httpproxy.status_names import SERVICE_ERROR as SERVICE_ERROR
+from turnout.dialects.httpproxy.status_names import SPEC_ERROR as SPEC_ERROR
+from turnout.dialects.httpproxy.status_names import TLS_ERROR as TLS_ERROR
+from turnout.dialects.httpproxy.status_names import VIRTUAL_HOST_ERROR as VIRTUAL_HOST_ERROR
 from turnout.dialects.httpproxy.tcpproxy import TCPProxySpec, read_tcpproxy
 from turnout.dialects.httpproxy.tls_options import ClientValidationSpec, read_client_validation
 from turnout.dialects.httpproxy.upstream import (
@@ -68,20 +79,10 @@ API_VERSION = "projectcontour.io/v1"
 GROUP = "projectcontour.io"
 KIND = "HTTPProxy"
 
-# Status sub-condition types (Contour's `ConditionType...Error` constants).
-SPEC_ERROR = "SpecError"
-VIRTUAL_HOST_ERROR = "VirtualHostError"
-ROOT_NAMESPACE_ERROR = "RootNamespaceError"
-INCLUDE_ERROR = "IncludeError"
-ROUTE_ERROR = "RouteError"
-SERVICE_ERROR = "ServiceError"
-TLS_ERROR = "TLSError"
 ORPHANED = "Orphaned"
 
 # turnout's reasons for what the CRD schema would have rejected (Contour never sees such objects).
 FIELD_NOT_VALID = "FieldNotValid"
-FIELD_NOT_SUPPORTED = "FieldNotSupported"
-IGNORED_FIELD = "IgnoredField"  # Contour's own reason for ignored fields (a warning)
 
 # The seed 001 shorthands are turnout's: `cookie`, and `userAgent` or seed 001's `user-agent`.
 COOKIE_FIELD = "cookie"

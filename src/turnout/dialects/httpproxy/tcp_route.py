@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from turnout.dialects.httpproxy.status_names import IGNORED_FIELD
 from turnout.dialects.httpproxy.tcpproxy import (
     HASH_STRATEGIES,
     STRATEGIES,
@@ -158,7 +159,7 @@ def _strategy(compiler: _Compiler, root: ParsedProxy, route: RouteSpec) -> LoadB
     if name in HASH_STRATEGIES:
         compiler.status[root.key].add_warning(
             TCPPROXY_ERROR,
-            "IgnoredField",
+            IGNORED_FIELD,
             f'ignoring field "{route.field}.loadBalancerPolicy"; {name} load balancer policy is '
             "not supported for protocol tcp",
         )

@@ -23,7 +23,8 @@ Seed 001 proposed a `tcp` backend protocol in place of `tcpproxy`; Contour shipp
 turnout reads both: `tcp_route.py` turns a root's route to `protocol: tcp` services into the same
 TCP proxy. On a tcpproxy service, `protocol: tcp` is plain TCP to the upstream (the default).
 
-This module is imported by `spec.py`, so it imports nothing from the dialect at module level.
+This module is imported by `spec.py`, so it imports nothing from the dialect at module level
+but the import-free `status_names`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from turnout.dialects.httpproxy.status_names import IGNORED_FIELD, SERVICE_ERROR
 from turnout.graph.model import (
     LoadBalancerStrategy,
     TCPHealthCheck,
@@ -48,7 +50,6 @@ if TYPE_CHECKING:
 
 TCPPROXY_ERROR = "TCPProxyError"
 TCPPROXY_INCLUDE_ERROR = "TCPProxyIncludeError"
-SERVICE_ERROR = "ServiceError"
 
 TCPPROXY_FIELDS = frozenset(
     {"loadBalancerPolicy", "services", "include", "includes", "healthCheckPolicy"}
@@ -237,7 +238,7 @@ def _clusters(compiler: _Compiler, root: ParsedProxy) -> tuple[WeightedCluster, 
         if strategy in HASH_STRATEGIES:
             st.add_warning(
                 TCPPROXY_ERROR,
-                "IgnoredField",
+                IGNORED_FIELD,
                 f'ignoring field "Spec.TCPProxy.LoadBalancerPolicy"; {strategy} load balancer '
                 "policy is not supported for TCPProxies",
             )

@@ -17,7 +17,8 @@ certificate was found:
   reason for upstream validation CAs).
 Any of these errors leaves the whole root unserved, as a TLS error does.
 
-This module is imported by `spec.py`, so it imports nothing from the dialect at module level.
+This module is imported by `spec.py`, so it imports nothing from the dialect at module level
+but the import-free `status_names`.
 """
 
 from __future__ import annotations
@@ -25,15 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from turnout.dialects.httpproxy.status_names import IGNORED_FIELD, SPEC_ERROR, TLS_ERROR
 from turnout.graph.model import ClientValidation, TLSTermination
 from turnout.graph.services import Unresolved
 
 if TYPE_CHECKING:
     from turnout.dialects.base import CompileContext
     from turnout.dialects.httpproxy.status import ProxyStatusAccessor
-
-TLS_ERROR = "TLSError"
-SPEC_ERROR = "SpecError"
 
 CLIENT_VALIDATION_FIELDS = frozenset(
     {
@@ -195,7 +194,7 @@ def _client_validation(
     elif spec.crl_only_verify_leaf_cert:
         st.add_warning(
             SPEC_ERROR,
-            "IgnoredField",
+            IGNORED_FIELD,
             'ignoring field "spec.virtualhost.tls.clientValidation.crlOnlyVerifyLeafCert"; it '
             "has no effect without crlSecret",
         )

@@ -29,6 +29,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from turnout.dialects.fields import parse_go_duration as parse_go_duration
+from turnout.dialects.httpproxy.status_names import (
+    IGNORED_FIELD,
+    SERVICE_ERROR,
+    SPEC_ERROR,
+    TLS_ERROR,
+)
 from turnout.graph.ca_bundles import CABundleResolver
 from turnout.graph.model import (
     LoadBalancerStrategy,
@@ -42,11 +48,6 @@ from turnout.graph.model import (
 )
 from turnout.graph.services import ServicePort, Unresolved
 from turnout.objects import KubeObject
-
-# Status sub-condition types (the same strings as `spec.py`'s constants).
-SERVICE_ERROR = "ServiceError"
-TLS_ERROR = "TLSError"
-SPEC_ERROR = "SpecError"
 
 # `protocol` values: Contour's, then seed 001's names for the same protocols.
 PROTOCOLS: dict[str, UpstreamProtocol] = {
@@ -98,6 +99,12 @@ class Reader(Protocol):
     def integer(self, m: Mapping[str, Any], key: str, path: str, required: bool = False) -> int: ...
 
     def items(self, m: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Any]]: ...
+
+
+class WarningReader(Reader, Protocol):
+    """`spec._Reader`: warnings go straight into its list of problems."""
+
+    problems: list[Any]
 
 
 # --- the spec ----------------------------------------------------------------------------------
@@ -419,6 +426,6 @@ def failure_policy_warning(route: RouteUpstream) -> Problem | None:
         return None
     return (
         SPEC_ERROR,
-        "IgnoredField",
+        IGNORED_FIELD,
         f'ignoring the retries of "{failure.field}"; the route\'s retryPolicy applies',
     )

@@ -37,6 +37,14 @@ from turnout.dialects.httpproxy.route_policies import (
     header_name_problem,
     parse_go_duration,
 )
+from turnout.dialects.httpproxy.status_names import (
+    FIELD_NOT_SUPPORTED,
+    IGNORED_FIELD,
+    ROUTE_ERROR,
+    SPEC_ERROR,
+    VIRTUAL_HOST_ERROR,
+)
+from turnout.dialects.httpproxy.upstream import Reader
 from turnout.dialects.regex import regex_error
 from turnout.graph.model import (
     CorsPolicy,
@@ -57,12 +65,6 @@ ROUTE_FIELDS = frozenset({"rateLimitPolicy", "ipAllowPolicy", "ipDenyPolicy"})
 # Contour's condition types and the reasons used here.
 CORS_ERROR = "CORSError"
 IP_FILTER_ERROR = "IPFilterError"
-VIRTUAL_HOST_ERROR = "VirtualHostError"
-ROUTE_ERROR = "RouteError"
-SPEC_ERROR = "SpecError"
-# Mirrors of spec.py's constants (spec.py imports this module, so it cannot import spec.py).
-_FIELD_NOT_SUPPORTED = "FieldNotSupported"
-_IGNORED_FIELD = "IgnoredField"
 
 _CORS_FIELDS = frozenset(
     {
@@ -95,34 +97,6 @@ _MAX_RATE_LIMIT_HEADERS = 10
 _RATE_LIMIT_STATUSES = frozenset(
     {*range(400, 418), *range(421, 425), 426, 428, 429, 431, *range(500, 509), 510, 511}
 )
-
-
-# --- what the reader needs ----------------------------------------------------------------------
-
-
-class Reader(Protocol):
-    """The part of `spec._Reader` these policies use (typed here to avoid an import cycle)."""
-
-    def error(self, message: str, reason: str = ...) -> None: ...
-
-    def mapping(self, value: Any, path: str) -> dict[str, Any] | None: ...
-
-    def check_fields(
-        self,
-        m: Mapping[str, Any],
-        path: str,
-        known: frozenset[str],
-        ignored: frozenset[str] = ...,
-        refused: frozenset[str] = ...,
-    ) -> None: ...
-
-    def string(self, m: Mapping[str, Any], key: str, path: str, required: bool = ...) -> str: ...
-
-    def boolean(self, m: Mapping[str, Any], key: str, path: str) -> bool: ...
-
-    def integer(self, m: Mapping[str, Any], key: str, path: str, required: bool = ...) -> int: ...
-
-    def items(self, m: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Any]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +275,7 @@ def _global_disabled_only(r: Reader, value: Any, path: str) -> bool:
     r.error(
         f"{where} is not supported by turnout yet: global rate limiting needs a rate limit "
         "service; use rateLimitPolicy.local",
-        _FIELD_NOT_SUPPORTED,
+        FIELD_NOT_SUPPORTED,
     )
     return False
 
@@ -444,7 +418,7 @@ def _global_warning(spec: FilterPolicySpec) -> list[PolicyProblem]:
     return [
         PolicyProblem(
             SPEC_ERROR,
-            _IGNORED_FIELD,
+            IGNORED_FIELD,
             f'ignoring field "{spec.global_disabled_at}"; turnout has no global rate limit '
             "policy to disable",
             warning=True,

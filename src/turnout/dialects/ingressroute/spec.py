@@ -21,9 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnout.dialects.fields import MAX_UINT32, FieldReader, describe
+from turnout.dialects.fields import MAX_DURATION_SECONDS, MAX_UINT32, FieldReader, describe
 from turnout.dialects.httpproxy.route_policies import parse_go_duration
 from turnout.dialects.ingressroute.tcpproxy import (
+    SERVICES_AND_DELEGATE,
     TCPProxySpec,
     read_tcpproxy,
     tls_must_be_configured,
@@ -47,16 +48,12 @@ FQDN_NOT_SPECIFIED = "FQDNNotSpecified"
 FQDN_WILDCARD = "FQDNWildcard"
 FQDN_NOT_VALID = "FQDNNotValid"
 DUPLICATE_HOSTNAME = "DuplicateHostname"
-SERVICES_AND_DELEGATE = "ServicesAndDelegate"
 NO_ACTION = "NoAction"
 SERVICE_PORT_INVALID = "ServicePortInvalid"
 WEIGHT_INVALID = "WeightInvalid"
 UNKNOWN_STRATEGY = "UnknownStrategy"
 STRATEGY_REPLACED = "StrategyReplaced"
 TLS_VERSION_REPLACED = "TLSVersionReplaced"
-
-# Upper bound Envoy enforces on google.protobuf.Duration seconds (uint32s: `fields.MAX_UINT32`).
-MAX_DURATION_SECONDS = 315_576_000_000
 
 # A lower-case DNS name. Contour v1.0 only refused blank names and `*`; turnout also refuses
 # what is not a hostname at all (a port, a path, spaces), which Envoy would route oddly.

@@ -84,7 +84,7 @@ from turnout.dialects.routegroup.eskip import (
     string_arg,
 )
 from turnout.dialects.routegroup.predicates import CallProblem
-from turnout.dialects.routegroup.spec import CLASS_ANNOTATION, GROUP, KIND
+from turnout.dialects.routegroup.spec import routegroups_of_class
 from turnout.graph.model import (
     COMPRESSIBLE_TYPES,
     BackendPolicies,
@@ -858,17 +858,8 @@ def routegroup_issuers(snapshot: Snapshot, routegroup_class: str | None = None) 
     them; None: all) name in `jwtValidation` filters, sorted: what the control plane's OpenID
     discovery must look up before the compile can use them. Reads the filter strings only (a
     filter that does not parse names nothing)."""
-    pattern: re.Pattern[str] | None = None
-    if routegroup_class is not None:
-        try:
-            pattern = re.compile(routegroup_class)
-        except re.error:
-            pattern = re.compile(re.escape(routegroup_class))
     found: set[str] = set()
-    for obj in snapshot.kind(GROUP, KIND):
-        cls = obj.annotations.get(CLASS_ANNOTATION)
-        if pattern is not None and cls and not pattern.search(str(cls)):
-            continue
+    for obj in routegroups_of_class(snapshot, routegroup_class):
         spec = obj.spec
         routes = spec.get("routes") if isinstance(spec, Mapping) else None
         if not isinstance(routes, Sequence) or isinstance(routes, str):

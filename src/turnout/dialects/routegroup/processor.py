@@ -60,7 +60,6 @@ from turnout.dialects.routegroup.priority import (
 )
 from turnout.dialects.routegroup.spec import (
     ACCEPTED,
-    CLASS_ANNOTATION,
     GROUP,
     KIND,
     RESOLVED_REFS,
@@ -72,6 +71,7 @@ from turnout.dialects.routegroup.spec import (
     RouteSpec,
     go_quote,
     parse_routegroup,
+    routegroups_of_class,
 )
 from turnout.dialects.routegroup.status import RouteGroupStatus
 from turnout.graph.model import (
@@ -126,25 +126,19 @@ def _not_valid(message: str) -> bool:
     )
 
 
+def _field_of(calls: Sequence[tuple[Call, str]], index: int, default: str) -> str:
+    """The field path of the call a problem names, or the route's own where it names none."""
+    return calls[index][1] if 0 <= index < len(calls) else default
+
+
 # --- selection and claims ----------------------------------------------------------------------
-
-
-def _class_pattern(value: str) -> re.Pattern[str]:
-    try:
-        return re.compile(value)
-    except re.error:
-        return re.compile(re.escape(value))
 
 
 def select_routegroups(snapshot: Snapshot, options: CompileOptions) -> list[ParsedRouteGroup]:
     """The RouteGroups of turnout's class, read and validated, sorted by namespace/name (the
     order Skipper's data client gives routes of equal priority)."""
-    pattern = _class_pattern(options.routegroup_class)
     out: list[ParsedRouteGroup] = []
-    for obj in snapshot.kind(GROUP, KIND):
-        cls = obj.annotations.get(CLASS_ANNOTATION)
-        if cls and not pattern.search(str(cls)):
-            continue
+    for obj in routegroups_of_class(snapshot, options.routegroup_class):
         parsed = parse_routegroup(obj)
         _check_eskip(parsed)
         out.append(parsed)
@@ -285,31 +279,31 @@ class _Compiler:
                 filter_calls.append((call, f"{route.field}.filters[{j}]"))
 
         refs = route.backends or rg.spec.default_backends
-        kinds = [b.type for b in (rg.spec.backend(ref.name) for ref in refs) if b is not None]
+        backends = [b for b in (rg.spec.backend(ref.name) for ref in refs) if b is not None]
         filters = translate_filters(
             [c for c, _ in filter_calls],
             mirror_cluster=lambda url: self._mirror(rg, url),
-            shunt=kinds == [BackendType.SHUNT],
+            shunt=[b.type for b in backends] == [BackendType.SHUNT],
             discovery=self.ctx.options.discovery,
         )
         refused = False
         for u in filters.unavailable:
             # Never unauthenticated: the route answers 503 until its issuer's keys are known.
-            where = filter_calls[u.index][1] if 0 <= u.index < len(filter_calls) else route.field
+            where = _field_of(filter_calls, u.index, route.field)
             st.error(
                 RESOLVED_REFS,
                 u.reason,
                 f"{where}: {u.message}; the route answers 503",
             )
-        for p in (*filters.problems, *_uninstallable(rg, route, filter_calls, filters)):
-            where = filter_calls[p.index][1] if 0 <= p.index < len(filter_calls) else route.field
+        for p in (*filters.problems, *_uninstallable(rg, backends, filter_calls, filters)):
+            where = _field_of(filter_calls, p.index, route.field)
             st.error(
                 ACCEPTED,
                 "FilterNotValid" if _not_valid(p.message) else "FilterNotSupported",
                 f"{where}: {p.message}; the route answers {REFUSED_STATUS}",
             )
             refused = True
-        shared = self._shared_loop_host(rg, refs)
+        shared = self._shared_loop_host(rg, backends)
         if shared is not None:
             st.error(ACCEPTED, "BackendNotSupported", f"{route.field}: {shared}")
             refused = True
@@ -327,7 +321,7 @@ class _Compiler:
             if match.problems:
                 if k == 0:
                     for p in match.problems:
-                        where = calls[p.index][1] if 0 <= p.index < len(calls) else route.field
+                        where = _field_of(calls, p.index, route.field)
                         st.error(
                             ACCEPTED,
                             (
@@ -390,18 +384,13 @@ class _Compiler:
                         )
         return out
 
-    def _shared_loop_host(self, rg: ParsedRouteGroup, refs: Sequence[BackendRef]) -> str | None:
+    def _shared_loop_host(
+        self, rg: ParsedRouteGroup, backends: Sequence[BackendSpec]
+    ) -> str | None:
         """Why a loopback route may not re-enter its hosts: one of them is shared with a
         RouteGroup of another namespace (Skipper merges them), whose routes the looped request
         would reach as a request from Envoy itself, past their ClientIP and Source allow-lists."""
-        loop = next(
-            (
-                b
-                for b in (rg.spec.backend(ref.name) for ref in refs)
-                if b is not None and b.type is BackendType.LOOPBACK
-            ),
-            None,
-        )
+        loop = next((b for b in backends if b.type is BackendType.LOOPBACK), None)
         if loop is None:
             return None
         for host in _hosts(rg):
@@ -680,14 +669,12 @@ _SLOW_START_STRATEGIES = (
 
 def _uninstallable(
     rg: ParsedRouteGroup,
-    route: RouteSpec,
+    backends: Sequence[BackendSpec],
     filter_calls: Sequence[tuple[Call, str]],
     filters: FilterTranslation,
 ) -> list[CallProblem]:
     """Filters translated on their own that the route's backends or action leave with nothing
     to act on in Envoy: refused rather than silently dropped."""
-    refs = route.backends or rg.spec.default_backends
-    backends = [b for b in (rg.spec.backend(ref.name) for ref in refs) if b is not None]
     answers: str | None = None
     if backends and all(b.type is BackendType.SHUNT for b in backends):
         answers = "its backend is <shunt>"

@@ -25,6 +25,7 @@ from turnout.dialects.condition_status import RESOLVED_REFS as RESOLVED_REFS
 from turnout.dialects.condition_status import Problem as Problem
 from turnout.dialects.fields import FieldReader, describe
 from turnout.objects import KubeObject
+from turnout.store import Snapshot
 
 API_VERSION = "zalando.org/v1"
 KIND = "RouteGroup"
@@ -47,6 +48,23 @@ HOST_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]
 MAX_HOST_LENGTH = 255
 
 
+def routegroups_of_class(snapshot: Snapshot, routegroup_class: str | None) -> list[KubeObject]:
+    """The snapshot's RouteGroups that a `routegroup_class` pattern selects (None: all). A
+    RouteGroup without the class annotation is always selected, as in Skipper; a pattern that is
+    not a valid regular expression matches itself literally."""
+    if routegroup_class is None:
+        return list(snapshot.kind(GROUP, KIND))
+    try:
+        pattern = re.compile(routegroup_class)
+    except re.error:
+        pattern = re.compile(re.escape(routegroup_class))
+    return [
+        obj
+        for obj in snapshot.kind(GROUP, KIND)
+        if not (cls := obj.annotations.get(CLASS_ANNOTATION)) or pattern.search(str(cls))
+    ]
+
+
 class BackendType(enum.Enum):
     SERVICE = "service"
     SHUNT = "shunt"
@@ -56,10 +74,6 @@ class BackendType(enum.Enum):
     NETWORK = "network"
     # Documented by Skipper, accepted by its code, missing from the CRD's enum.
     FORWARD = "forward"
-
-
-# What the CRD's `type` enum accepts; "" and "forward" are what Skipper's code accepts besides.
-CRD_TYPES = ("service", "shunt", "loopback", "dynamic", "lb", "network")
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 from turnout.dialects.condition_status import ConditionStatus
 
-ACCEPTED_MESSAGE = "RouteGroup is served"
-
 
 class RouteGroupStatus(ConditionStatus):
     LOAD_BALANCER_KEY = "routegroup"  # status.loadBalancer.routegroup[]
-    ACCEPTED_MESSAGE = ACCEPTED_MESSAGE
+    ACCEPTED_MESSAGE = "RouteGroup is served"

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
-from envoy.config.core.v3 import base_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2
 
-from turnout.envoy.translate.common import ads_config_source, pack
-from turnout.envoy.translate.secrets import TLS_TRANSPORT_SOCKET, downstream_tls_context
+from turnout.envoy.translate.common import ads_config_source
+from turnout.envoy.translate.secrets import downstream_tls_context
 from turnout.graph.model import (
     CABundle,
     ClientValidation,
@@ -47,7 +46,7 @@ def validation_secret_name(cv: ClientValidation) -> str:
     return f"{VALIDATION_SECRET_PREFIX}/{source}/{digest}"
 
 
-def _bundles_present(cv: ClientValidation, bundles: Mapping[str, CABundle]) -> bool:
+def _bundles_present(cv: ClientValidation, bundles: Container[str]) -> bool:
     return all(n is None or n in bundles for n in (cv.ca_bundle, cv.crl_bundle))
 
 
@@ -84,10 +83,6 @@ def downstream_context(tls: TLSTermination, *, alpn: bool = True) -> Any:
     return ctx
 
 
-def transport_socket(context: Any) -> Any:
-    return base_pb2.TransportSocket(name=TLS_TRANSPORT_SOCKET, typed_config=pack(context))
-
-
 def client_validation_secrets(
     listeners: Iterable[Listener], bundles: Mapping[str, CABundle]
 ) -> list[Any]:
@@ -115,7 +110,7 @@ def without_unvalidatable(graph: RoutingGraph) -> RoutingGraph:
 
     def ok(tls: TLSTermination | None) -> bool:
         cv = tls.client_validation if tls is not None else None
-        return cv is None or all(n is None or n in bundles for n in (cv.ca_bundle, cv.crl_bundle))
+        return cv is None or _bundles_present(cv, bundles)
 
     if all(ok(vh.tls) for lst in graph.listeners for vh in lst.virtual_hosts) and all(
         ok(p.tls) for lst in graph.listeners for p in lst.tcp_proxies

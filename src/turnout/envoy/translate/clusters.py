@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from envoy.config.cluster.v3 import cluster_pb2, outlier_detection_pb2
-from envoy.config.core.v3 import base_pb2, health_check_pb2
+from envoy.config.core.v3 import health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.extensions.clusters.common.dns.v3 import dns_pb2
 from envoy.extensions.clusters.dns.v3 import dns_cluster_pb2
@@ -61,6 +61,7 @@ from turnout.envoy.translate.common import ads_config_source, duration, pack
 from turnout.envoy.translate.http_filters import jwks_cluster_name
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.route_policies import apply_idle_connection_timeout
+from turnout.envoy.translate.secrets import transport_socket
 from turnout.envoy.translate.tcp import add_tcp_health_check
 from turnout.graph.model import (
     CABundle,
@@ -73,7 +74,6 @@ from turnout.graph.model import (
 )
 
 HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
-TLS_TRANSPORT_SOCKET = "envoy.transport_sockets.tls"
 DNS_CLUSTER = "envoy.cluster.dns"
 
 _HTTP2_PROTOCOLS = frozenset({UpstreamProtocol.H2C, UpstreamProtocol.H2})
@@ -256,7 +256,7 @@ def upstream_tls_transport_socket(
     system_ca_file: str = DEFAULT_SYSTEM_CA_FILE,
 ) -> Any:
     context = upstream_tls_context(cluster, ca_bundles, system_ca_file=system_ca_file)
-    return base_pb2.TransportSocket(name=TLS_TRANSPORT_SOCKET, typed_config=pack(context))
+    return transport_socket(context)
 
 
 def translate_outlier_detection(od: OutlierDetection) -> Any:
@@ -381,7 +381,5 @@ def jwks_cluster(tls: bool, host: str, port: int, options: TranslateOptions) -> 
             ctx.sni = host
             san_type = common_pb2.SubjectAltNameMatcher.DNS
         vc.match_typed_subject_alt_names.add(san_type=san_type).matcher.exact = host
-        out.transport_socket.CopyFrom(
-            base_pb2.TransportSocket(name=TLS_TRANSPORT_SOCKET, typed_config=pack(ctx))
-        )
+        out.transport_socket.CopyFrom(transport_socket(ctx))
     return out

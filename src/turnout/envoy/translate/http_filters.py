@@ -76,9 +76,6 @@ LOCAL_RATELIMIT_FILTER = "envoy.filters.http.local_ratelimit"
 COMPRESSOR_FILTER = "envoy.filters.http.compressor"
 JWT_AUTHN_FILTER = "envoy.filters.http.jwt_authn"
 
-# The order the filters run in; the router comes after them.
-POLICY_FILTERS = (CORS_FILTER, RBAC_FILTER, LOCAL_RATELIMIT_FILTER, COMPRESSOR_FILTER)
-
 # How `CorsPolicy.allow_origins` marks a regex (anything else is an exact origin, or "*").
 REGEX_ORIGIN_PREFIX = "regex:"
 

@@ -55,7 +55,6 @@ def downstream_tls_context(tls: TLSTermination) -> Any:
     return ctx
 
 
-def tls_transport_socket(tls: TLSTermination) -> Any:
-    return base_pb2.TransportSocket(
-        name=TLS_TRANSPORT_SOCKET, typed_config=pack(downstream_tls_context(tls))
-    )
+def transport_socket(context: Any) -> Any:
+    """The TLS transport socket carrying `context` (a Downstream- or UpstreamTlsContext)."""
+    return base_pb2.TransportSocket(name=TLS_TRANSPORT_SOCKET, typed_config=pack(context))

@@ -23,9 +23,10 @@ from envoy.config.listener.v3 import listener_components_pb2
 from envoy.extensions.access_loggers.stream.v3 import stream_pb2
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 
-from turnout.envoy.translate.client_validation import downstream_context, transport_socket
+from turnout.envoy.translate.client_validation import downstream_context
 from turnout.envoy.translate.common import duration, pack
 from turnout.envoy.translate.options import TranslateOptions
+from turnout.envoy.translate.secrets import transport_socket
 from turnout.graph.model import TCPHealthCheck, TCPProxy
 
 TCP_PROXY_FILTER = "envoy.filters.network.tcp_proxy"
