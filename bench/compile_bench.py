@@ -16,8 +16,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+from turnout.app import compile_snapshot
 from turnout.envoy.translate import translate
-from turnout.graph.build import compile_snapshot
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
 

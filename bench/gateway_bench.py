@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from turnout.app import compile_snapshot
 from turnout.envoy.translate import translate
-from turnout.graph.build import compile_snapshot
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
 

@@ -21,22 +21,22 @@ from typing import Any
 
 import yaml
 
-from turnout.config import DEFAULT_SYSTEM_CA_FILE, ServeConfig
-from turnout.dialects.base import (
+from turnout import app
+from turnout.compile_inputs import (
     DEFAULT_GATEWAY_CONTROLLER_NAME,
+    DEFAULT_SYSTEM_CA_FILE,
     HTTP_LISTENER,
     HTTPS_LISTENER,
     CompileOptions,
+    ListenerProtocol,
 )
-from turnout.dialects.gatewayapi import gateway_listener_name
-from turnout.dialects.gatewayapi.status import object_json
-from turnout.dialects.routegroup.filters import routegroup_issuers
-from turnout.graph.build import CompileResult, compile_snapshot
+from turnout.config import ServeConfig
+from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, evaluate, make_request
-from turnout.graph.model import DirectResponse, Forward, ListenerProtocol, Redirect
+from turnout.graph.model import DirectResponse, Forward, Redirect
 from turnout.objects import thaw
 from turnout.sources.files import FileSource
-from turnout.status.model import ObjectStatus
+from turnout.status.model import ObjectStatus, PrebuiltShape
 from turnout.store import Store
 
 EXIT_OK = 0
@@ -47,6 +47,8 @@ EXIT_UNREADABLE = 2
 DISCOVER_TIMEOUT_S = 30.0
 
 log = logging.getLogger("turnout")
+
+DIALECTS = app.default_dialects()
 
 
 def _namespaces(value: str) -> tuple[str, ...]:
@@ -141,6 +143,17 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_listen_flags(p: argparse.ArgumentParser) -> None:
+    """The address and ports of `serve`. `check` and `explain` take them too: a Gateway listener
+    on a port turnout or its Envoy uses is refused the same way by all three."""
+    p.add_argument("--address", default="127.0.0.1", help="address Envoy and turnout bind")
+    p.add_argument("--http-port", type=int, default=8080)
+    p.add_argument("--https-port", type=int, default=8443)
+    p.add_argument("--admin-port", type=int, default=8001, help="turnout's admin server")
+    p.add_argument("--xds-port", type=int, default=18000)
+    p.add_argument("--envoy-admin-port", type=int, default=9901)
+
+
 def _discover_seconds(value: str) -> float:
     try:
         seconds = float(value)
@@ -169,8 +182,23 @@ def _add_discover_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _compile_options(args: argparse.Namespace) -> CompileOptions:
-    return CompileOptions(
+def serve_config(args: argparse.Namespace) -> ServeConfig:
+    """The settings the flags of `serve`, `check` or `explain` give (one builder for all three;
+    the flags only `serve` has keep their defaults for the others)."""
+    defaults = ServeConfig(paths=())
+    return ServeConfig(
+        paths=tuple(args.paths),
+        address=args.address,
+        http_port=args.http_port,
+        https_port=args.https_port,
+        admin_port=args.admin_port,
+        xds_port=args.xds_port,
+        envoy_admin_port=args.envoy_admin_port,
+        log_level=getattr(args, "log_level", defaults.log_level),
+        envoy_log_level=getattr(args, "envoy_log_level", defaults.envoy_log_level),
+        run_envoy=not getattr(args, "no_envoy", not defaults.run_envoy),
+        watch=not getattr(args, "no_watch", not defaults.watch),
+        demo_backends=not getattr(args, "no_demo_backends", not defaults.demo_backends),
         root_namespaces=args.root_namespaces,
         disable_permit_insecure=args.disable_permit_insecure,
         ingress_class_name=args.ingress_class_name,
@@ -178,6 +206,9 @@ def _compile_options(args: argparse.Namespace) -> CompileOptions:
         fallback_certificate=args.fallback_certificate,
         enable_external_name_service=args.enable_external_name_service,
         gateway_controller_name=args.gateway_controller_name,
+        num_trusted_hops=args.num_trusted_hops,
+        system_ca_file=args.system_ca_file,
+        node_id=getattr(args, "node_id", defaults.node_id),
     )
 
 
@@ -190,12 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="compile routing files and program Envoy over xDS")
     _add_compile_flags(serve)
-    serve.add_argument("--address", default="127.0.0.1", help="address Envoy and turnout bind")
-    serve.add_argument("--http-port", type=int, default=8080)
-    serve.add_argument("--https-port", type=int, default=8443)
-    serve.add_argument("--admin-port", type=int, default=8001, help="turnout's admin server")
-    serve.add_argument("--xds-port", type=int, default=18000)
-    serve.add_argument("--envoy-admin-port", type=int, default=9901)
+    _add_listen_flags(serve)
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
         "--envoy-log-level",
@@ -218,11 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="validate files and print every object's status")
     _add_compile_flags(check)
+    _add_listen_flags(check)
     _add_discover_flags(check)
     check.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
 
     explain = sub.add_parser("explain", help="show which route serves a request, and why")
     _add_compile_flags(explain)
+    _add_listen_flags(explain)
     _add_discover_flags(explain)
     explain.add_argument("--host", required=True)
     explain.add_argument("--path", default="/")
@@ -287,11 +315,11 @@ def _load(
     if discover_timeout_s is not None:
         from turnout.sources.oidc import discover_once
 
-        issuers = routegroup_issuers(snapshot, options.routegroup_class)
+        issuers = DIALECTS.external_inputs(snapshot, options).oidc_issuers
         if issuers:
-            answers = asyncio.run(discover_once(issuers, discover_timeout_s))
+            answers = asyncio.run(discover_once(tuple(sorted(issuers)), discover_timeout_s))
             options = dataclasses.replace(options, issuer_discovery=answers)
-    return compile_snapshot(snapshot, options), ""
+    return app.compile_snapshot(snapshot, options, DIALECTS), ""
 
 
 def _discover_timeout(args: argparse.Namespace) -> float | None:
@@ -322,7 +350,7 @@ def with_discover_hint(status: ObjectStatus, command: str) -> ObjectStatus:
                 summary = summary.replace(message, message + hint, 1)
     if hint not in summary:
         summary += hint
-    return dataclasses.replace(status, summary=summary, body=body)
+    return dataclasses.replace(status, summary=summary, shape=PrebuiltShape(body))
 
 
 def _dump(data: Any, fmt: str) -> str:
@@ -332,7 +360,9 @@ def _dump(data: Any, fmt: str) -> str:
 
 
 def _status_lines(status: ObjectStatus) -> list[str]:
-    meta = object_json(status)["metadata"]  # cluster-scoped kinds are shown without a namespace
+    meta = DIALECTS.status_json(status)[
+        "metadata"
+    ]  # cluster-scoped kinds are shown without a namespace
     where = f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"]
     lines = [f"{status.ref.kind} {where}: {status.state.value}: {status.summary}"]
     for cond in status.body.get("conditions") or ():
@@ -346,7 +376,9 @@ def _status_lines(status: ObjectStatus) -> list[str]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    result, error = _load(args.paths, _compile_options(args), _discover_timeout(args))
+    result, error = _load(
+        args.paths, app.compile_options(serve_config(args)), _discover_timeout(args)
+    )
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
@@ -361,7 +393,7 @@ def _check(args: argparse.Namespace) -> int:
             print(f"{problem}", file=sys.stderr)
     else:
         doc = {
-            "objects": [thaw(object_json(s)) for s in statuses],
+            "objects": [thaw(DIALECTS.status_json(s)) for s in statuses],
             "problems": [p.to_json() for p in result.problems],
         }
         print(_dump(doc, args.output), end="" if args.output == "yaml" else "\n")
@@ -434,7 +466,9 @@ def _explain(args: argparse.Namespace) -> int:
     if isinstance(headers, str):
         print(f"turnout: {headers}", file=sys.stderr)
         return EXIT_UNREADABLE
-    result, error = _load(args.paths, _compile_options(args), _discover_timeout(args))
+    result, error = _load(
+        args.paths, app.compile_options(serve_config(args)), _discover_timeout(args)
+    )
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
@@ -450,7 +484,8 @@ def _explain(args: argparse.Namespace) -> int:
                 )
     listener = HTTPS_LISTENER if args.https else HTTP_LISTENER
     if args.gateway_port is not None:
-        listener = gateway_listener_name(args.gateway_port)
+        on_port = [lst.name for lst in result.graph.listeners if lst.port == args.gateway_port]
+        listener = on_port[0] if on_port else f"gateway_{args.gateway_port}"
     request = make_request(args.host, args.path, args.method, headers, listener=listener)
     decision = evaluate(result.graph, request)
     if args.output != "text":
@@ -510,30 +545,7 @@ def _serve(args: argparse.Namespace) -> int:
     if missing:
         print(f"turnout: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return EXIT_UNREADABLE
-    config = ServeConfig(
-        paths=tuple(args.paths),
-        address=args.address,
-        http_port=args.http_port,
-        https_port=args.https_port,
-        admin_port=args.admin_port,
-        xds_port=args.xds_port,
-        envoy_admin_port=args.envoy_admin_port,
-        log_level=args.log_level,
-        envoy_log_level=args.envoy_log_level,
-        run_envoy=not args.no_envoy,
-        watch=not args.no_watch,
-        demo_backends=not args.no_demo_backends,
-        root_namespaces=args.root_namespaces,
-        disable_permit_insecure=args.disable_permit_insecure,
-        ingress_class_name=args.ingress_class_name,
-        routegroup_class=args.routegroup_class,
-        fallback_certificate=args.fallback_certificate,
-        enable_external_name_service=args.enable_external_name_service,
-        gateway_controller_name=args.gateway_controller_name,
-        num_trusted_hops=args.num_trusted_hops,
-        system_ca_file=args.system_ca_file,
-        node_id=args.node_id,
-    )
+    config = serve_config(args)
     busy = _busy_ports(config)
     if busy:
         for line in busy:
@@ -569,9 +581,8 @@ def _busy_ports(config: ServeConfig) -> list[str]:
 
 async def _run(config: ServeConfig) -> None:
     from turnout.admin.server import AdminServer
-    from turnout.controller import Controller
 
-    controller = Controller(config)
+    controller = app.build_controller(config)
     admin = AdminServer(controller)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from turnout.dialects.base import DEFAULT_GATEWAY_CONTROLLER_NAME, CompileOptions
-
-if TYPE_CHECKING:
-    from turnout.envoy.translate.options import TranslateOptions
-
-
-# Debian's and Ubuntu's system CA bundle.
-DEFAULT_SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
+from turnout.compile_inputs import (
+    DEFAULT_GATEWAY_CONTROLLER_NAME,
+    DEFAULT_SYSTEM_CA_FILE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,32 +43,3 @@ class ServeConfig:
     work_dir: Path | None = None
     debounce_ms: int = 100
     extra_envoy_args: tuple[str, ...] = field(default=())
-
-    @property
-    def compile_options(self) -> CompileOptions:
-        return CompileOptions(
-            address=self.address,
-            http_port=self.http_port,
-            https_port=self.https_port,
-            root_namespaces=self.root_namespaces,
-            disable_permit_insecure=self.disable_permit_insecure,
-            ingress_class_name=self.ingress_class_name,
-            routegroup_class=self.routegroup_class,
-            fallback_certificate=self.fallback_certificate,
-            enable_external_name_service=self.enable_external_name_service,
-            gateway_controller_name=self.gateway_controller_name,
-            reserved_ports=(
-                (self.admin_port, "--admin-port"),
-                (self.xds_port, "--xds-port"),
-                (self.envoy_admin_port, "--envoy-admin-port"),
-            ),
-        )
-
-    @property
-    def translate_options(self) -> TranslateOptions:
-        # Imported here: `check` and `explain` read this module but never load the Envoy protos.
-        from turnout.envoy.translate.options import TranslateOptions
-
-        return TranslateOptions(
-            num_trusted_hops=self.num_trusted_hops, system_ca_file=self.system_ca_file
-        )

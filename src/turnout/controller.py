@@ -16,17 +16,18 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from turnout.compile_inputs import CompileOptions, IssuerDiscovery
 from turnout.config import ServeConfig
-from turnout.dialects.base import IssuerDiscovery
-from turnout.dialects.gatewayapi.status import gateway_listener_names, programmed_statuses
-from turnout.dialects.routegroup.filters import routegroup_issuers
 from turnout.envoy.bootstrap import bootstrap_config, write_bootstrap
 from turnout.envoy.process import EnvoyProcess
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate import translate
+from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.xds import XdsServer
-from turnout.graph.build import CompileResult, compile_snapshot
+from turnout.graph.build import CompileResult, build_graph
+from turnout.graph.dialect import Dialects, EnvoyView
 from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
 from turnout.sources.files import FileSource
@@ -48,8 +49,19 @@ class Applied:
 
 
 class Controller:
-    def __init__(self, config: ServeConfig, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        config: ServeConfig,
+        *,
+        dialects: Dialects,
+        compile_options: CompileOptions,
+        translate_options: TranslateOptions,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.config = config
+        self.dialects = dialects
+        self.compile_options = compile_options
+        self.translate_options = translate_options
         self.metrics = metrics or Metrics()
         self.store = Store()
         self.files = FileSource(list(config.paths), self.store)
@@ -76,11 +88,11 @@ class Controller:
         self, snapshot: Snapshot, discovery: tuple[IssuerDiscovery, ...] = ()
     ) -> tuple[CompileResult, EnvoyResources]:
         """Pure and thread-safe: it reads only the immutable snapshot and discovery answers."""
-        options = self.config.compile_options
+        options = self.compile_options
         if discovery:
             options = dataclasses.replace(options, issuer_discovery=discovery)
-        result = compile_snapshot(snapshot, options)
-        return result, translate(result.graph, self.config.translate_options)
+        result = build_graph(snapshot, options, self.dialects.all)
+        return result, translate(result.graph, self.translate_options)
 
     async def recompile(self) -> Applied | None:
         """Compiles the current store and hands the result to the xDS server.
@@ -96,8 +108,8 @@ class Controller:
             started = time.perf_counter()
             snapshot = self.store.snapshot()
             try:
-                classes = self.config.compile_options.routegroup_class
-                self.oidc.track(routegroup_issuers(snapshot, classes))
+                inputs = self.dialects.external_inputs(snapshot, self.compile_options)
+                self.oidc.track(tuple(sorted(inputs.oidc_issuers)))
                 result, resources = await asyncio.to_thread(
                     self._compile, snapshot, self.oidc.results()
                 )
@@ -170,9 +182,11 @@ class Controller:
                 return "pending", state.message
             return ("programmed" if state.programmed else "rejected"), state.message
 
-        return programmed_statuses(
-            statuses, probe, snapshot.get_ref if snapshot is not None else None
-        )
+        objects = snapshot.get_ref if snapshot is not None else (lambda ref: None)
+        return self.dialects.settle(statuses, EnvoyView(probe, objects))
+
+    def status_json(self, status: ObjectStatus) -> dict[str, Any]:
+        return self.dialects.status_json(status)
 
     def problems(self) -> tuple[SourceProblem, ...]:
         return self.applied.result.problems if self.applied else ()
@@ -187,7 +201,7 @@ class Controller:
         # Readiness means everything turnout could program is programmed: Envoy refusing a
         # Gateway's port (busy, privileged) is reported on that Gateway's listener as
         # Programmed False and must not take every other tenant's readiness down with it.
-        return self.xds.readiness(gateway_listener_names(self.applied.result.graph))
+        return self.xds.readiness(self.dialects.reported_listeners(self.applied.result.graph))
 
     # -- lifecycle -----------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from turnout.app import build_controller
 from turnout.config import ServeConfig
 from turnout.controller import Controller
 from turnout.echo import EchoServer, start_echo
@@ -309,7 +310,7 @@ async def start_harness(tmp: Path) -> Harness:
         work_dir=tmp / "work",
         debounce_ms=50,
     )
-    controller = Controller(config)
+    controller = build_controller(config)
     await controller.start()
     return Harness(
         controller=controller, config_dir=config_dir, http_port=http_port, https_port=https_port

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from tests.unit.test_fixtures import CASES, _options
+from turnout.app import compile_snapshot
 from turnout.envoy.translate import translate
 from turnout.envoy.validate import envoy_binary, validate_resources
-from turnout.graph.build import compile_snapshot
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import (
     Cluster,

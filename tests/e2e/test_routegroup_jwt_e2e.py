@@ -23,10 +23,10 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from tests.e2e.harness import Harness
-from turnout.dialects.base import CompileOptions, IssuerDiscovery
+from turnout.app import compile_snapshot
+from turnout.compile_inputs import CompileOptions, IssuerDiscovery
 from turnout.envoy.translate import translate
 from turnout.envoy.validate import validate_resources
-from turnout.graph.build import compile_snapshot
 from turnout.sources.oidc import DiscoverySettings
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot

@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from turnout.compile_inputs import ListenerProtocol
 from turnout.graph.build import CompileResult
-from turnout.graph.model import ListenerProtocol, RoutingGraph, TLSTermination
+from turnout.graph.model import RoutingGraph, TLSTermination
 from turnout.graph.sni import SNIDecision, select_sni
 
 

@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 
 from tests.unit.fuzzing import mutator
 from tests.unit.test_fixtures import FIXTURES, _compile
-from turnout.dialects.base import CompileOptions
+from turnout.app import compile_snapshot
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.contour_route import ContourRouteDialect
 from turnout.dialects.contour_route.spec import HOST_PATTERN
 from turnout.envoy.translate import translate
-from turnout.graph.build import CompileResult, compile_snapshot
+from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import (
     Cluster,

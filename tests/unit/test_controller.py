@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from turnout.app import build_controller
 from turnout.config import ServeConfig
-from turnout.controller import Controller
 
 PROXY = """\
 apiVersion: v1
@@ -28,7 +28,7 @@ async def test_compile_failure_keeps_last_good_configuration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "a.yaml").write_text(PROXY)
-    controller = Controller(
+    controller = build_controller(
         ServeConfig(
             paths=(tmp_path,), run_envoy=False, watch=False, demo_backends=False, xds_port=0
         )
@@ -41,7 +41,7 @@ async def test_compile_failure_keeps_last_good_configuration(
         def broken(*args: object, **kwargs: object) -> object:
             raise RuntimeError("dialect bug")
 
-        monkeypatch.setattr("turnout.controller.compile_snapshot", broken)
+        monkeypatch.setattr("turnout.controller.build_graph", broken)
         (tmp_path / "a.yaml").write_text(PROXY.replace("ctl.example.com", "other.example.com"))
         assert await controller.reload() is good
         assert controller.xds.version == good.version

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from turnout.dialects.base import CompileContext, CompileOptions, DialectOutput, HostClaim
+from turnout.app import compile_snapshot
+from turnout.compile_inputs import CompileOptions
 from turnout.envoy.translate import translate
-from turnout.graph.build import compile_snapshot
+from turnout.graph.dialect import CompileContext, DialectOutput, HostClaim
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import (
     Cluster,

@@ -42,8 +42,9 @@ import pytest
 import yaml
 
 from tests.unit.fixture_sni import check_sni, tls_facts
-from turnout.dialects.base import CompileOptions
-from turnout.graph.build import CompileResult, compile_snapshot
+from turnout.app import compile_snapshot
+from turnout.compile_inputs import CompileOptions
+from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import Cluster, DirectResponse, Forward, Redirect
 from turnout.objects import DEFAULT_NAMESPACE

@@ -11,12 +11,13 @@ from envoy.config.route.v3 import route_components_pb2 as rc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnout.dialects.base import CompileContext, CompileOptions, Ownership
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.backend_refs import ResolvedBackendRef, resolve_backend_ref
 from turnout.dialects.gatewayapi.conditions import RouteProblem
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
 from turnout.envoy.translate import translate
 from turnout.envoy.translate.routes import translate_route
+from turnout.graph.dialect import CompileContext, Ownership
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import (
     INVALID_BACKEND,

@@ -12,11 +12,12 @@ import pytest
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2
 
 from tests.e2e.certs import CA
-from turnout.dialects.base import CompileContext, CompileOptions, Ownership
+from turnout.app import compile_snapshot
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.backend_refs import resolve_backend_ref
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
 from turnout.envoy.translate.clusters import upstream_tls_context
-from turnout.graph.build import compile_snapshot
+from turnout.graph.dialect import CompileContext, Ownership
 from turnout.graph.model import (
     INVALID_BACKEND,
     CABundle,

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from tests.unit.test_xds import AdsClient, FakeEnvoy, resource_names, until
 from tests.unit.test_xds import refs as xds_refs
 from tests.unit.test_xds import snapshot as xds_snapshot
-from turnout.admin.server import status_json
+from turnout.app import build_controller, compile_options, compile_snapshot, default_dialects
+from turnout.compile_inputs import CompileOptions, ListenerProtocol
 from turnout.config import ServeConfig
 from turnout.controller import Controller
-from turnout.dialects.base import CompileOptions
 from turnout.dialects.gatewayapi.hostnames import (
     ServedKinds,
     covers,
@@ -34,9 +34,7 @@ from turnout.dialects.gatewayapi.status import programmed_statuses
 from turnout.envoy.resources import LISTENER_TYPE, ROUTE_TYPE
 from turnout.envoy.translate import translate
 from turnout.envoy.xds import XdsServer
-from turnout.graph.build import compile_snapshot
 from turnout.graph.evaluate import evaluate, make_request
-from turnout.graph.model import ListenerProtocol
 from turnout.objects import KubeObject, freeze
 from turnout.sources.parse import parse_text
 from turnout.status.model import ObjectStatus
@@ -210,7 +208,7 @@ def test_ports_turnout_itself_listens_on_are_refused() -> None:
     assert "--admin-port" in accepted["message"]
     assert "gateway_9000" not in {lst.name for lst in result.graph.listeners}
     serve = ServeConfig(paths=(), admin_port=1, xds_port=2, envoy_admin_port=3)
-    assert dict(serve.compile_options.reserved_ports) == {
+    assert dict(compile_options(serve).reserved_ports) == {
         1: "--admin-port",
         2: "--xds-port",
         3: "--envoy-admin-port",
@@ -249,7 +247,7 @@ def test_bad_listener_values_never_raise() -> None:
 
 def _gateway_status(programmed_reason: str) -> ObjectStatus:
     from turnout.objects import ObjectRef
-    from turnout.status.model import State
+    from turnout.status.model import PrebuiltShape, State
 
     def cond(type_: str, status: str, reason: str) -> dict[str, Any]:
         return {"type": type_, "status": status, "reason": reason, "message": "m"}
@@ -259,16 +257,18 @@ def _gateway_status(programmed_reason: str) -> ObjectStatus:
         api_version="gateway.networking.k8s.io/v1",
         state=State.VALID,
         summary="",
-        body={
-            "conditions": [
-                cond("Accepted", "True", "Accepted"),
-                cond("Programmed", "False", programmed_reason),
-            ],
-            "listeners": [
-                {"name": "ok", "conditions": [cond("Programmed", "False", "Pending")]},
-                {"name": "bad", "conditions": [cond("Programmed", "False", "Invalid")]},
-            ],
-        },
+        shape=PrebuiltShape(
+            {
+                "conditions": [
+                    cond("Accepted", "True", "Accepted"),
+                    cond("Programmed", "False", programmed_reason),
+                ],
+                "listeners": [
+                    {"name": "ok", "conditions": [cond("Programmed", "False", "Pending")]},
+                    {"name": "bad", "conditions": [cond("Programmed", "False", "Invalid")]},
+                ],
+            }
+        ),
     )
 
 
@@ -296,7 +296,7 @@ def _programmed(controller: Controller) -> tuple[str, str]:
 async def _controller(tmp_path: Path, text: str = GATEWAY_FILE) -> Controller:
     """A started controller serving `text` as its one file, without Envoy (a FakeEnvoy connects)."""
     (tmp_path / "gw.yaml").write_text(text)
-    controller = Controller(
+    controller = build_controller(
         ServeConfig(
             paths=(tmp_path,), run_envoy=False, watch=False, demo_backends=False, xds_port=0
         )
@@ -754,7 +754,7 @@ def test_check_output_shows_gateway_class_without_namespace(
 
 def test_status_json_shows_gateway_class_without_namespace() -> None:
     result = _compile(GATEWAY_FILE)
-    objects = json.loads(status_json(result.statuses, ()))["objects"]
+    objects = [default_dialects().status_json(s) for s in result.statuses]
     (gateway_class,) = [o for o in objects if o["kind"] == "GatewayClass"]
     assert gateway_class["metadata"] == {"name": "turnout"}
     (gateway,) = [o for o in objects if o["kind"] == "Gateway"]

@@ -11,11 +11,12 @@ from envoy.config.route.v3 import route_components_pb2 as rc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from turnout.dialects.base import CompileContext, CompileOptions, Ownership
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.grpcroute import compile_grpcroute
 from turnout.dialects.gatewayapi.httproute import CompiledRoute, ListenerInfo, order_routes
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
 from turnout.envoy.translate.routes import translate_route
+from turnout.graph.dialect import CompileContext, Ownership
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import (
     INVALID_BACKEND,

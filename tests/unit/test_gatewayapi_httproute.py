@@ -13,7 +13,7 @@ from envoy.config.route.v3 import route_components_pb2 as rc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from turnout.dialects.base import CompileContext, CompileOptions, Ownership
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.filters import cors_origin
 from turnout.dialects.gatewayapi.httproute import (
     CompiledRoute,
@@ -23,6 +23,7 @@ from turnout.dialects.gatewayapi.httproute import (
 )
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
 from turnout.envoy.translate.routes import translate_route
+from turnout.graph.dialect import CompileContext, Ownership
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import (
     INVALID_BACKEND,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from turnout.dialects.base import CompileContext, CompileOptions, Ownership
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.grpcroute import compile_grpcroute
 from turnout.dialects.gatewayapi.httproute import (
     ListenerInfo,
@@ -18,6 +18,7 @@ from turnout.dialects.gatewayapi.httproute import (
     order_routes,
 )
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
+from turnout.graph.dialect import CompileContext, Ownership
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import (
     Forward,

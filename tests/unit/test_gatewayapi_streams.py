@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 
-from turnout.dialects.base import CompileContext, CompileOptions, Ownership
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
 from turnout.dialects.gatewayapi.streams import CompiledStream, compile_tcproute, compile_tlsroute
 from turnout.envoy.translate import TranslateOptions, translate, translate_listener
+from turnout.graph.dialect import CompileContext, Ownership
 from turnout.graph.model import (
     INVALID_BACKEND,
     Cluster,
@@ -311,7 +312,7 @@ _GOOD_RULES = "  rules: [{backendRefs: [{name: db, port: 5432}]}]"
 
 
 def _gateway_compile(text: str) -> Any:
-    from turnout.graph.build import compile_snapshot
+    from turnout.app import compile_snapshot
     from turnout.sources.parse import parse_text
 
     parsed = parse_text(text, "test.yaml")

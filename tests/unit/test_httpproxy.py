@@ -14,13 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
-from turnout.dialects.base import (
-    HTTP_LISTENER,
-    CompileContext,
-    CompileOptions,
-    DialectOutput,
-    HostClaim,
-)
+from turnout.app import compile_snapshot
+from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
 from turnout.dialects.contour_order import contour_route_order, sorted_headers
 from turnout.dialects.httpproxy import HTTPProxyDialect
 from turnout.dialects.httpproxy.classes import serves
@@ -31,8 +26,8 @@ from turnout.dialects.httpproxy.conditions import (
 )
 from turnout.dialects.httpproxy.processor import MAX_VISITS_PER_ROOT
 from turnout.dialects.httpproxy.spec import HeaderCondition, MatchCondition
-from turnout.dialects.regex import regex_error
-from turnout.graph.build import CompileResult, compile_snapshot
+from turnout.graph.build import CompileResult
+from turnout.graph.dialect import CompileContext, DialectOutput, HostClaim
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import (
     DirectResponse,
@@ -46,6 +41,7 @@ from turnout.graph.model import (
     StringMatchKind,
     VirtualHost,
 )
+from turnout.graph.regex import regex_error
 from turnout.objects import KubeObject, ObjectRef, freeze
 from turnout.store import Snapshot
 

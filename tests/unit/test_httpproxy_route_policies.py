@@ -12,7 +12,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from turnout.dialects.base import CompileOptions
+from turnout.app import compile_snapshot
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.httpproxy.route_policies import (
     canonical_header_key,
     escape_header_value,
@@ -22,7 +23,6 @@ from turnout.dialects.httpproxy.route_policies import (
 )
 from turnout.envoy.translate import translate
 from turnout.envoy.validate import validate_resources
-from turnout.graph.build import compile_snapshot
 from turnout.graph.model import (
     Forward,
     PathMatch,

@@ -23,23 +23,18 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
-from turnout.dialects.base import (
-    HTTP_LISTENER,
-    HTTPS_LISTENER,
-    CompileContext,
-    CompileOptions,
-    DialectOutput,
-    HostClaim,
-)
+from turnout.app import compile_snapshot
+from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.contour_order import contour_route_order
 from turnout.dialects.ingress import IngressDialect
 from turnout.dialects.ingress.classes import CONTROLLER, ClassIndex
 from turnout.dialects.ingress.spec import parse_ingress
 from turnout.dialects.ingress.status import load_balancer_entry
-from turnout.dialects.regex import regex_error
-from turnout.graph.build import CompileResult, compile_snapshot
+from turnout.graph.build import CompileResult
+from turnout.graph.dialect import CompileContext, DialectOutput, HostClaim
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import HostnameMatch, PathMatchKind, VirtualHost
+from turnout.graph.regex import regex_error
 from turnout.objects import KubeObject, freeze
 from turnout.store import Snapshot
 

@@ -16,20 +16,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
-from turnout.dialects.base import (
-    HTTP_LISTENER,
-    HTTPS_LISTENER,
-    CompileContext,
-    CompileOptions,
-    DialectOutput,
-    HostClaim,
-)
+from turnout.app import compile_snapshot
+from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.httpproxy import HTTPProxyDialect
 from turnout.dialects.ingressroute import IngressRouteDialect
 from turnout.dialects.ingressroute.processor import MAX_VISITS_PER_ROOT, contained
 from turnout.dialects.ingressroute.spec import parse_ingressroute
 from turnout.envoy.translate import translate
-from turnout.graph.build import CompileResult, compile_snapshot
+from turnout.graph.build import CompileResult
+from turnout.graph.dialect import CompileContext, DialectOutput, HostClaim
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, PathMatchKind, VirtualHost
 from turnout.objects import KubeObject, freeze

@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from turnout.dialects.base import IssuerDiscovery
+from turnout.compile_inputs import IssuerDiscovery
 from turnout.sources.oidc import (
     DiscoveryError,
     DiscoverySettings,

@@ -9,8 +9,9 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from turnout.app import compile_snapshot
 from turnout.cli import decision_json
-from turnout.dialects.base import CompileOptions, IssuerDiscovery
+from turnout.compile_inputs import CompileOptions, IssuerDiscovery
 from turnout.dialects.routegroup.eskip import parse_filters
 from turnout.dialects.routegroup.filters import (
     FilterTranslation,
@@ -19,7 +20,6 @@ from turnout.dialects.routegroup.filters import (
 )
 from turnout.envoy.translate import TranslateOptions, translate
 from turnout.envoy.translate.http_filters import JWT_AUTHN_FILTER
-from turnout.graph.build import compile_snapshot
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, JwtValidation, RoutePolicies
 from turnout.graph.validate import policies_problem

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from turnout.app import compile_snapshot
 from turnout.envoy.translate import translate
-from turnout.graph.build import CompileResult, compile_snapshot
+from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.objects import KubeObject, Origin, freeze
 from turnout.sources.parse import parse_text

@@ -11,15 +11,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnout.cli import _compile_options, build_parser
-from turnout.dialects.base import CompileOptions
+from turnout.app import compile_options, compile_snapshot
+from turnout.cli import build_parser, serve_config
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.routegroup.backends import Target, parse_target
 from turnout.dialects.routegroup.eskip import parse_filters, parse_predicates
 from turnout.dialects.routegroup.filters import SUPPORTED_FILTERS, go_duration, translate_filters
 from turnout.dialects.routegroup.predicates import SUPPORTED_PREDICATES, translate_predicates
 from turnout.dialects.routegroup.priority import Node, path_key, priority, tree_nodes
 from turnout.envoy.translate import translate
-from turnout.graph.build import compile_snapshot
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import PathMatch, PathMatchKind, Redirect, UpstreamProtocol
 from turnout.objects import KubeObject, Origin, freeze
@@ -92,7 +92,7 @@ def test_path_tree_order() -> None:
 
 def test_class_option_reaches_the_compile_options() -> None:
     args = build_parser().parse_args(["check", "x.yaml", "--routegroup-class", "^edge-.*"])
-    assert _compile_options(args).routegroup_class == "^edge-.*"
+    assert compile_options(serve_config(args)).routegroup_class == "^edge-.*"
     assert CompileOptions().routegroup_class == "skipper"
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from turnout.dialects.base import CompileOptions
-from turnout.graph.build import CompileResult, compile_snapshot
+from turnout.app import compile_snapshot
+from turnout.compile_inputs import CompileOptions
+from turnout.graph.build import CompileResult
 from turnout.graph.model import Cluster, Endpoint
 from turnout.graph.services import forbidden_endpoint
 from turnout.sources.parse import parse_text

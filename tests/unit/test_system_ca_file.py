@@ -8,6 +8,7 @@ from typing import Any
 
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 
+from turnout.app import translate_options
 from turnout.cli import build_parser
 from turnout.config import DEFAULT_SYSTEM_CA_FILE, ServeConfig
 from turnout.envoy.translate.clusters import jwks_cluster, translate_cluster
@@ -92,4 +93,4 @@ def test_the_flag_reaches_the_translation(tmp_path: Path) -> None:
     default = build_parser().parse_args(["serve", str(tmp_path)])
     assert default.system_ca_file == DEFAULT_SYSTEM_CA_FILE
     config = ServeConfig(paths=(tmp_path,), system_ca_file=args.system_ca_file)
-    assert config.translate_options.system_ca_file == "/etc/c.pem"
+    assert translate_options(config).system_ca_file == "/etc/c.pem"

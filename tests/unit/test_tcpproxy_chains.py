@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from turnout.graph.build import compile_snapshot
+from turnout.app import compile_snapshot
 from turnout.objects import KubeObject, freeze
 from turnout.store import Snapshot
 

@@ -14,8 +14,9 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
 from tests.unit.test_translate import _deprecated_fields
+from turnout.app import compile_snapshot
 from turnout.cli import main
-from turnout.dialects.base import CompileOptions
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.httpproxy import upstream
 from turnout.envoy.translate import translate
 from turnout.envoy.translate.clusters import (
@@ -25,7 +26,6 @@ from turnout.envoy.translate.clusters import (
 )
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.validate import validate_resources
-from turnout.graph.build import compile_snapshot
 from turnout.graph.ca_bundles import CABundleResolver
 from turnout.graph.model import (
     CABundle,

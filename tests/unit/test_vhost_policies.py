@@ -14,6 +14,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 
+from turnout.app import translate_options
 from turnout.cli import build_parser
 from turnout.config import ServeConfig
 from turnout.dialects.httpproxy import vhost_policies as vp
@@ -360,4 +361,4 @@ def test_num_trusted_hops_flag() -> None:
     with pytest.raises(SystemExit):
         parser.parse_args(["serve", "f.yaml", "--num-trusted-hops", "-1"])
     config = ServeConfig(paths=(), num_trusted_hops=3)
-    assert config.translate_options.num_trusted_hops == 3
+    assert translate_options(config).num_trusted_hops == 3

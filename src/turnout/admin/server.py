@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from turnout.dialects.gatewayapi.status import object_json, programmed_counts
 from turnout.metrics import Metrics
 from turnout.status.model import ObjectStatus
 from turnout.store import SourceProblem
@@ -25,12 +25,14 @@ class AdminSource(Protocol):
 
     def readiness(self) -> tuple[bool, str]: ...
 
+    def status_json(self, status: ObjectStatus) -> dict[str, Any]: ...
 
-def status_json(statuses: tuple[ObjectStatus, ...], problems: tuple[SourceProblem, ...]) -> str:
+
+def status_document(source: AdminSource) -> str:
     return json.dumps(
         {
-            "objects": [object_json(s) for s in statuses],
-            "problems": [p.to_json() for p in problems],
+            "objects": [source.status_json(s) for s in source.statuses()],
+            "problems": [p.to_json() for p in source.problems()],
         },
         indent=2,
         sort_keys=False,
@@ -47,7 +49,7 @@ def make_app(source: AdminSource) -> web.Application:
 
     async def status(_: web.Request) -> web.Response:
         return web.Response(
-            text=status_json(source.statuses(), source.problems()),
+            text=status_document(source),
             content_type="application/json",
         )
 
@@ -64,6 +66,17 @@ def make_app(source: AdminSource) -> web.Application:
     app.router.add_get("/status", status)
     app.router.add_get("/metrics", metrics)
     return app
+
+
+def programmed_counts(statuses: Iterable[ObjectStatus]) -> dict[str, int]:
+    """How many objects (Gateways) have a `Programmed` condition True, False and Unknown."""
+    counts = {"True": 0, "False": 0, "Unknown": 0}
+    for status in statuses:
+        for c in status.body.get("conditions") or ():
+            if isinstance(c, Mapping) and c.get("type") == "Programmed":
+                value = str(c.get("status"))
+                counts[value] = counts.get(value, 0) + 1
+    return counts
 
 
 class AdminServer:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 from turnout.objects import KubeObject
-from turnout.status.model import ObjectStatus, State
+from turnout.status.model import ObjectStatus, PrebuiltShape, State
 
 ACCEPTED = "Accepted"
 RESOLVED_REFS = "ResolvedRefs"
@@ -104,7 +104,7 @@ class ConditionStatus:
             api_version=self.obj.api_version,
             state=State.INVALID if errors else State.VALID,
             summary=errors[0].message if errors else self.ACCEPTED_MESSAGE,
-            body=body,
+            shape=PrebuiltShape(body),
         )
 
     def _condition(

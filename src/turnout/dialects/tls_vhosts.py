@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from turnout.dialects.base import HTTP_LISTENER, HTTPS_LISTENER
+from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER
 from turnout.graph.model import (
     HostnameMatch,
     Redirect,

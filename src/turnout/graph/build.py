@@ -9,14 +9,17 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from turnout.dialects.base import (
+from turnout.compile_inputs import (
     HTTP_LISTENER,
     HTTPS_LISTENER,
-    CompileContext,
     CompileOptions,
+    ListenerDecl,
+    ListenerProtocol,
+)
+from turnout.graph.dialect import (
+    CompileContext,
     Dialect,
     HostClaim,
-    ListenerDecl,
     Ownership,
     ownership_from_claims,
 )
@@ -27,7 +30,7 @@ from turnout.graph.model import (
     Forward,
     HostnameMatch,
     Listener,
-    ListenerProtocol,
+    RouteSource,
     RoutingGraph,
     TCPProxy,
     VirtualHost,
@@ -41,10 +44,19 @@ from turnout.graph.services import (
     endpoint_sources,
 )
 from turnout.graph.tls_refs import ca_bundle_names, tcp_cluster_names, tls_secret_names
-from turnout.graph.validate import enforce_envoy_limits, hostname_problem, source_problems
-from turnout.objects import KubeObject, group_of
-from turnout.status.model import ObjectStatus
+from turnout.graph.validate import (
+    GraphProblem,
+    enforce_envoy_limits,
+    hostname_problem,
+    source_problems,
+)
+from turnout.objects import KubeObject, ObjectRef, group_of
+from turnout.status.model import Finding, ObjectStatus
 from turnout.store import Snapshot, SourceProblem
+
+# Reasons of the findings folded into statuses after the dialects ran.
+ENVOY_LIMIT = "EnvoyLimit"
+ENDPOINT_REFUSED = "EndpointRefused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,24 +64,6 @@ class CompileResult:
     graph: RoutingGraph
     statuses: tuple[ObjectStatus, ...]
     problems: tuple[SourceProblem, ...]
-
-
-def default_dialects() -> tuple[Dialect, ...]:
-    from turnout.dialects.contour_route import ContourRouteDialect
-    from turnout.dialects.gatewayapi import GatewayAPIDialect
-    from turnout.dialects.httpproxy import HTTPProxyDialect
-    from turnout.dialects.ingress import IngressDialect
-    from turnout.dialects.ingressroute import IngressRouteDialect
-    from turnout.dialects.routegroup import RouteGroupDialect
-
-    return (
-        HTTPProxyDialect(),
-        ContourRouteDialect(),
-        IngressDialect(),
-        IngressRouteDialect(),
-        GatewayAPIDialect(),
-        RouteGroupDialect(),
-    )
 
 
 # Core kinds that every dialect may consume (design.md, "Sources").
@@ -137,13 +131,10 @@ def check_kinds(
     return snapshot, tuple(problems)
 
 
-def compile_snapshot(
-    snapshot: Snapshot,
-    options: CompileOptions | None = None,
-    dialects: Sequence[Dialect] | None = None,
+def build_graph(
+    snapshot: Snapshot, options: CompileOptions, dialects: Sequence[Dialect]
 ) -> CompileResult:
-    options = options or CompileOptions()
-    dialects = default_dialects() if dialects is None else dialects
+    """The graph, statuses and problems of `snapshot` as `dialects` read it."""
     known = CORE_KINDS.union(*(d.kinds for d in dialects))
     snapshot, kind_problems = check_kinds(snapshot, known)
     claims: list[HostClaim] = []
@@ -240,9 +231,10 @@ def compile_snapshot(
         )
     )
     graph = _hold_owned_hosts(graph, ownership)
+    findings = (*_limit_findings(limit_problems), *_endpoint_findings(forbidden, graph))
     return CompileResult(
         graph=graph,
-        statuses=tuple(statuses),
+        statuses=fold_findings(statuses, findings, snapshot),
         problems=(
             *snapshot.problems,
             *kind_problems,
@@ -293,6 +285,59 @@ def _hold_owned_hosts(graph: RoutingGraph, ownership: Ownership) -> RoutingGraph
             lst = dataclasses.replace(lst, virtual_hosts=tuple(vhosts))
         listeners.append(lst)
     return dataclasses.replace(graph, listeners=tuple(listeners)) if changed else graph
+
+
+def fold_findings(
+    statuses: Iterable[ObjectStatus], findings: Iterable[Finding], snapshot: Snapshot
+) -> tuple[ObjectStatus, ...]:
+    """Each status with the findings on its object folded in (by the object's API's own
+    `StatusShape`), and the origin (file and line) of its object."""
+    by_ref: dict[ObjectRef, list[Finding]] = {}
+    for finding in findings:
+        listed = by_ref.setdefault(finding.ref, [])
+        if finding not in listed:
+            listed.append(finding)
+    out: list[ObjectStatus] = []
+    for status in statuses:
+        obj = snapshot.get_ref(status.ref)
+        if obj is not None and status.origin is None:
+            status = dataclasses.replace(status, origin=obj.origin)
+        out.append(status.with_findings(by_ref.get(status.ref, ())))
+    return tuple(out)
+
+
+def _limit_findings(problems: Iterable[GraphProblem]) -> list[Finding]:
+    return [Finding(p.object, p.field, ENVOY_LIMIT, p.reason) for p in problems]
+
+
+def _endpoint_findings(
+    forbidden: Sequence[ForbiddenEndpoint], graph: RoutingGraph
+) -> list[Finding]:
+    """A refused endpoint, on every object whose routes send to its cluster (the Service has no
+    status of its own)."""
+    if not forbidden:
+        return []
+    users: dict[str, list[RouteSource]] = {}
+    for route in (r for lst in graph.listeners for vh in lst.virtual_hosts for r in vh.routes):
+        if isinstance(route.action, Forward):
+            for wc in route.action.clusters:
+                users.setdefault(wc.cluster, []).append(route.source)
+    for lst in graph.listeners:
+        for proxy in lst.tcp_proxies:
+            for wc in proxy.clusters:
+                users.setdefault(wc.cluster, []).append(RouteSource(proxy.owner, "spec"))
+    out: list[Finding] = []
+    for f in forbidden:
+        ep = f.endpoint
+        message = (
+            f"endpoint {ep.address}:{ep.port} of Service {f.cluster.namespace}/"
+            f"{f.cluster.service}: {f.reason}; the endpoint is left out"
+        )
+        for source in users.get(f.cluster.name, ()):
+            finding = Finding(source.object, source.field, ENDPOINT_REFUSED, message)
+            if finding not in out:
+                out.append(finding)
+    return out
 
 
 def _forbidden_problems(

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from cryptography import x509
 
 from turnout.graph.model import CABundle
-from turnout.graph.secrets import TLS_SECRET_TYPE, _secret_field, delegation_refusal
+from turnout.graph.secret_data import TLS_SECRET_TYPE, delegation_refusal, secret_field
 from turnout.graph.services import Unresolved
 from turnout.store import Snapshot
 
@@ -123,7 +123,7 @@ class CABundleResolver:
                 f'Secret "{namespace}/{name}" is of type "{secret_type}", not "Opaque" or '
                 f'"{TLS_SECRET_TYPE}"',
             )
-        pem = _secret_field(secret, key)
+        pem = secret_field(secret, key)
         if not pem:
             return Unresolved("SecretNotValid", f'Secret "{namespace}/{name}" has no "{key}" entry')
         if key == CA_KEY:

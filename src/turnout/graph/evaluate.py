@@ -71,7 +71,6 @@ from functools import lru_cache
 
 import re2
 
-from turnout.dialects.regex import ENVOY_MAX_PROGRAM_SIZE
 from turnout.graph.model import (
     INVALID_BACKEND,
     DirectResponse,
@@ -89,6 +88,7 @@ from turnout.graph.model import (
     VirtualHost,
     invalid_backend_status,
 )
+from turnout.graph.regex import ENVOY_MAX_PROGRAM_SIZE
 
 # What a route answers when it has nowhere to send traffic (every weight is zero, or none).
 NO_BACKEND_STATUS = 503

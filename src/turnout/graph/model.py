@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from turnout.compile_inputs import ListenerProtocol
 from turnout.objects import ObjectRef
 
 
@@ -589,13 +590,6 @@ class VirtualHost:
     # every host of one Gateway API listener (its hostname, "*" for none: the chain for any other
     # SNI); None: the hostname itself, one chain per host (Contour's layout).
     sni: str | None = None
-
-
-class ListenerProtocol(enum.Enum):
-    HTTP = "HTTP"
-    HTTPS = "HTTPS"
-    TLS_PASSTHROUGH = "TLS"
-    TCP = "TCP"
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,7 @@ the object that uses it, not an Envoy NACK that would take other hosts down with
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-from collections.abc import Mapping
 from typing import Any
 
 from cryptography import x509
@@ -21,31 +18,11 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
+from turnout.graph.ca_bundles import CABundleResolver
 from turnout.graph.model import TLSSecret
+from turnout.graph.secret_data import TLS_SECRET_TYPE, delegation_refusal, secret_field
 from turnout.graph.services import Unresolved
-from turnout.objects import KubeObject
 from turnout.store import Snapshot
-
-TLS_SECRET_TYPE = "kubernetes.io/tls"
-DELEGATION_KINDS = (
-    ("projectcontour.io", "TLSCertificateDelegation"),
-    ("contour.heptio.com", "TLSCertificateDelegation"),
-)
-
-
-def _secret_field(secret: KubeObject, key: str) -> str | None:
-    """A Secret value: base64 in `data` (as the API server stores it), or plain in `stringData`
-    (what people write in standalone files)."""
-    data = secret.raw.get("data")
-    if isinstance(data, Mapping) and isinstance(data.get(key), str):
-        try:
-            return base64.b64decode(data[key], validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-    string_data = secret.raw.get("stringData")
-    if isinstance(string_data, Mapping) and isinstance(string_data.get(key), str):
-        return str(string_data[key])
-    return None
 
 
 def _check_pair(cert_pem: str, key_pem: str) -> str | None:
@@ -67,52 +44,11 @@ def _check_pair(cert_pem: str, key_pem: str) -> str | None:
     return None
 
 
-def delegation_permitted(
-    snapshot: Snapshot, secret_namespace: str, secret_name: str, target_namespace: str
-) -> bool:
-    """Contour's rule: the Secret's own namespace always may; another namespace may when a
-    TLSCertificateDelegation in the Secret's namespace names the secret and lists that namespace
-    (or `*` as its only entry)."""
-    if secret_namespace == target_namespace:
-        return True
-    for group, kind in DELEGATION_KINDS:
-        for delegation in snapshot.kind(group, kind):
-            if delegation.namespace != secret_namespace:
-                continue
-            spec = delegation.spec if isinstance(delegation.spec, Mapping) else {}
-            entries = spec.get("delegations")
-            for entry in entries if isinstance(entries, tuple | list) else ():
-                if not isinstance(entry, Mapping) or entry.get("secretName") != secret_name:
-                    continue
-                listed = entry.get("targetNamespaces")
-                targets = (
-                    [t for t in listed if isinstance(t, str)]
-                    if isinstance(listed, tuple | list)
-                    else []
-                )
-                if targets == ["*"] or target_namespace in targets:
-                    return True
-    return False
-
-
-def delegation_refusal(
-    snapshot: Snapshot, namespace: str, name: str, for_namespace: str
-) -> Unresolved | None:
-    """Why an object in `for_namespace` may not use Secret `namespace/name`; None when it may."""
-    if delegation_permitted(snapshot, namespace, name, for_namespace):
-        return None
-    return Unresolved(
-        "DelegationNotPermitted",
-        f'Secret "{namespace}/{name}" certificate delegation not permitted',
-    )
-
-
 class SecretResolver:
     """Resolves TLS Secret references for one compile; collects the secrets used."""
 
     def __init__(self, snapshot: Snapshot) -> None:
         # Imported here: ca_bundles builds on this module's delegation check.
-        from turnout.graph.ca_bundles import CABundleResolver
 
         self._snapshot = snapshot
         self._secrets: dict[str, TLSSecret] = {}
@@ -145,7 +81,7 @@ class SecretResolver:
                 "SecretNotValid",
                 f'Secret "{namespace}/{name}" is of type "{secret_type}", not "{TLS_SECRET_TYPE}"',
             )
-        cert, key = _secret_field(secret, "tls.crt"), _secret_field(secret, "tls.key")
+        cert, key = secret_field(secret, "tls.crt"), secret_field(secret, "tls.key")
         if cert is None or key is None:
             return Unresolved(
                 "SecretNotValid", f'Secret "{namespace}/{name}" needs tls.crt and tls.key'

@@ -20,7 +20,7 @@ from turnout.store import Snapshot
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from turnout.dialects.base import CompileOptions, ListenerDecl
+    from turnout.compile_inputs import CompileOptions, ListenerDecl
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 

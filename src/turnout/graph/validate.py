@@ -74,7 +74,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from turnout.dialects.regex import ENVOY_MAX_PROGRAM_SIZE, regex_error
 from turnout.graph.evaluate import (
     effective_forward,
     envoy_regex_program_size,
@@ -115,6 +114,7 @@ from turnout.graph.model import (
     VirtualHost,
     VirtualHostPolicies,
 )
+from turnout.graph.regex import ENVOY_MAX_PROGRAM_SIZE, regex_error
 from turnout.objects import ObjectRef
 from turnout.store import Snapshot, SourceProblem
 

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from turnout.dialects.base import IssuerDiscovery
+from turnout.compile_inputs import IssuerDiscovery
 
 log = logging.getLogger("turnout.oidc")
 

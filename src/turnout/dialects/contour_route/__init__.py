@@ -7,21 +7,16 @@ from __future__ import annotations
 
 import weakref
 
-from turnout.dialects.base import (
-    HTTP_LISTENER,
-    CompileContext,
-    CompileOptions,
-    DialectOutput,
-    HostClaim,
-)
+from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
 from turnout.dialects.contour_route.processor import claimed_host, compile_routes, parse_all
 from turnout.dialects.contour_route.spec import API_VERSION, KIND, ParsedRoute
+from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
 from turnout.store import Snapshot
 
 __all__ = ["ContourRouteDialect"]
 
 
-class ContourRouteDialect:
+class ContourRouteDialect(Dialect):
     """Every Route with a valid host claims it on the HTTP listener; `compile` builds the virtual
     hosts of the Routes that own theirs and a status for every Route."""
 

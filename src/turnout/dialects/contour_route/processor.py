@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from turnout.dialects.base import HTTP_LISTENER, CompileContext, CompileOptions, DialectOutput
+from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
 from turnout.dialects.contour_order import contour_route_order
 from turnout.dialects.contour_route.spec import (
     GROUP,
@@ -22,6 +22,7 @@ from turnout.dialects.contour_route.spec import (
     percentages,
 )
 from turnout.dialects.contour_route.status import RouteStatus
+from turnout.graph.dialect import CompileContext, DialectOutput
 from turnout.graph.model import (
     Cluster,
     DirectResponse,

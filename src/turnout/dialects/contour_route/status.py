@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnout.objects import KubeObject
-from turnout.status.model import ObjectStatus, State
+from turnout.status.model import ObjectStatus, PrebuiltShape, State
 
 VALID = "Valid"
 INVALID = "Invalid"
@@ -57,5 +57,5 @@ class RouteStatus:
             api_version=self.obj.api_version,
             state=State.VALID if current == VALID else State.INVALID,
             summary=self.errors[0] if self.errors else VALID_SUMMARY,
-            body=body,
+            shape=PrebuiltShape(body),
         )

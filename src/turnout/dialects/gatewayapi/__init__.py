@@ -23,14 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from turnout.dialects.base import (
-    CompileContext,
-    CompileOptions,
-    DialectOutput,
-    HostClaim,
-    ListenerDecl,
-    Ownership,
-)
+from turnout.compile_inputs import CompileOptions, ListenerDecl, ListenerProtocol
 from turnout.dialects.gatewayapi.attachment import (
     Attachment,
     attach,
@@ -73,16 +66,31 @@ from turnout.dialects.gatewayapi.listeners import (
 )
 from turnout.dialects.gatewayapi.precedence import RankedRoute, order_routes
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
-from turnout.dialects.gatewayapi.status import ParentOutcome, gateway_status, route_status
+from turnout.dialects.gatewayapi.status import (
+    CLUSTER_SCOPED,
+    ParentOutcome,
+    gateway_listener_names,
+    gateway_status,
+    programmed_statuses,
+    route_status,
+)
 from turnout.dialects.gatewayapi.streams import (
     CompiledStream,
     compile_tcproute,
     compile_tlsroute,
 )
+from turnout.graph.dialect import (
+    CompileContext,
+    Dialect,
+    DialectOutput,
+    EnvoyView,
+    HostClaim,
+    Ownership,
+)
 from turnout.graph.model import (
     HostnameMatch,
-    ListenerProtocol,
     Route,
+    RoutingGraph,
     TCPProxy,
     VirtualHost,
     WeightedCluster,
@@ -120,9 +128,21 @@ def _key(listener: GatewayListener) -> _ListenerKey:
     return (listener.gateway.ref, listener.index)
 
 
-class GatewayAPIDialect:
+class GatewayAPIDialect(Dialect):
     name = "gatewayapi"
     kinds = KINDS
+    cluster_scoped = CLUSTER_SCOPED
+
+    def settle(
+        self, statuses: Sequence[ObjectStatus], envoy: EnvoyView | None
+    ) -> tuple[ObjectStatus, ...]:
+        """Gateways' `Programmed` from what Envoy has of each port's Envoy listener."""
+        if envoy is None:
+            return programmed_statuses(statuses)
+        return programmed_statuses(statuses, envoy.probe, envoy.objects)
+
+    def reported_listeners(self, graph: RoutingGraph) -> frozenset[str]:
+        return gateway_listener_names(graph)
 
     def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
         return []

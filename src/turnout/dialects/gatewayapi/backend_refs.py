@@ -53,7 +53,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from turnout.dialects.base import CompileContext
 from turnout.dialects.gatewayapi.conditions import (
     ACCEPTED,
     BACKEND_NOT_FOUND,
@@ -63,6 +62,7 @@ from turnout.dialects.gatewayapi.conditions import (
     RouteProblem,
 )
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants, core_group
+from turnout.graph.dialect import CompileContext
 from turnout.graph.model import (
     INVALID_BACKEND,
     UpstreamProtocol,

@@ -48,7 +48,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from turnout.dialects.base import CompileContext
 from turnout.dialects.gatewayapi.conditions import (
     ACCEPTED,
     BACKEND_NOT_FOUND,
@@ -62,10 +61,11 @@ from turnout.dialects.gatewayapi.conditions import (
 from turnout.dialects.gatewayapi.filters import MAX_HOSTNAME, precise_hostname_problem
 from turnout.dialects.gatewayapi.kinds import BACKEND_TLS_POLICY, GROUP, mapping, sequence
 from turnout.dialects.gatewayapi.refgrants import core_group
+from turnout.graph.dialect import CompileContext
 from turnout.graph.model import CABundle, UpstreamValidation
 from turnout.graph.services import ServicePort
 from turnout.objects import KubeObject, ObjectRef
-from turnout.status.model import ObjectStatus, State
+from turnout.status.model import ObjectStatus, PrebuiltShape, State
 from turnout.store import Snapshot
 
 INVALID = "Invalid"
@@ -385,7 +385,7 @@ class BackendTLSPolicies:
                     api_version=policy.obj.api_version,
                     state=State.INVALID if problems else State.VALID,
                     summary=problems[0].message if problems else "Accepted",
-                    body={"ancestors": ancestors},
+                    shape=PrebuiltShape({"ancestors": ancestors}),
                 )
             )
         return tuple(out)

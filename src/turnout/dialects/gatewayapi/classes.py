@@ -19,7 +19,7 @@ from turnout.dialects.gatewayapi.conditions import (
 )
 from turnout.dialects.gatewayapi.kinds import GATEWAY_CLASS, GROUP, mapping, text
 from turnout.objects import KubeObject
-from turnout.status.model import ObjectStatus, State
+from turnout.status.model import ObjectStatus, PrebuiltShape, State
 from turnout.store import Snapshot
 
 BUNDLE_VERSION = "v1.6.1"
@@ -118,8 +118,10 @@ def gateway_class_status(info: GatewayClassInfo) -> ObjectStatus:
         api_version=info.obj.api_version,
         state=State.VALID if info.accepted else State.INVALID,
         summary=info.message,
-        body={
-            "conditions": conditions_json([accepted, supported], generation),
-            "supportedFeatures": [{"name": name} for name in SUPPORTED_FEATURES],
-        },
+        shape=PrebuiltShape(
+            {
+                "conditions": conditions_json([accepted, supported], generation),
+                "supportedFeatures": [{"name": name} for name in SUPPORTED_FEATURES],
+            }
+        ),
     )

@@ -23,7 +23,6 @@ from turnout.dialects.gatewayapi.conditions import (
     UNSUPPORTED_VALUE,
     RouteProblem,
 )
-from turnout.dialects.regex import escape, regex_error
 from turnout.graph.model import (
     CorsPolicy,
     HeaderMatch,
@@ -32,6 +31,7 @@ from turnout.graph.model import (
     QueryMatch,
     StringMatchKind,
 )
+from turnout.graph.regex import escape, regex_error
 
 # Filter types (HTTPRouteFilterType, GRPCRouteFilterType).
 REQUEST_HEADER_MODIFIER = "RequestHeaderModifier"

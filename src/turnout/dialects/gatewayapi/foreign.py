@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from turnout.dialects.base import HTTP_LISTENER, HTTPS_LISTENER, Ownership
+from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER
+from turnout.graph.dialect import Ownership
 from turnout.objects import KubeObject
 
 SHARED_LISTENERS = (HTTP_LISTENER, HTTPS_LISTENER)

@@ -30,7 +30,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from turnout.dialects.base import CompileContext
 from turnout.dialects.gatewayapi.filters import (
     EXTENSION_REF,
     REQUEST_HEADER_MODIFIER,
@@ -50,7 +49,7 @@ from turnout.dialects.gatewayapi.httproute import (
 )
 from turnout.dialects.gatewayapi.precedence import RankedRoute, grpc_match_key
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
-from turnout.dialects.regex import escape, regex_error
+from turnout.graph.dialect import CompileContext
 from turnout.graph.model import (
     HeaderMatch,
     PathMatch,
@@ -59,6 +58,7 @@ from turnout.graph.model import (
     RouteMatch,
     RouteSource,
 )
+from turnout.graph.regex import escape, regex_error
 from turnout.objects import KubeObject
 
 __all__ = ["compile_grpcroute"]

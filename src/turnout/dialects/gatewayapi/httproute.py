@@ -66,7 +66,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from turnout.dialects.base import CompileContext
 from turnout.dialects.gatewayapi.backend_refs import resolve_backend_ref
 from turnout.dialects.gatewayapi.conditions import RouteProblem
 from turnout.dialects.gatewayapi.filters import (
@@ -91,7 +90,7 @@ from turnout.dialects.gatewayapi.filters import (
 )
 from turnout.dialects.gatewayapi.precedence import RankedRoute, http_match_key, order_routes
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
-from turnout.dialects.regex import regex_error
+from turnout.graph.dialect import CompileContext
 from turnout.graph.model import (
     INVALID_BACKEND,
     BackendPolicies,
@@ -114,6 +113,7 @@ from turnout.graph.model import (
     Timeouts,
     WeightedCluster,
 )
+from turnout.graph.regex import regex_error
 from turnout.objects import KubeObject
 
 __all__ = [

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnout.dialects.base import CompileOptions
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.conditions import (
     ACCEPTED,
     CONFLICTED,

@@ -36,7 +36,7 @@ from turnout.dialects.gatewayapi.kinds import (
 from turnout.dialects.gatewayapi.listeners import GatewayListener, closed_message, idle_message
 from turnout.graph.model import RoutingGraph
 from turnout.objects import KubeObject, ObjectRef, thaw
-from turnout.status.model import ObjectStatus, State
+from turnout.status.model import ObjectStatus, PrebuiltShape, State
 
 # Kinds without a namespace: a file gives every object one ("default"); what turnout shows of
 # them (/status, `turnout check -o json|yaml`) has none, as the API server's objects have none.
@@ -119,11 +119,13 @@ def gateway_status(
         api_version=gateway.api_version,
         state=State.VALID if first_problem is None else State.INVALID,
         summary=first_problem or "Gateway is accepted",
-        body={
-            "addresses": [{"type": "IPAddress", "value": address}],
-            "conditions": conditions_json(conditions, generation),
-            "listeners": listener_status,
-        },
+        shape=PrebuiltShape(
+            {
+                "addresses": [{"type": "IPAddress", "value": address}],
+                "conditions": conditions_json(conditions, generation),
+                "listeners": listener_status,
+            }
+        ),
     )
 
 
@@ -203,7 +205,7 @@ def route_status(
         api_version=route.api_version,
         state=State.INVALID if summaries else State.VALID,
         summary=summaries[0] if summaries else "Route is accepted",
-        body={"parents": parents},
+        shape=PrebuiltShape({"parents": parents}),
     )
 
 
@@ -317,7 +319,7 @@ def programmed_statuses(
             state, message = _gateway_programmed(results)
             body["conditions"] = _set_programmed(body.get("conditions"), state, message)
         body["listeners"] = listeners
-        out.append(replace(status, body=body))
+        out.append(replace(status, shape=PrebuiltShape(body)))
     return tuple(out)
 
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from turnout.dialects.base import CompileContext
 from turnout.dialects.gatewayapi.backend_refs import TLS_TERMINATE, resolve_backend_ref
 from turnout.dialects.gatewayapi.conditions import ACCEPTED, UNSUPPORTED_VALUE, RouteProblem
 from turnout.dialects.gatewayapi.kinds import mapping
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
+from turnout.graph.dialect import CompileContext
 from turnout.graph.model import INVALID_BACKEND, WeightedCluster
 from turnout.objects import KubeObject
 

@@ -6,12 +6,7 @@ from __future__ import annotations
 
 import weakref
 
-from turnout.dialects.base import (
-    CompileContext,
-    CompileOptions,
-    DialectOutput,
-    HostClaim,
-)
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.httpproxy.processor import (
     claimed_hostname,
     claimed_listeners,
@@ -19,12 +14,13 @@ from turnout.dialects.httpproxy.processor import (
     parse_all,
 )
 from turnout.dialects.httpproxy.spec import ParsedProxy
+from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
 from turnout.store import Snapshot
 
 __all__ = ["HTTPProxyDialect"]
 
 
-class HTTPProxyDialect:
+class HTTPProxyDialect(Dialect):
     """Each valid-looking root of turnout's class claims its fqdn on the HTTP listener, and on the
     HTTPS listener too when it terminates TLS; `compile` builds the virtual hosts of the roots that
     own theirs and a status for every HTTPProxy of turnout's class (`classes.py`)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from turnout.dialects.base import CompileOptions
+from turnout.compile_inputs import CompileOptions
 from turnout.objects import KubeObject
 
 # Looked up in this order; the first one present decides (Contour's `annotation.IngressClass`).

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from turnout.dialects.httpproxy.spec import HeaderCondition, MatchCondition, QueryCondition
-from turnout.dialects.regex import escape, regex_error
 from turnout.graph.model import (
     HeaderMatch,
     PathMatch,
@@ -20,6 +19,7 @@ from turnout.graph.model import (
     QueryMatch,
     StringMatchKind,
 )
+from turnout.graph.regex import escape, regex_error
 
 _SLASHES = re.compile(r"//+")
 

@@ -27,13 +27,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from turnout.dialects.base import (
-    HTTP_LISTENER,
-    HTTPS_LISTENER,
-    CompileContext,
-    CompileOptions,
-    DialectOutput,
-)
+from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.contour_order import contour_route_order, sorted_headers, sorted_queries
 from turnout.dialects.httpproxy import (
     health_check,
@@ -82,8 +76,8 @@ from turnout.dialects.httpproxy.tcpproxy import (
     Passthrough,
     compile_tcpproxy,
 )
-from turnout.dialects.regex import regex_error
 from turnout.dialects.tls_vhosts import SecureRoute, tls_virtual_hosts
+from turnout.graph.dialect import CompileContext, DialectOutput
 from turnout.graph.model import (
     BackendPolicies,
     Cluster,
@@ -104,6 +98,7 @@ from turnout.graph.model import (
     VirtualHost,
     WeightedCluster,
 )
+from turnout.graph.regex import regex_error
 from turnout.graph.services import ServicePort, Unresolved, find_service_port
 from turnout.objects import KubeObject, ObjectRef
 from turnout.store import Snapshot

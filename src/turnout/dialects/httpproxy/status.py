@@ -14,7 +14,7 @@ from typing import Any
 
 from turnout.dialects.httpproxy.spec import ORPHANED, Problem
 from turnout.objects import KubeObject
-from turnout.status.model import ObjectStatus, State
+from turnout.status.model import ObjectStatus, PrebuiltShape, State
 
 VALID_CONDITION = "Valid"
 VALID_MESSAGE = "Valid HTTPProxy"
@@ -74,7 +74,7 @@ class ProxyStatusAccessor:
             api_version=self.obj.api_version,
             state=state,
             summary=summary,
-            body=body,
+            shape=PrebuiltShape(body),
         )
 
 

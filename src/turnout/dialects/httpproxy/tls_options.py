@@ -31,8 +31,8 @@ from turnout.graph.model import ClientValidation, TLSTermination
 from turnout.graph.services import Unresolved
 
 if TYPE_CHECKING:
-    from turnout.dialects.base import CompileContext
     from turnout.dialects.httpproxy.status import ProxyStatusAccessor
+    from turnout.graph.dialect import CompileContext
 
 CLIENT_VALIDATION_FIELDS = frozenset(
     {

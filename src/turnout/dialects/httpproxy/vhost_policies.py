@@ -45,7 +45,6 @@ from turnout.dialects.httpproxy.status_names import (
     VIRTUAL_HOST_ERROR,
 )
 from turnout.dialects.httpproxy.upstream import Reader
-from turnout.dialects.regex import regex_error
 from turnout.graph.model import (
     CorsPolicy,
     HeaderValue,
@@ -57,6 +56,7 @@ from turnout.graph.model import (
     VirtualHost,
     VirtualHostPolicies,
 )
+from turnout.graph.regex import regex_error
 
 # Keys these policies add to `spec.virtualhost` and to `spec.routes[]`.
 VHOST_FIELDS = frozenset({"corsPolicy", "rateLimitPolicy", "ipAllowPolicy", "ipDenyPolicy"})

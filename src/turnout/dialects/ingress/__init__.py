@@ -7,19 +7,20 @@ from __future__ import annotations
 
 import weakref
 
-from turnout.dialects.base import CompileContext, CompileOptions, DialectOutput, HostClaim
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.ingress.processor import (
     compile_ingresses,
     ingress_claims,
     select_ingresses,
 )
 from turnout.dialects.ingress.spec import ParsedIngress
+from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
 from turnout.store import Snapshot
 
 __all__ = ["IngressDialect"]
 
 
-class IngressDialect:
+class IngressDialect(Dialect):
     """The oldest Ingress of each host claims it for the group of Ingresses that name it;
     `compile` merges the paths of every group that owns its host and gives each Ingress of
     turnout's class a status. Ingresses of other classes are left alone: no routes, no status."""

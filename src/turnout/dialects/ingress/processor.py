@@ -27,14 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from turnout.dialects.base import (
-    HTTP_LISTENER,
-    HTTPS_LISTENER,
-    CompileContext,
-    CompileOptions,
-    DialectOutput,
-    HostClaim,
-)
+from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.contour_order import contour_route_order
 from turnout.dialects.ingress.classes import ClassIndex
 from turnout.dialects.ingress.spec import (
@@ -52,8 +45,8 @@ from turnout.dialects.ingress.spec import (
     parse_ingress,
 )
 from turnout.dialects.ingress.status import IngressStatusAccessor
-from turnout.dialects.regex import regex_error
 from turnout.dialects.tls_vhosts import https_upgrade
+from turnout.graph.dialect import CompileContext, DialectOutput, HostClaim
 from turnout.graph.model import (
     DirectResponse,
     Forward,
@@ -69,6 +62,7 @@ from turnout.graph.model import (
     VirtualHost,
     WeightedCluster,
 )
+from turnout.graph.regex import regex_error
 from turnout.graph.services import Unresolved, external_name_phrase
 from turnout.objects import KubeObject
 from turnout.store import Snapshot

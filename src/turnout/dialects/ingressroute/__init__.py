@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import weakref
 
-from turnout.dialects.base import CompileContext, CompileOptions, DialectOutput, HostClaim
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.ingressroute.processor import (
     Key,
     claimed_hostnames,
@@ -14,12 +14,13 @@ from turnout.dialects.ingressroute.processor import (
     parse_all,
 )
 from turnout.dialects.ingressroute.spec import V1ALPHA1, V1BETA1, ParsedIngressRoute
+from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
 from turnout.store import Snapshot
 
 __all__ = ["IngressRouteDialect"]
 
 
-class IngressRouteDialect:
+class IngressRouteDialect(Dialect):
     """Each root claims its fqdn and aliases (on the HTTPS listener too when it has TLS);
     `compile` builds the virtual hosts of the roots that own all of theirs and a status for every
     IngressRoute."""

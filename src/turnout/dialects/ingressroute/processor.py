@@ -23,13 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cmp_to_key
 
-from turnout.dialects.base import (
-    HTTP_LISTENER,
-    HTTPS_LISTENER,
-    CompileContext,
-    CompileOptions,
-    DialectOutput,
-)
+from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.contour_order import compare_routes
 from turnout.dialects.httpproxy.health_check import contour_http_health_check
 from turnout.dialects.httpproxy.route_policies import SESSION_AFFINITY_COOKIE
@@ -58,6 +52,7 @@ from turnout.dialects.ingressroute.upstream import (
     validation_error_message,
 )
 from turnout.dialects.tls_vhosts import SecureRoute, tls_virtual_hosts
+from turnout.graph.dialect import CompileContext, DialectOutput
 from turnout.graph.model import (
     Cluster,
     DirectResponse,

@@ -20,7 +20,7 @@ from typing import Any
 
 from turnout.dialects.ingressroute.spec import Problem
 from turnout.objects import KubeObject
-from turnout.status.model import ObjectStatus, State
+from turnout.status.model import ObjectStatus, PrebuiltShape, State
 
 VALID_MESSAGE = "valid IngressRoute"
 ORPHANED_MESSAGE = "this IngressRoute is not part of a delegation chain from a root IngressRoute"
@@ -91,7 +91,7 @@ class StatusAccessor:
             api_version=self.obj.api_version,
             state=state,
             summary=description,
-            body=body,
+            shape=PrebuiltShape(body),
         )
 
     def _delegation_statuses(self) -> list[dict[str, Any]]:

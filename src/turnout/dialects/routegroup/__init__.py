@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import weakref
 
-from turnout.dialects.base import CompileContext, CompileOptions, DialectOutput, HostClaim
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.routegroup.spec import API_VERSION, KIND, ParsedRouteGroup
+from turnout.graph.dialect import (
+    CompileContext,
+    Dialect,
+    DialectOutput,
+    ExternalInputs,
+    HostClaim,
+)
 from turnout.store import Snapshot
 
 __all__ = ["RouteGroupDialect"]
 
 
-class RouteGroupDialect:
+class RouteGroupDialect(Dialect):
     """The RouteGroups naming a host claim it with the age of the oldest; `compile` orders the
     routes of all of them by Skipper's priority and gives every RouteGroup of turnout's class a
     status. RouteGroups of another class are left alone: no routes, no status."""
@@ -38,6 +45,14 @@ class RouteGroupDialect:
         parsed = select_routegroups(snapshot, options)
         self._last = (weakref.ref(snapshot), options.routegroup_class, parsed)
         return parsed
+
+    def external_inputs(self, snapshot: Snapshot, options: CompileOptions) -> ExternalInputs:
+        """The OpenID issuers of the `jwtValidation` filters of turnout's RouteGroups."""
+        from turnout.dialects.routegroup.filters import routegroup_issuers
+
+        return ExternalInputs(
+            oidc_issuers=frozenset(routegroup_issuers(snapshot, options.routegroup_class))
+        )
 
     def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
         from turnout.dialects.routegroup.processor import routegroup_claims

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from turnout.dialects.base import CompileOptions
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.routegroup.spec import (
     ACCEPTED,
     RESOLVED_REFS,

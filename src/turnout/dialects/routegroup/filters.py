@@ -72,9 +72,8 @@ from urllib.parse import urlsplit
 
 import re2
 
-from turnout.dialects.base import IssuerDiscovery
+from turnout.compile_inputs import IssuerDiscovery
 from turnout.dialects.fields import parse_go_duration
-from turnout.dialects.regex import regex_error
 from turnout.dialects.routegroup.eskip import (
     Arg,
     Call,
@@ -106,6 +105,7 @@ from turnout.graph.model import (
     SlowStart,
     Timeouts,
 )
+from turnout.graph.regex import regex_error
 from turnout.store import Snapshot
 
 __all__ = [

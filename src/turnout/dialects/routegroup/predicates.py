@@ -69,7 +69,6 @@ from dataclasses import dataclass, field
 
 import re2
 
-from turnout.dialects.regex import escape, regex_error
 from turnout.dialects.routegroup.eskip import Call, number_arg, string_arg
 from turnout.graph.evaluate import normalize_path
 from turnout.graph.model import (
@@ -80,6 +79,7 @@ from turnout.graph.model import (
     RouteMatch,
     StringMatchKind,
 )
+from turnout.graph.regex import escape, regex_error
 
 __all__ = [
     "SUPPORTED_PREDICATES",

@@ -23,14 +23,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from turnout.dialects.base import (
-    HTTP_LISTENER,
-    HTTPS_LISTENER,
-    CompileContext,
-    CompileOptions,
-    DialectOutput,
-    HostClaim,
-)
+from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.routegroup import backends as rg_backends
 from turnout.dialects.routegroup.eskip import (
     Call,
@@ -74,6 +67,7 @@ from turnout.dialects.routegroup.spec import (
     routegroups_of_class,
 )
 from turnout.dialects.routegroup.status import RouteGroupStatus
+from turnout.graph.dialect import CompileContext, DialectOutput, HostClaim
 from turnout.graph.model import (
     BackendPolicies,
     DirectResponse,

@@ -56,7 +56,7 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.v3 import http_pb2
 
-from turnout.config import DEFAULT_SYSTEM_CA_FILE
+from turnout.compile_inputs import DEFAULT_SYSTEM_CA_FILE
 from turnout.envoy.translate.common import ads_config_source, duration, pack
 from turnout.envoy.translate.http_filters import jwks_cluster_name
 from turnout.envoy.translate.options import TranslateOptions

@@ -45,6 +45,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 
+from turnout.compile_inputs import ListenerProtocol
 from turnout.envoy.translate.client_validation import downstream_context
 from turnout.envoy.translate.common import ads_config_source, pack
 from turnout.envoy.translate.http_filters import policy_http_filters
@@ -53,7 +54,7 @@ from turnout.envoy.translate.route_policies import lua_http_filter
 from turnout.envoy.translate.routes import translate_route_configuration
 from turnout.envoy.translate.secrets import transport_socket
 from turnout.envoy.translate.tcp import tcp_filter_chain, tcp_proxy_filter
-from turnout.graph.model import Listener, ListenerProtocol, TLSTermination, VirtualHost
+from turnout.graph.model import Listener, TLSTermination, VirtualHost
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
 ROUTER_FILTER = "envoy.filters.http.router"

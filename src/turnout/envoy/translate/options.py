@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from turnout.config import DEFAULT_SYSTEM_CA_FILE
+from turnout.compile_inputs import DEFAULT_SYSTEM_CA_FILE
 
 if TYPE_CHECKING:
     from turnout.graph.model import JwtValidation

@@ -1,0 +1,97 @@
+"""The composition root: the one module that knows every concrete part of turnout.
+
+It chooses the dialects, turns the flags into settings (one builder for `serve`, `check`,
+`explain` and `bootstrap`, so they agree), and wires sources, controller and admin server. The
+CLI calls it; nothing else imports a specific dialect (the import contracts in pyproject.toml
+hold every other module to that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from turnout.compile_inputs import CompileOptions
+from turnout.config import ServeConfig
+from turnout.dialects.contour_route import ContourRouteDialect
+from turnout.dialects.gatewayapi import GatewayAPIDialect
+from turnout.dialects.httpproxy import HTTPProxyDialect
+from turnout.dialects.ingress import IngressDialect
+from turnout.dialects.ingressroute import IngressRouteDialect
+from turnout.dialects.routegroup import RouteGroupDialect
+from turnout.envoy.translate.options import TranslateOptions
+from turnout.graph.build import CompileResult, build_graph
+from turnout.graph.dialect import Dialect, Dialects
+from turnout.metrics import Metrics
+from turnout.store import Snapshot
+
+if TYPE_CHECKING:
+    from turnout.controller import Controller
+
+
+def default_dialects() -> Dialects:
+    """Every dialect turnout reads, in the order their statuses and claims are gathered."""
+    return Dialects(
+        (
+            HTTPProxyDialect(),
+            ContourRouteDialect(),
+            IngressDialect(),
+            IngressRouteDialect(),
+            GatewayAPIDialect(),
+            RouteGroupDialect(),
+        )
+    )
+
+
+def compile_options(config: ServeConfig) -> CompileOptions:
+    """The compile's options from the settings: the same for `serve`, `check` and `explain`, so
+    a listener `serve` refuses (e.g. on the admin port) is refused by `check` too."""
+    return CompileOptions(
+        address=config.address,
+        http_port=config.http_port,
+        https_port=config.https_port,
+        root_namespaces=config.root_namespaces,
+        disable_permit_insecure=config.disable_permit_insecure,
+        ingress_class_name=config.ingress_class_name,
+        routegroup_class=config.routegroup_class,
+        fallback_certificate=config.fallback_certificate,
+        enable_external_name_service=config.enable_external_name_service,
+        gateway_controller_name=config.gateway_controller_name,
+        reserved_ports=(
+            (config.admin_port, "--admin-port"),
+            (config.xds_port, "--xds-port"),
+            (config.envoy_admin_port, "--envoy-admin-port"),
+        ),
+    )
+
+
+def translate_options(config: ServeConfig) -> TranslateOptions:
+    return TranslateOptions(
+        num_trusted_hops=config.num_trusted_hops, system_ca_file=config.system_ca_file
+    )
+
+
+def build_controller(config: ServeConfig, metrics: Metrics | None = None) -> Controller:
+    """A controller for `config` with every dialect and the files source."""
+    # Imported here: `check` and `explain` never load the gRPC server and Envoy protos.
+    from turnout.controller import Controller
+
+    return Controller(
+        config,
+        dialects=default_dialects(),
+        compile_options=compile_options(config),
+        translate_options=translate_options(config),
+        metrics=metrics,
+    )
+
+
+def compile_snapshot(
+    snapshot: Snapshot,
+    options: CompileOptions | None = None,
+    dialects: Dialects | Sequence[Dialect] | None = None,
+) -> CompileResult:
+    """`snapshot` compiled by every dialect (or `dialects`), as `check` shows it."""
+    if dialects is None:
+        dialects = default_dialects()
+    chosen = dialects.all if isinstance(dialects, Dialects) else tuple(dialects)
+    return build_graph(snapshot, options or CompileOptions(), chosen)

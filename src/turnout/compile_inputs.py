@@ -1,0 +1,87 @@
+"""What a compile takes besides the objects: the options every layer may read.
+
+Graph, dialects and the Envoy translator all import this module; it imports nothing of turnout's,
+so it sits at the bottom of the layers (docs/architecture.md, "Layers").
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+# The default listeners that dialects without their own listener model (everything but the
+# Gateway API) attach virtual hosts to. Names follow Contour's.
+HTTP_LISTENER = "ingress_http"
+HTTPS_LISTENER = "ingress_https"
+
+DEFAULT_GATEWAY_CONTROLLER_NAME = "turnout.dev/gateway-controller"
+
+# Debian's and Ubuntu's system CA bundle.
+DEFAULT_SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+class ListenerProtocol(enum.Enum):
+    HTTP = "HTTP"
+    HTTPS = "HTTPS"
+    TLS_PASSTHROUGH = "TLS"
+    TCP = "TCP"
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerDecl:
+    """A listener a dialect brings itself (Gateway API listeners bind their own ports), bound on
+    `CompileOptions.address`. The dialect's virtual hosts and TCP proxies name it."""
+
+    name: str
+    port: int
+    protocol: ListenerProtocol
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class IssuerDiscovery:
+    """What OpenID discovery (`<issuer>/.well-known/openid-configuration`) answered for one
+    issuer: its `jwks_uri`, or why there is none (`error`). Both None: no answer yet. Found by
+    the control plane (turnout.sources.oidc) outside the compile, which only reads it."""
+
+    issuer: str
+    jwks_uri: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompileOptions:
+    address: str = "127.0.0.1"
+    http_port: int = 8080
+    https_port: int = 8443
+    # Namespaces where roots (HTTPProxy/IngressRoute with a virtualhost) may live; empty: all.
+    root_namespaces: tuple[str, ...] = ()
+    # Contour's disablePermitInsecure: TLS hosts answer plain HTTP with a redirect, always.
+    disable_permit_insecure: bool = False
+    # The Ingress class this turnout serves (Ingress, HTTPProxy and IngressRoute class fields).
+    ingress_class_name: str = "turnout"
+    # Contour's fallback certificate, "namespace/name" of a TLS Secret ("" for none): served to
+    # TLS clients without SNI (or with a name no host serves) for the hosts that enable it.
+    fallback_certificate: str = ""
+    # Contour's enableExternalNameService: route to ExternalName Services (DNS clusters). Off by
+    # default, as in Contour: such a Service can point Envoy anywhere (GHSA-5ph6-qq5x-7jwc).
+    enable_external_name_service: bool = False
+    # Skipper's -kubernetes-routegroup-class: a regular expression (searched, as Go's
+    # MatchString does) that a RouteGroup's `zalando.org/routegroup.class` annotation must match;
+    # RouteGroups without the annotation are always served. Skipper's default.
+    routegroup_class: str = "skipper"
+    # The Gateway API controllerName this turnout implements: GatewayClasses naming it (and their
+    # Gateways and routes) are turnout's; all others belong to another implementation.
+    gateway_controller_name: str = DEFAULT_GATEWAY_CONTROLLER_NAME
+    # Other ports turnout and its Envoy use on `address`, with the flag that sets each (admin,
+    # xDS, Envoy admin): a Gateway listener there could not bind (PortUnavailable).
+    reserved_ports: tuple[tuple[int, str], ...] = ()
+    # OpenID discovery results for the issuers RouteGroups' `jwtValidation` filters name, sorted
+    # by issuer; an issuer missing here has no answer yet. Part of the compile's input, so the
+    # compile stays a pure function of snapshot and options.
+    issuer_discovery: tuple[IssuerDiscovery, ...] = ()
+
+    def discovery(self, issuer: str) -> IssuerDiscovery | None:
+        for found in self.issuer_discovery:
+            if found.issuer == issuer:
+                return found
+        return None

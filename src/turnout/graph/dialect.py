@@ -1,0 +1,162 @@
+"""What a dialect is to the compile: a pure front end from store objects to graph pieces and
+statuses, called through this protocol only (the graph never imports a dialect).
+
+A compile runs in two phases so that hostname ownership can span dialects:
+1. `claims()`: every root that wants a hostname on a listener says so;
+2. the graph builder decides one owner per (listener, hostname): the oldest object wins;
+3. `compile()`: each dialect builds its virtual hosts for the hostnames it owns, and a status for
+   every object of its kinds, reporting lost hostnames in its own status shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from turnout.compile_inputs import CompileOptions, ListenerDecl
+from turnout.graph.model import RoutingGraph, TCPProxy, VirtualHost
+from turnout.graph.secrets import SecretResolver
+from turnout.graph.services import BackendResolver
+from turnout.objects import KubeObject, ObjectRef
+from turnout.status.model import ObjectStatus
+from turnout.store import Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class HostClaim:
+    listener: str
+    hostname: str  # lower case
+    claimant: KubeObject
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    """The owner of each (listener, hostname) and the claims that lost to it."""
+
+    owners: Mapping[tuple[str, str], KubeObject] = field(default_factory=dict)
+
+    def owner(self, listener: str, hostname: str) -> KubeObject | None:
+        return self.owners.get((listener, hostname.lower()))
+
+    def owns(self, obj: ObjectRef, listener: str, hostname: str) -> bool:
+        owner = self.owner(listener, hostname)
+        return owner is not None and owner.ref == obj
+
+
+@dataclass(frozen=True, slots=True)
+class CompileContext:
+    options: CompileOptions
+    ownership: Ownership
+    backends: BackendResolver
+    secrets: SecretResolver
+
+
+@dataclass(frozen=True, slots=True)
+class DialectOutput:
+    virtual_hosts: tuple[tuple[str, VirtualHost], ...] = ()  # (listener name, vhost)
+    statuses: tuple[ObjectStatus, ...] = ()
+    tcp_proxies: tuple[tuple[str, TCPProxy], ...] = ()  # (listener name, SNI-routed TCP proxy)
+    # Listeners of the dialect's own, besides the shared HTTP_LISTENER and HTTPS_LISTENER.
+    listeners: tuple[ListenerDecl, ...] = ()
+
+
+# What Envoy has of one Envoy listener (by name): "programmed", "rejected", "pending",
+# "closed" (the configuration has no such listener and every connected Envoy acknowledged that)
+# or "absent" (no such listener, not yet acknowledged); with a message (Envoy's reason for a
+# rejection, or what it waits for).
+ListenerProbe = Callable[[str], tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class EnvoyView:
+    """What the controller knows of the Envoys it programs, for statuses settled after Envoy
+    answered: `probe` of an Envoy listener, and the objects of the snapshot the statuses came
+    from (`objects(ref)`)."""
+
+    probe: ListenerProbe
+    objects: Callable[[ObjectRef], KubeObject | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalInputs:
+    """What a dialect needs from outside the compile, found by the controller (which feeds the
+    answers back in through `CompileOptions`): the OpenID issuers to discover."""
+
+    oidc_issuers: frozenset[str] = frozenset()
+
+
+class Dialect(Protocol):
+    """A dialect. Implementations subclass this protocol to inherit the default hooks."""
+
+    name: str
+    # The (apiVersion, kind) pairs this dialect reads; anything else in its groups is reported.
+    kinds: frozenset[tuple[str, str]]
+    # The (group, kind) pairs among `kinds` that are cluster-scoped (shown without a namespace).
+    cluster_scoped: frozenset[tuple[str, str]] = frozenset()
+
+    def claims(self, snapshot: Snapshot, options: CompileOptions) -> Iterable[HostClaim]: ...
+
+    def compile(self, snapshot: Snapshot, ctx: CompileContext) -> DialectOutput: ...
+
+    def external_inputs(self, snapshot: Snapshot, options: CompileOptions) -> ExternalInputs:
+        """What the compile of `snapshot` needs from outside (e.g. OpenID discovery)."""
+        return ExternalInputs()
+
+    def settle(
+        self, statuses: Sequence[ObjectStatus], envoy: EnvoyView | None
+    ) -> tuple[ObjectStatus, ...]:
+        """The dialect's statuses with what only Envoy's answer decides (Gateway API
+        `Programmed`). `envoy` None: every Envoy acknowledged everything (`check`)."""
+        return tuple(statuses)
+
+    def reported_listeners(self, graph: RoutingGraph) -> frozenset[str]:
+        """Envoy listeners whose rejection this dialect reports on its own objects (a Gateway's
+        port), so that it need not fail the whole controller's readiness."""
+        return frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Dialects:
+    """The dialects of a turnout, as the composition root chose them; what the controller, CLI
+    and admin server need from them, asked of all of them."""
+
+    all: tuple[Dialect, ...]
+
+    @property
+    def kinds(self) -> frozenset[tuple[str, str]]:
+        return frozenset().union(*(d.kinds for d in self.all))
+
+    @property
+    def cluster_scoped(self) -> frozenset[tuple[str, str]]:
+        return frozenset().union(*(d.cluster_scoped for d in self.all))
+
+    def external_inputs(self, snapshot: Snapshot, options: CompileOptions) -> ExternalInputs:
+        issuers: set[str] = set()
+        for d in self.all:
+            issuers |= d.external_inputs(snapshot, options).oidc_issuers
+        return ExternalInputs(oidc_issuers=frozenset(issuers))
+
+    def settle(
+        self, statuses: Sequence[ObjectStatus], envoy: EnvoyView | None
+    ) -> tuple[ObjectStatus, ...]:
+        for d in self.all:
+            statuses = d.settle(statuses, envoy)
+        return tuple(statuses)
+
+    def reported_listeners(self, graph: RoutingGraph) -> frozenset[str]:
+        return frozenset().union(*(d.reported_listeners(graph) for d in self.all))
+
+    def status_json(self, status: ObjectStatus) -> dict[str, Any]:
+        scoped = (status.ref.group, status.ref.kind) in self.cluster_scoped
+        return status.to_json(cluster_scoped=scoped)
+
+
+def ownership_from_claims(claims: Iterable[HostClaim]) -> Ownership:
+    owners: dict[tuple[str, str], KubeObject] = {}
+    for claim in claims:
+        key = (claim.listener, claim.hostname.lower())
+        current = owners.get(key)
+        if current is None or claim.claimant.age_key < current.age_key:
+            owners[key] = claim.claimant
+    return Ownership(owners)
