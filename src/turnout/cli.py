@@ -360,11 +360,16 @@ def _dump(data: Any, fmt: str) -> str:
 
 
 def _status_lines(status: ObjectStatus) -> list[str]:
-    meta = DIALECTS.status_json(status)[
-        "metadata"
-    ]  # cluster-scoped kinds are shown without a namespace
+    """The object's state and summary after where it was written (`file:line: `), then each
+    error and warning on its own line."""
+    # Cluster-scoped kinds are shown without a namespace.
+    meta = DIALECTS.status_json(status)["metadata"]
     where = f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"]
-    lines = [f"{status.ref.kind} {where}: {status.state.value}: {status.summary}"]
+    origin = status.origin
+    at = ""
+    if origin is not None:
+        at = f"{origin.source}:{origin.line}: " if origin.line else f"{origin.source}: "
+    lines = [f"{at}{status.ref.kind} {where}: {status.state.value}: {status.summary}"]
     for cond in status.body.get("conditions") or ():
         for label in ("errors", "warnings"):
             for sub in cond.get(label) or ():
@@ -372,6 +377,10 @@ def _status_lines(status: ObjectStatus) -> list[str]:
                 lines.append(
                     f"  {kind} {sub.get('type')}/{sub.get('reason')}: {sub.get('message')}"
                 )
+    shown = "\n".join(lines)
+    for finding in status.findings:
+        if finding.text not in shown:
+            lines.append(f"  {finding.severity} {finding.reason}: {finding.text}")
     return lines
 
 

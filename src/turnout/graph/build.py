@@ -66,7 +66,7 @@ class CompileResult:
     problems: tuple[SourceProblem, ...]
 
 
-# Core kinds that every dialect may consume (design.md, "Sources").
+# Core kinds that every dialect may consume.
 CORE_KINDS: frozenset[tuple[str, str]] = frozenset(
     {
         ("v1", "Service"),
