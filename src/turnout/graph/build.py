@@ -16,6 +16,7 @@ from turnout.compile_inputs import (
     ListenerDecl,
     ListenerProtocol,
 )
+from turnout.graph.attribution import cluster_writers
 from turnout.graph.dialect import (
     CompileContext,
     Dialect,
@@ -30,7 +31,6 @@ from turnout.graph.model import (
     Forward,
     HostnameMatch,
     Listener,
-    RouteSource,
     RoutingGraph,
     TCPProxy,
     VirtualHost,
@@ -51,7 +51,7 @@ from turnout.graph.validate import (
     source_problems,
 )
 from turnout.objects import KubeObject, ObjectRef, group_of
-from turnout.status.model import Finding, ObjectStatus
+from turnout.status.model import Finding, ObjectStatus, Severity
 from turnout.store import Snapshot, SourceProblem
 
 # Reasons of the findings folded into statuses after the dialects ran.
@@ -317,16 +317,8 @@ def _endpoint_findings(
     status of its own)."""
     if not forbidden:
         return []
-    users: dict[str, list[RouteSource]] = {}
-    for route in (r for lst in graph.listeners for vh in lst.virtual_hosts for r in vh.routes):
-        if isinstance(route.action, Forward):
-            for wc in route.action.clusters:
-                users.setdefault(wc.cluster, []).append(route.source)
-    for lst in graph.listeners:
-        for proxy in lst.tcp_proxies:
-            for wc in proxy.clusters:
-                users.setdefault(wc.cluster, []).append(RouteSource(proxy.owner, "spec"))
-    out: list[Finding] = []
+    users = cluster_writers(graph)
+    out: dict[Finding, None] = {}
     for f in forbidden:
         ep = f.endpoint
         message = (
@@ -334,10 +326,12 @@ def _endpoint_findings(
             f"{f.cluster.service}: {f.reason}; the endpoint is left out"
         )
         for source in users.get(f.cluster.name, ()):
-            finding = Finding(source.object, source.field, ENDPOINT_REFUSED, message)
-            if finding not in out:
-                out.append(finding)
-    return out
+            # A warning: the route is served, by the endpoints that remain.
+            finding = Finding(
+                source.object, source.field, ENDPOINT_REFUSED, message, Severity.WARNING
+            )
+            out[finding] = None
+    return list(out)
 
 
 def _forbidden_problems(

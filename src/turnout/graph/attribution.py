@@ -1,0 +1,55 @@
+"""Which objects wrote a piece of the graph: where a problem found after the dialects ran (a
+refused endpoint, Envoy rejecting a resource) is reported, on the object a user reads.
+
+Clusters are written by the routes and TCP proxies that send to them; TLS Secrets by the
+virtual hosts and TCP proxies that terminate with them. Each writer is a `RouteSource`: the
+object and the field (`spec.routes[2]`; `spec` for a whole virtual host or TCP proxy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from turnout.graph.model import Forward, RouteSource, RoutingGraph
+
+
+def cluster_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]]:
+    """Cluster name -> the routes (and TCP proxies) that send to it or mirror to it."""
+    found: dict[str, list[RouteSource]] = {}
+
+    def note(cluster: str, source: RouteSource) -> None:
+        listed = found.setdefault(cluster, [])
+        if source not in listed:
+            listed.append(source)
+
+    for lst in graph.listeners:
+        for vh in lst.virtual_hosts:
+            for route in vh.routes:
+                if isinstance(route.action, Forward):
+                    for wc in route.action.clusters:
+                        note(wc.cluster, route.source)
+                for mirror in route.policies.mirrors:
+                    note(mirror.cluster, route.source)
+        for proxy in lst.tcp_proxies:
+            for wc in proxy.clusters:
+                note(wc.cluster, RouteSource(proxy.owner, "spec"))
+    return {name: tuple(sources) for name, sources in found.items()}
+
+
+def secret_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]]:
+    """TLS Secret name (SDS) -> the owners of the hosts and TCP proxies that serve it."""
+    found: dict[str, list[RouteSource]] = {}
+    for lst in graph.listeners:
+        holders = [(vh.tls, vh.owner) for vh in lst.virtual_hosts]
+        holders += [(proxy.tls, proxy.owner) for proxy in lst.tcp_proxies]
+        for tls, owner in holders:
+            if tls is None:
+                continue
+            for name in (tls.secret, tls.fallback_secret):
+                if name is None:
+                    continue
+                listed = found.setdefault(name, [])
+                source = RouteSource(owner, "spec")
+                if source not in listed:
+                    listed.append(source)
+    return {name: tuple(sources) for name, sources in found.items()}
