@@ -502,6 +502,9 @@ async def test_nack_is_recorded_logged_counted_and_not_resent(
     assert server.readiness() == (False, expected)
     assert expected in caplog.text
     assert counter(metrics, "nacks", "cluster") == 1
+    assert [(r.type, r.name, r.node, r.message) for r in server.refused_resources()] == [
+        ("cluster", "a", "node-a", "bad cluster a")
+    ]
 
     # Neither the same content again nor a new request on the stream brings the NACKed version back.
     server.set_resources(EnvoyResources(clusters=(cluster("a", eds=False, timeout=9),)))
@@ -516,6 +519,7 @@ async def test_nack_is_recorded_logged_counted_and_not_resent(
     assert await server.wait_acked(v3, 2)
     assert server.readiness()[0]
     assert counter(metrics, "acks", "cluster") == 2
+    assert server.refused_resources() == ()
 
 
 async def test_reverting_to_the_last_good_version_after_a_nack_is_sent(

@@ -272,6 +272,16 @@ class Nack:
 
 
 @dataclass(frozen=True, slots=True)
+class RefusedResource:
+    """One resource of the current configuration that an Envoy refused, with its reason."""
+
+    type: str  # "cluster", "listener", "route", "secret", "endpoint"
+    name: str
+    node: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class ListenerState:
     """What `XdsServer.listener_state` knows about one Envoy listener."""
 
@@ -844,6 +854,24 @@ class XdsServer:
                 " objects that declare them"
             )
         return True, reason
+
+    def refused_resources(self) -> tuple[RefusedResource, ...]:
+        """The resources of the current configuration some connected Envoy refused (their
+        current content), each once, sorted: what the controller reports on the objects that
+        wrote them."""
+        snapshot = self._snapshot
+        if snapshot is None:
+            return ()
+        found: dict[tuple[str, str], RefusedResource] = {}
+        for stream in sorted(self._streams.values(), key=lambda s: s.id):
+            for type_url, st in stream.types.items():
+                current = snapshot.resources[type_url]
+                for name, (digest, message) in st.refused.items():
+                    res = current.get(name)
+                    if res is not None and res.digest == digest:
+                        key = (SHORT_TYPE_NAMES[type_url], name)
+                        found.setdefault(key, RefusedResource(*key, stream.node, message))
+        return tuple(found[k] for k in sorted(found))
 
     def listener_state(self, name: str) -> ListenerState:
         """Whether the current content of Envoy listener `name`, and of the route

@@ -8,9 +8,10 @@ object and the field (`spec.routes[2]`; `spec` for a whole virtual host or TCP p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from turnout.graph.model import Forward, RouteSource, RoutingGraph
+from turnout.status.model import Finding
 
 
 def cluster_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]]:
@@ -53,3 +54,23 @@ def secret_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]]
                 if source not in listed:
                     listed.append(source)
     return {name: tuple(sources) for name, sources in found.items()}
+
+
+# The reason of a finding made from Envoy refusing a resource.
+REJECTED_BY_ENVOY = "RejectedByEnvoy"
+
+
+def rejection_findings(
+    graph: RoutingGraph, rejections: Iterable[tuple[str, str, str]]
+) -> tuple[Finding, ...]:
+    """Findings for resources Envoy refused, `(type, name, message)` with the xDS type's short
+    name ("cluster", "secret", ...), on the objects that wrote each: a cluster's routes, a
+    Secret's hosts. Listeners and route configurations are shared by many objects; the dialect
+    that declared a listener reports its own (Gateway `Programmed`), readiness the rest."""
+    writers = {"cluster": cluster_writers(graph), "secret": secret_writers(graph)}
+    found: dict[Finding, None] = {}
+    for type_, name, message in rejections:
+        for source in writers.get(type_, {}).get(name, ()):
+            text = f"Envoy refused {type_} {name}: {message}"
+            found[Finding(source.object, source.field, REJECTED_BY_ENVOY, text)] = None
+    return tuple(found)
