@@ -15,7 +15,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
 from turnout.objects import thaw
 from turnout.sources.files import FileSource
-from turnout.status.model import ObjectStatus, PrebuiltShape
+from turnout.status.model import Condition, ObjectStatus
 from turnout.store import Store
 
 EXIT_OK = 0
@@ -334,23 +334,20 @@ ISSUER_DISCOVERY_PENDING = "IssuerDiscoveryPending"
 def with_discover_hint(status: ObjectStatus, command: str) -> ObjectStatus:
     """`status` with its IssuerDiscoveryPending messages (and summary) telling how to resolve
     the issuer from `turnout <command>`; other statuses unchanged."""
-    conditions = status.body.get("conditions")
-    if not isinstance(conditions, Sequence) or not any(
-        isinstance(c, Mapping) and c.get("reason") == ISSUER_DISCOVERY_PENDING for c in conditions
-    ):
+    if not any(c.reason == ISSUER_DISCOVERY_PENDING for c in status.conditions):
         return status
     hint = f"; run `turnout {command} --discover` to resolve the issuer"
-    body = thaw(status.body)
     summary = status.summary
-    for cond in body["conditions"]:
-        if isinstance(cond, dict) and cond.get("reason") == ISSUER_DISCOVERY_PENDING:
-            message = str(cond.get("message") or "")
-            cond["message"] = message + hint
-            if message and message in summary:
-                summary = summary.replace(message, message + hint, 1)
+    conditions: list[Condition] = []
+    for cond in status.conditions:
+        if cond.reason == ISSUER_DISCOVERY_PENDING:
+            if cond.message and cond.message in summary:
+                summary = summary.replace(cond.message, cond.message + hint, 1)
+            cond = dataclasses.replace(cond, message=cond.message + hint)
+        conditions.append(cond)
     if hint not in summary:
         summary += hint
-    return dataclasses.replace(status, summary=summary, shape=PrebuiltShape(body))
+    return dataclasses.replace(status, summary=summary, conditions=tuple(conditions))
 
 
 def _dump(data: Any, fmt: str) -> str:

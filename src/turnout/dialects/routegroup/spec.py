@@ -169,13 +169,15 @@ _HINTS = {
 class _Reader(FieldReader):
     def __init__(self) -> None:
         self.problems: list[Problem] = []
+        self.seen: set[Problem] = set()  # `problems` as a set: a repeat is cheap to skip
 
     def field_error(self, where: str, message: str) -> None:
         self.error("InvalidField", f"{where}: {message}")
 
     def error(self, reason: str, message: str, type_: str = ACCEPTED) -> None:
         problem = Problem(type_, reason, message)
-        if problem not in self.problems:
+        if problem not in self.seen:
+            self.seen.add(problem)
             self.problems.append(problem)
 
     def fields(self, m: Mapping[str, Any], path: str, known: frozenset[str], what: str) -> None:
