@@ -246,29 +246,28 @@ def test_bad_listener_values_never_raise() -> None:
 
 
 def _gateway_status(programmed_reason: str) -> ObjectStatus:
+    from turnout.dialects.gatewayapi.conditions import GATEWAY_SHAPE
     from turnout.objects import ObjectRef
-    from turnout.status.model import PrebuiltShape, State
+    from turnout.status.model import Condition, ConditionStatus, Section, State
 
-    def cond(type_: str, status: str, reason: str) -> dict[str, Any]:
-        return {"type": type_, "status": status, "reason": reason, "message": "m"}
+    def cond(type_: str, status: ConditionStatus, reason: str) -> Condition:
+        return Condition(type_, status, reason, "m")
+
+    def listener(name: str, reason: str) -> Section:
+        conditions = (cond("Programmed", ConditionStatus.FALSE, reason),)
+        return Section("listeners", name, conditions, {"name": name})
 
     return ObjectStatus(
         ref=ObjectRef("gateway.networking.k8s.io", "Gateway", "app", "gw"),
         api_version="gateway.networking.k8s.io/v1",
         state=State.VALID,
         summary="",
-        shape=PrebuiltShape(
-            {
-                "conditions": [
-                    cond("Accepted", "True", "Accepted"),
-                    cond("Programmed", "False", programmed_reason),
-                ],
-                "listeners": [
-                    {"name": "ok", "conditions": [cond("Programmed", "False", "Pending")]},
-                    {"name": "bad", "conditions": [cond("Programmed", "False", "Invalid")]},
-                ],
-            }
+        shape=GATEWAY_SHAPE,
+        conditions=(
+            cond("Accepted", ConditionStatus.TRUE, "Accepted"),
+            cond("Programmed", ConditionStatus.FALSE, programmed_reason),
         ),
+        sections=(listener("ok", "Pending"), listener("bad", "Invalid")),
     )
 
 

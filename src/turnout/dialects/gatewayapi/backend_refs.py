@@ -61,7 +61,8 @@ from turnout.dialects.gatewayapi.conditions import (
     UNSUPPORTED_VALUE,
     RouteProblem,
 )
-from turnout.dialects.gatewayapi.refgrants import ReferenceGrants, core_group
+from turnout.dialects.gatewayapi.kinds import core_group
+from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
 from turnout.graph.dialect import CompileContext
 from turnout.graph.model import (
     INVALID_BACKEND,

@@ -52,20 +52,28 @@ from turnout.dialects.gatewayapi.conditions import (
     ACCEPTED,
     BACKEND_NOT_FOUND,
     CONFLICTED,
+    FALSE,
     INVALID_KIND,
+    POLICY_SHAPE,
     RESOLVED_REFS,
+    TRUE,
     Condition,
     RouteProblem,
-    conditions_json,
+    observed,
 )
 from turnout.dialects.gatewayapi.filters import MAX_HOSTNAME, precise_hostname_problem
-from turnout.dialects.gatewayapi.kinds import BACKEND_TLS_POLICY, GROUP, mapping, sequence
-from turnout.dialects.gatewayapi.refgrants import core_group
+from turnout.dialects.gatewayapi.kinds import (
+    BACKEND_TLS_POLICY,
+    GROUP,
+    core_group,
+    mapping,
+    sequence,
+)
 from turnout.graph.dialect import CompileContext
 from turnout.graph.model import CABundle, UpstreamValidation
 from turnout.graph.services import ServicePort
 from turnout.objects import KubeObject, ObjectRef
-from turnout.status.model import ObjectStatus, PrebuiltShape, State
+from turnout.status.model import ObjectStatus, Section, State
 from turnout.store import Snapshot
 
 INVALID = "Invalid"
@@ -296,8 +304,8 @@ class BackendTLSPolicies:
         outcome = self.outcome(policy, ctx)
         if outcome.validation is not None:
             return outcome.validation
-        reasons = [c for c in outcome.conditions if c.status is False]
-        reason = reasons[0] if reasons else Condition(ACCEPTED, False, INVALID, "")
+        reasons = [c for c in outcome.conditions if c.status is FALSE]
+        reason = reasons[0] if reasons else Condition(ACCEPTED, FALSE, INVALID, "")
         # The route's reasons are the spec's four; a backend whose TLS cannot be set up is
         # one Envoy cannot reach, as if not found. The policy's own reason is in the message.
         return RouteProblem(
@@ -358,34 +366,40 @@ class BackendTLSPolicies:
             generation = policy.obj.generation
             not_applicable = Condition(
                 ACCEPTED,
-                False,
+                FALSE,
                 NOT_APPLICABLE,
                 "the Gateway passes the TLS session of the client through to the targeted "
                 "Service (TLSRoute on a Passthrough listener): it originates no TLS to it",
             )
-            ancestors = [
-                {
-                    "ancestorRef": {
-                        "group": g.group,
-                        "kind": g.kind,
-                        "namespace": g.namespace,
-                        "name": g.name,
-                    },
-                    "controllerName": controller_name,
-                    "conditions": conditions_json(
-                        list(conditions) if g in applied else [not_applicable], generation
+            ancestors = tuple(
+                Section(
+                    group="ancestors",
+                    key=f"{g.group}/{g.kind}/{g.namespace}/{g.name}",
+                    conditions=observed(
+                        conditions if g in applied else (not_applicable,), generation
                     ),
-                }
+                    fields={
+                        "ancestorRef": {
+                            "group": g.group,
+                            "kind": g.kind,
+                            "namespace": g.namespace,
+                            "name": g.name,
+                        },
+                        "controllerName": controller_name,
+                    },
+                )
                 for g in sorted(applied | passed)
-            ]
-            problems = [c for c in conditions if c.status is False]
+            )
+            problems = [c for c in conditions if c.status is FALSE]
             out.append(
                 ObjectStatus(
                     ref=ref,
                     api_version=policy.obj.api_version,
                     state=State.INVALID if problems else State.VALID,
                     summary=problems[0].message if problems else "Accepted",
-                    shape=PrebuiltShape({"ancestors": ancestors}),
+                    shape=POLICY_SHAPE,
+                    generation=generation,
+                    sections=ancestors,
                 )
             )
         return tuple(out)
@@ -393,7 +407,7 @@ class BackendTLSPolicies:
     def conditions(self, policy: PolicySpec, ctx: CompileContext) -> tuple[Condition, ...]:
         conflict = self._conflicted.get(policy.obj.ref)
         if conflict is not None:
-            return (Condition(ACCEPTED, False, CONFLICTED, conflict),)
+            return (Condition(ACCEPTED, FALSE, CONFLICTED, conflict),)
         return self.outcome(policy, ctx).conditions
 
 
@@ -418,29 +432,29 @@ def _evaluate(policy: PolicySpec, ctx: CompileContext) -> Outcome:
         else:
             invalid_ref.append(f"{ref.field}: {found.message}")
     if invalid_kind:
-        resolved = Condition(RESOLVED_REFS, False, INVALID_KIND, "; ".join(invalid_kind))
+        resolved = Condition(RESOLVED_REFS, FALSE, INVALID_KIND, "; ".join(invalid_kind))
     elif invalid_ref:
         resolved = Condition(
-            RESOLVED_REFS, False, INVALID_CA_CERTIFICATE_REF, "; ".join(invalid_ref)
+            RESOLVED_REFS, FALSE, INVALID_CA_CERTIFICATE_REF, "; ".join(invalid_ref)
         )
     else:
-        resolved = Condition(RESOLVED_REFS, True, RESOLVED_REFS, "Resolved all the references")
+        resolved = Condition(RESOLVED_REFS, TRUE, RESOLVED_REFS, "Resolved all the references")
     system = policy.well_known == SYSTEM
     if policy.invalid:
-        accepted = Condition(ACCEPTED, False, INVALID, "; ".join(policy.invalid))
+        accepted = Condition(ACCEPTED, FALSE, INVALID, "; ".join(policy.invalid))
     elif system:
-        accepted = Condition(ACCEPTED, True, ACCEPTED, "Policy is accepted")
+        accepted = Condition(ACCEPTED, TRUE, ACCEPTED, "Policy is accepted")
     elif bundle is None:
         accepted = Condition(
             ACCEPTED,
-            False,
+            FALSE,
             NO_VALID_CA_CERTIFICATE,
             "no caCertificateRefs entry resolves to a CA certificate bundle",
         )
     else:
-        accepted = Condition(ACCEPTED, True, ACCEPTED, "Policy is accepted")
+        accepted = Condition(ACCEPTED, TRUE, ACCEPTED, "Policy is accepted")
     validation = None
-    if accepted.status and system:
+    if accepted.status is TRUE and system:
         validation = UpstreamValidation(
             ca_secret="",
             subject_names=policy.subject_names,
@@ -448,7 +462,7 @@ def _evaluate(policy: PolicySpec, ctx: CompileContext) -> Outcome:
             system_trust_store=True,
             subject_uris=policy.subject_uris,
         )
-    elif accepted.status and bundle is not None:
+    elif accepted.status is TRUE and bundle is not None:
         validation = UpstreamValidation(
             ca_secret=bundle.name,
             subject_names=policy.subject_names,

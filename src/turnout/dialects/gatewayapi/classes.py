@@ -13,13 +13,16 @@ from dataclasses import dataclass
 
 from turnout.dialects.gatewayapi.conditions import (
     ACCEPTED,
+    CLASS_SHAPE,
+    FALSE,
     SUPPORTED_VERSION,
+    TRUE,
     Condition,
-    conditions_json,
+    observed,
 )
 from turnout.dialects.gatewayapi.kinds import GATEWAY_CLASS, GROUP, mapping, text
 from turnout.objects import KubeObject
-from turnout.status.model import ObjectStatus, PrebuiltShape, State
+from turnout.status.model import ObjectStatus, State
 from turnout.store import Snapshot
 
 BUNDLE_VERSION = "v1.6.1"
@@ -103,13 +106,13 @@ def our_classes(snapshot: Snapshot, controller_name: str) -> dict[str, GatewayCl
 def gateway_class_status(info: GatewayClassInfo) -> ObjectStatus:
     generation = info.obj.generation
     accepted = (
-        Condition(ACCEPTED, True, "Accepted", info.message)
+        Condition(ACCEPTED, TRUE, "Accepted", info.message)
         if info.accepted
-        else Condition(ACCEPTED, False, "InvalidParameters", info.message)
+        else Condition(ACCEPTED, FALSE, "InvalidParameters", info.message)
     )
     supported = Condition(
         SUPPORTED_VERSION,
-        True,
+        TRUE,
         "SupportedVersion",
         f"turnout implements Gateway API {BUNDLE_VERSION} (standard channel)",
     )
@@ -118,10 +121,8 @@ def gateway_class_status(info: GatewayClassInfo) -> ObjectStatus:
         api_version=info.obj.api_version,
         state=State.VALID if info.accepted else State.INVALID,
         summary=info.message,
-        shape=PrebuiltShape(
-            {
-                "conditions": conditions_json([accepted, supported], generation),
-                "supportedFeatures": [{"name": name} for name in SUPPORTED_FEATURES],
-            }
-        ),
+        shape=CLASS_SHAPE,
+        generation=generation,
+        conditions=observed((accepted, supported), generation),
+        fields={"supportedFeatures": [{"name": name} for name in SUPPORTED_FEATURES]},
     )

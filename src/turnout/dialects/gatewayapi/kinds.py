@@ -74,3 +74,8 @@ def text(value: Any) -> str | None:
 
 def integer(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def core_group(group: str) -> str:
+    """The core API group is "" in Gateway API references; "core" is read as the same group."""
+    return "" if group == "core" else group

@@ -22,10 +22,12 @@ from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.conditions import (
     ACCEPTED,
     CONFLICTED,
+    FALSE,
     OVERLAPPING_TLS_CONFIG,
     PENDING,
     PROGRAMMED,
     RESOLVED_REFS,
+    TRUE,
     Condition,
 )
 from turnout.dialects.gatewayapi.hostnames import hostname_problem, intersect
@@ -159,33 +161,33 @@ class GatewayListener:
         listener for it and the port stays closed."""
         out: list[Condition] = []
         if self.not_accepted is not None:
-            out.append(Condition(ACCEPTED, False, *self.not_accepted))
+            out.append(Condition(ACCEPTED, FALSE, *self.not_accepted))
         else:
-            out.append(Condition(ACCEPTED, True, "Accepted", "Listener is accepted"))
+            out.append(Condition(ACCEPTED, TRUE, "Accepted", "Listener is accepted"))
         if not self.ready:
-            out.append(Condition(PROGRAMMED, False, "Invalid", "Listener is not valid"))
+            out.append(Condition(PROGRAMMED, FALSE, "Invalid", "Listener is not valid"))
         elif programmed:
-            out.append(Condition(PROGRAMMED, True, "Programmed", "Envoy acknowledged the listener"))
+            out.append(Condition(PROGRAMMED, TRUE, "Programmed", "Envoy acknowledged the listener"))
         elif idle:
-            out.append(Condition(PROGRAMMED, False, PENDING, idle_message(self.port)))
+            out.append(Condition(PROGRAMMED, FALSE, PENDING, idle_message(self.port)))
         else:
             out.append(
                 Condition(
-                    PROGRAMMED, False, PENDING, "Waiting for Envoy to acknowledge the configuration"
+                    PROGRAMMED, FALSE, PENDING, "Waiting for Envoy to acknowledge the configuration"
                 )
             )
         if self.unresolved is not None:
-            out.append(Condition(RESOLVED_REFS, False, *self.unresolved))
+            out.append(Condition(RESOLVED_REFS, FALSE, *self.unresolved))
         else:
-            out.append(Condition(RESOLVED_REFS, True, "ResolvedRefs", "References are resolved"))
+            out.append(Condition(RESOLVED_REFS, TRUE, "ResolvedRefs", "References are resolved"))
         if self.conflict is not None:
-            out.append(Condition(CONFLICTED, True, *self.conflict))
+            out.append(Condition(CONFLICTED, TRUE, *self.conflict))
         else:
-            out.append(Condition(CONFLICTED, False, "NoConflicts", "No conflicts"))
+            out.append(Condition(CONFLICTED, FALSE, "NoConflicts", "No conflicts"))
         # The spec: MUST NOT be set when False.
         if self.overlapping is not None:
             out.append(
-                Condition(OVERLAPPING_TLS_CONFIG, True, "OverlappingHostnames", self.overlapping)
+                Condition(OVERLAPPING_TLS_CONFIG, TRUE, "OverlappingHostnames", self.overlapping)
             )
         return out
 

@@ -17,18 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from turnout.dialects.gatewayapi.kinds import GROUP, REFERENCE_GRANT
+from turnout.dialects.gatewayapi.backend_tls import BackendTLSPolicies
+from turnout.dialects.gatewayapi.kinds import GROUP, REFERENCE_GRANT, core_group
 from turnout.store import Snapshot
-
-if TYPE_CHECKING:
-    from turnout.dialects.gatewayapi.backend_tls import BackendTLSPolicies
-
-
-def core_group(group: str) -> str:
-    """The core API group is "" in Gateway API references; "core" is read as the same group."""
-    return "" if group == "core" else group
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,16 +98,11 @@ class ReferenceGrants:
         grants: Mapping[str, tuple[_Grant, ...]],
         backend_tls: BackendTLSPolicies | None = None,
     ) -> None:
-        from turnout.dialects.gatewayapi.backend_tls import BackendTLSPolicies
-
         self._by_namespace = dict(grants)
         self.backend_tls = backend_tls if backend_tls is not None else BackendTLSPolicies()
 
     @staticmethod
     def from_snapshot(snapshot: Snapshot) -> ReferenceGrants:
-        # backend_tls.py reads this module's group constants; imported here to avoid a cycle.
-        from turnout.dialects.gatewayapi.backend_tls import BackendTLSPolicies
-
         # Both served versions (v1beta1, v1) share the group and kind, hence one store bucket.
         by_namespace: dict[str, list[_Grant]] = {}
         for obj in snapshot.kind(GROUP, REFERENCE_GRANT):

@@ -16,12 +16,17 @@ from typing import Any
 from turnout.dialects.gatewayapi.attachment import Attachment
 from turnout.dialects.gatewayapi.conditions import (
     ACCEPTED,
+    FALSE,
+    GATEWAY_SHAPE,
     PENDING,
     PROGRAMMED,
     RESOLVED_REFS,
+    ROUTE_SHAPE,
+    TRUE,
     Condition,
+    ConditionStatus,
     RouteProblem,
-    conditions_json,
+    observed,
 )
 from turnout.dialects.gatewayapi.kinds import (
     GATEWAY,
@@ -36,7 +41,7 @@ from turnout.dialects.gatewayapi.kinds import (
 from turnout.dialects.gatewayapi.listeners import GatewayListener, closed_message, idle_message
 from turnout.graph.model import RoutingGraph
 from turnout.objects import KubeObject, ObjectRef, thaw
-from turnout.status.model import ObjectStatus, PrebuiltShape, State
+from turnout.status.model import ObjectStatus, Section, State
 
 # Kinds without a namespace: a file gives every object one ("default"); what turnout shows of
 # them (/status, `turnout check -o json|yaml`) has none, as the API server's objects have none.
@@ -51,6 +56,57 @@ def object_json(status: ObjectStatus) -> dict[str, Any]:
     return out
 
 
+def _gateway_conditions(
+    listeners: Sequence[GatewayListener], refused: tuple[str, str] | None
+) -> list[Condition]:
+    """The Gateway's own Accepted and Programmed (Pending when accepted)."""
+    valid = [lst for lst in listeners if lst.ready]
+    if refused is not None:
+        accepted = Condition(ACCEPTED, FALSE, *refused)
+    elif not listeners:
+        accepted = Condition(ACCEPTED, FALSE, "Invalid", "spec.listeners: none")
+    elif len(valid) == len(listeners):
+        accepted = Condition(ACCEPTED, TRUE, "Accepted", "Gateway is accepted")
+    else:
+        bad = ", ".join(lst.name for lst in listeners if not lst.ready)
+        accepted = Condition(
+            ACCEPTED,
+            ConditionStatus.of(bool(valid)),
+            "ListenersNotValid",
+            f"listeners not valid: {bad}"
+            + ("; the others are served" if valid else "; no listener is served"),
+        )
+    if accepted.status is not TRUE:
+        reason = "AddressNotAssigned" if accepted.reason == "UnsupportedAddress" else "Invalid"
+        return [accepted, Condition(PROGRAMMED, FALSE, reason, "Gateway is not accepted")]
+    pending = "Waiting for Envoy to acknowledge the configuration"
+    return [accepted, Condition(PROGRAMMED, FALSE, PENDING, pending)]
+
+
+def _listener_section(
+    lst: GatewayListener, attached: int, accepted: bool, idle: bool, generation: int
+) -> Section:
+    if accepted:
+        conditions = lst.conditions(programmed=False, idle=idle)
+    else:
+        conditions = [
+            replace(c, status=FALSE, reason="Invalid", message="Gateway is not accepted")
+            if c.type == PROGRAMMED
+            else c
+            for c in lst.conditions(programmed=False)
+        ]
+    return Section(
+        group="listeners",
+        key=lst.name,
+        conditions=observed(conditions, generation),
+        fields={
+            "name": lst.name,
+            "supportedKinds": [{"group": GROUP, "kind": k} for k in lst.kinds],
+            "attachedRoutes": attached,
+        },
+    )
+
+
 def gateway_status(
     gateway: KubeObject,
     listeners: Sequence[GatewayListener],
@@ -63,54 +119,14 @@ def gateway_status(
     """`attached`: listener index -> number of accepted routes attached to it. `idle_ports`:
     ports that get no Envoy listener (nothing on them can be served)."""
     generation = gateway.generation
-    valid = [lst for lst in listeners if lst.ready]
-    conditions: list[Condition] = []
-    if refused is not None:
-        conditions.append(Condition(ACCEPTED, False, *refused))
-    elif not listeners:
-        conditions.append(Condition(ACCEPTED, False, "Invalid", "spec.listeners: none"))
-    elif len(valid) == len(listeners):
-        conditions.append(Condition(ACCEPTED, True, "Accepted", "Gateway is accepted"))
-    else:
-        bad = ", ".join(lst.name for lst in listeners if not lst.ready)
-        conditions.append(
-            Condition(
-                ACCEPTED,
-                bool(valid),
-                "ListenersNotValid",
-                f"listeners not valid: {bad}"
-                + ("; the others are served" if valid else "; no listener is served"),
-            )
+    conditions = _gateway_conditions(listeners, refused)
+    accepted = conditions[0].status is TRUE
+    sections = tuple(
+        _listener_section(
+            lst, attached.get(lst.index, 0), accepted, lst.port in idle_ports, generation
         )
-    accepted = bool(conditions[0].status)
-    if not accepted:
-        reason = "AddressNotAssigned" if conditions[0].reason == "UnsupportedAddress" else "Invalid"
-        conditions.append(Condition(PROGRAMMED, False, reason, "Gateway is not accepted"))
-    else:
-        conditions.append(
-            Condition(
-                PROGRAMMED, False, PENDING, "Waiting for Envoy to acknowledge the configuration"
-            )
-        )
-    listener_status = [
-        {
-            "name": lst.name,
-            "supportedKinds": [{"group": GROUP, "kind": k} for k in lst.kinds],
-            "attachedRoutes": attached.get(lst.index, 0),
-            "conditions": conditions_json(
-                lst.conditions(programmed=False, idle=lst.port in idle_ports)
-                if accepted
-                else [
-                    replace(c, status=False, reason="Invalid", message="Gateway is not accepted")
-                    if c.type == PROGRAMMED
-                    else c
-                    for c in lst.conditions(programmed=False)
-                ],
-                generation,
-            ),
-        }
         for lst in listeners
-    ]
+    )
     # Listeners that are not valid make the Gateway invalid for `turnout check`, even when the
     # others are served (Accepted True, reason ListenersNotValid).
     first_problem = None if conditions[0].reason == "Accepted" else conditions[0].message
@@ -119,13 +135,11 @@ def gateway_status(
         api_version=gateway.api_version,
         state=State.VALID if first_problem is None else State.INVALID,
         summary=first_problem or "Gateway is accepted",
-        shape=PrebuiltShape(
-            {
-                "addresses": [{"type": "IPAddress", "value": address}],
-                "conditions": conditions_json(conditions, generation),
-                "listeners": listener_status,
-            }
-        ),
+        shape=GATEWAY_SHAPE,
+        generation=generation,
+        conditions=observed(conditions, generation),
+        sections=sections,
+        fields={"addresses": [{"type": "IPAddress", "value": address}]},
     )
 
 
@@ -148,64 +162,80 @@ class ParentOutcome:
 def _route_conditions(outcome: ParentOutcome) -> list[Condition]:
     if outcome.attachment.problem is not None:
         p = outcome.attachment.problem
-        accepted = Condition(ACCEPTED, False, p.reason, p.message)
+        accepted = Condition(ACCEPTED, FALSE, p.reason, p.message)
     else:
         rejections = [p for p in outcome.problems if p.condition == ACCEPTED]
         if rejections and outcome.rejected:
             accepted = Condition(
                 ACCEPTED,
-                False,
+                FALSE,
                 rejections[0].reason,
                 "; ".join(p.message for p in rejections),
             )
         elif outcome.rejected:
-            accepted = Condition(ACCEPTED, False, "UnsupportedValue", "the route is not valid")
+            accepted = Condition(ACCEPTED, FALSE, "UnsupportedValue", "the route is not valid")
         else:
             accepted = Condition(
-                ACCEPTED, True, "Accepted", "; ".join(("Route is accepted", *outcome.notes))
+                ACCEPTED, TRUE, "Accepted", "; ".join(("Route is accepted", *outcome.notes))
             )
     unresolved = [p for p in outcome.problems if p.condition == RESOLVED_REFS]
     if unresolved:
         resolved = Condition(
-            RESOLVED_REFS, False, unresolved[0].reason, "; ".join(p.message for p in unresolved)
+            RESOLVED_REFS, FALSE, unresolved[0].reason, "; ".join(p.message for p in unresolved)
         )
     else:
-        resolved = Condition(RESOLVED_REFS, True, "ResolvedRefs", "References are resolved")
+        resolved = Condition(RESOLVED_REFS, TRUE, "ResolvedRefs", "References are resolved")
     return [accepted, resolved]
+
+
+def parent_key(outcome: ParentOutcome) -> str:
+    """A parent's identity in the route's status, stable across compiles: the parentRef's
+    group, kind, namespace, name, sectionName and port."""
+    p = outcome.attachment.parent
+    port = "" if p.port is None else str(p.port)
+    return "/".join((p.group, p.kind, p.namespace, p.name, p.section_name or "", port))
 
 
 def route_status(
     route: KubeObject, outcomes: Iterable[ParentOutcome], controller_name: str
 ) -> ObjectStatus | None:
     """The route's `status.parents`: one entry per parentRef of turnout's, after the entries of
-    other controllers that the object already carries (only turnout's own are written). None
-    when no parentRef is turnout's."""
+    other controllers that the object already carries (only turnout's own are written; the
+    others are kept as they are, in `fields`). None when no parentRef is turnout's."""
     ours = list(outcomes)
     if not ours:
         return None
     generation = route.generation
-    parents: list[dict[str, Any]] = [
+    foreign = tuple(
         thaw(entry)
         for entry in sequence(mapping(route.raw.get("status")).get("parents"))
         if isinstance(entry, Mapping) and text(entry.get("controllerName")) != controller_name
-    ]
+    )
     summaries: list[str] = []
+    sections: list[Section] = []
     for outcome in ours:
         conditions = _route_conditions(outcome)
-        summaries.extend(c.message for c in conditions if c.status is not True)
-        parents.append(
-            {
-                "parentRef": outcome.attachment.parent.to_json(),
-                "controllerName": controller_name,
-                "conditions": conditions_json(conditions, generation),
-            }
+        summaries.extend(c.message for c in conditions if c.status is not TRUE)
+        sections.append(
+            Section(
+                group="parents",
+                key=parent_key(outcome),
+                conditions=observed(conditions, generation),
+                fields={
+                    "parentRef": outcome.attachment.parent.to_json(),
+                    "controllerName": controller_name,
+                },
+            )
         )
     return ObjectStatus(
         ref=route.ref,
         api_version=route.api_version,
         state=State.INVALID if summaries else State.VALID,
         summary=summaries[0] if summaries else "Route is accepted",
-        shape=PrebuiltShape({"parents": parents}),
+        shape=ROUTE_SHAPE,
+        generation=generation,
+        sections=tuple(sections),
+        fields={"parents": foreign} if foreign else {},
     )
 
 
@@ -217,27 +247,27 @@ def route_status(
 ListenerProbe = Callable[[str], tuple[str, str]]
 
 
-def _pending(condition: Any) -> bool:
+def _pending(condition: Condition) -> bool:
     return (
-        isinstance(condition, Mapping)
-        and condition.get("type") == PROGRAMMED
-        and condition.get("reason") == PENDING
-        and condition.get("status") == "False"
+        condition.type == PROGRAMMED and condition.reason == PENDING and condition.status is FALSE
     )
 
 
-def _set_programmed(conditions: Any, state: str, message: str) -> list[Any]:
-    out = []
-    for c in sequence(conditions):
+def _set_programmed(
+    conditions: Iterable[Condition], state: str, message: str
+) -> tuple[Condition, ...]:
+    """The conditions with the Pending Programmed settled by `state`."""
+    out: list[Condition] = []
+    for c in conditions:
         if _pending(c):
             if state in ("programmed", "closed"):
-                c = {**c, "status": "True", "reason": "Programmed", "message": message}
+                c = replace(c, status=TRUE, reason="Programmed", message=message)
             elif state == "rejected":
-                c = {**c, "reason": "Invalid", "message": message}
+                c = replace(c, reason="Invalid", message=message)
             else:
-                c = {**c, "message": message}
+                c = replace(c, message=message)
         out.append(c)
-    return out
+    return tuple(out)
 
 
 def _listener_ports(gateway: KubeObject | None) -> list[int | None]:
@@ -274,6 +304,45 @@ def _gateway_programmed(results: Sequence[tuple[str, str, str]]) -> tuple[str, s
     return "absent", "no listener of the Gateway has anything Envoy can serve yet"
 
 
+def _listener_state(port: int | None, probe: ListenerProbe | None) -> tuple[str, str]:
+    if probe is None:
+        return "programmed", "Envoy acknowledged the configuration"
+    if port is None:
+        return "pending", "the listener's port is not known yet"
+    state, message = probe(gateway_listener_name(port))
+    if state == "absent":
+        message = idle_message(port)
+    elif state == "closed":
+        message = closed_message(port)
+    return state, message
+
+
+def _settled_gateway(
+    status: ObjectStatus, ports: Sequence[int | None], probe: ListenerProbe | None
+) -> ObjectStatus:
+    """One Gateway's status with its listeners' and its own Pending Programmed settled."""
+    sections: list[Section] = []
+    results: list[tuple[str, str, str]] = []
+    index = 0  # the listener's index in the Gateway's spec, which names its port
+    for section in status.sections:
+        if section.group != "listeners":
+            sections.append(section)
+            continue
+        i, index = index, index + 1
+        if not any(_pending(c) for c in section.conditions):
+            sections.append(section)
+            continue
+        state, message = _listener_state(ports[i] if i < len(ports) else None, probe)
+        results.append((str(section.fields.get("name", section.key)), state, message))
+        settled = _set_programmed(section.conditions, state, message)
+        sections.append(replace(section, conditions=settled))
+    conditions = status.conditions
+    if any(_pending(c) for c in conditions):
+        state, message = _gateway_programmed(results)
+        conditions = _set_programmed(conditions, state, message)
+    return replace(status, conditions=conditions, sections=tuple(sections))
+
+
 def programmed_statuses(
     statuses: Iterable[ObjectStatus],
     probe: ListenerProbe | None = None,
@@ -291,48 +360,19 @@ def programmed_statuses(
             out.append(status)
             continue
         ports = _listener_ports(gateways(status.ref) if gateways is not None else None)
-        body = dict(status.body)
-        listeners: list[Any] = []
-        results: list[tuple[str, str, str]] = []
-        for i, lst in enumerate(sequence(body.get("listeners"))):
-            if not isinstance(lst, Mapping):
-                continue
-            if not any(_pending(c) for c in sequence(lst.get("conditions"))):
-                listeners.append(lst)
-                continue
-            port = ports[i] if i < len(ports) else None
-            if probe is None:
-                state, message = "programmed", "Envoy acknowledged the configuration"
-            elif port is None:
-                state, message = "pending", "the listener's port is not known yet"
-            else:
-                state, message = probe(gateway_listener_name(port))
-                if state == "absent":
-                    message = idle_message(port)
-                elif state == "closed":
-                    message = closed_message(port)
-            results.append((str(lst.get("name")), state, message))
-            listeners.append(
-                {**lst, "conditions": _set_programmed(lst.get("conditions"), state, message)}
-            )
-        if any(_pending(c) for c in sequence(body.get("conditions"))):
-            state, message = _gateway_programmed(results)
-            body["conditions"] = _set_programmed(body.get("conditions"), state, message)
-        body["listeners"] = listeners
-        out.append(replace(status, shape=PrebuiltShape(body)))
+        out.append(_settled_gateway(status, ports, probe))
     return tuple(out)
 
 
 def programmed_counts(statuses: Iterable[ObjectStatus]) -> dict[str, int]:
     """How many Gateways have `Programmed` True, False and Unknown (for metrics)."""
-    counts = {"True": 0, "False": 0, "Unknown": 0}
+    counts = {str(s): 0 for s in ConditionStatus}
     for status in statuses:
         if status.ref.group != GROUP or status.ref.kind != GATEWAY:
             continue
-        for c in sequence(status.body.get("conditions")):
-            if isinstance(c, Mapping) and c.get("type") == PROGRAMMED:
-                value = str(c.get("status"))
-                counts[value] = counts.get(value, 0) + 1
+        programmed = status.condition(PROGRAMMED)
+        if programmed is not None:
+            counts[str(programmed.status)] += 1
     return counts
 
 
