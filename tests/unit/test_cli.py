@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -88,8 +89,9 @@ def test_check_text_shows_a_gatewayclass_without_a_namespace(
 ) -> None:
     assert main(["check", str(REPO / "examples" / "gateway-api")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert any(line.startswith("GatewayClass turnout: valid") for line in lines), lines
-    assert any(line.startswith("Gateway infra/demo: valid") for line in lines), lines
+    # Each line starts with where the object was written: `path:line: `.
+    assert any(re.match(r"\S+:\d+: GatewayClass turnout: valid", line) for line in lines), lines
+    assert any(re.match(r"\S+:\d+: Gateway infra/demo: valid", line) for line in lines), lines
 
 
 def test_explain_names_the_route_and_what_was_passed_over(

@@ -97,7 +97,8 @@ async def test_check_without_discover_makes_no_call_and_says_how_to_resolve(
     path = write(tmp_path, issuer.url)
     assert await run("check", path) == 1
     out = capsys.readouterr().out
-    [line] = [x for x in out.splitlines() if x.startswith("RouteGroup default/rg:")]
+    [line] = [x for x in out.splitlines() if ": RouteGroup default/rg: " in x]
+    assert line.startswith(f"{path}/rg.yaml:")
     assert "invalid" in line and issuer.url in line
     assert line.endswith(HINT), line
     assert await run("check", path, "-o", "json") == 1

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -40,3 +42,58 @@ def test_a_dialect_importing_envoy_breaks_the_contracts(tmp_path: Path) -> None:
     run = _lint_imports(tmp_path / "src", tmp_path)
     assert run.returncode != 0
     assert "turnout.dialects.httpproxy.spec -> turnout.envoy.translate" in run.stdout
+
+
+def _cycles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for root in sorted(imports):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(imports[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(imports.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles_between_modules() -> None:
+    """Counting imports inside functions and under TYPE_CHECKING too: a cycle hidden in a
+    function is still two modules that cannot be understood apart."""
+    graph = grimp.build_graph("turnout", cache_dir=None)
+    imports = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    assert _cycles(imports) == []
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []

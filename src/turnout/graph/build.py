@@ -51,7 +51,7 @@ from turnout.graph.validate import (
     source_problems,
 )
 from turnout.objects import KubeObject, ObjectRef, group_of
-from turnout.status.model import Finding, ObjectStatus, Severity
+from turnout.status.model import Finding, ObjectStatus
 from turnout.store import Snapshot, SourceProblem
 
 # Reasons of the findings folded into statuses after the dialects ran.
@@ -326,11 +326,7 @@ def _endpoint_findings(
             f"{f.cluster.service}: {f.reason}; the endpoint is left out"
         )
         for source in users.get(f.cluster.name, ()):
-            # A warning: the route is served, by the endpoints that remain.
-            finding = Finding(
-                source.object, source.field, ENDPOINT_REFUSED, message, Severity.WARNING
-            )
-            out[finding] = None
+            out[Finding(source.object, source.field, ENDPOINT_REFUSED, message)] = None
     return list(out)
 
 
