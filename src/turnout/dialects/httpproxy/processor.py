@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
-from turnout.dialects.contour_order import contour_route_order, sorted_headers, sorted_queries
+from turnout.dialects.contour.order import contour_route_order, sorted_headers, sorted_queries
 from turnout.dialects.httpproxy import (
     health_check,
     route_policies,
