@@ -17,7 +17,7 @@
 Schema checks (types, required `path`, non-negative numbers, Envoy's upper bounds) are made while
 reading and reported as `SpecError`/`FieldNotValid`, like the rest of `spec.py`'s reader.
 
-Nothing here imports `spec.py` at module level (it imports this module).
+`spec.py` imports this module, so nothing here imports `spec.py`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any
 
 from turnout.dialects.contour.health_check import contour_http_health_check
 from turnout.dialects.fields import MAX_DURATION_SECONDS, MAX_UINT32
+from turnout.dialects.httpproxy.problem import Problem
 from turnout.dialects.httpproxy.status_names import IGNORED_FIELD, ROUTE_ERROR, SPEC_ERROR
 from turnout.dialects.httpproxy.upstream import Reader, WarningReader
 from turnout.graph.model import HTTPHealthCheck, UpstreamSettings
@@ -117,8 +118,6 @@ def health_port(spec_port: int, health: int, checked: bool) -> int | None:
 
 
 def _warn(r: WarningReader, message: str) -> None:
-    from turnout.dialects.httpproxy.spec import Problem
-
     r.problems.append(Problem(SPEC_ERROR, IGNORED_FIELD, message, warning=True))
 
 
