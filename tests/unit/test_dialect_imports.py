@@ -3,13 +3,16 @@ dialects (pyproject.toml's contracts)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import grimp
 import pytest
 
-from tests.unit.test_layers import ROOT, _lint_imports
+ROOT = Path(__file__).resolve().parents[2]
 
 PACKAGES = (
     "turnout.dialects.httpproxy",
@@ -45,11 +48,20 @@ def test_package_has_no_import_cycle(package: str) -> None:
     assert _cycle_members(graph, package) == set()
 
 
+def lint_imports(src: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("lint-imports")
+    command = str(script) if script.exists() else shutil.which("lint-imports") or "lint-imports"
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    return subprocess.run(
+        [command, "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
 def test_contour_importing_a_dialect_breaks_the_contracts(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "src" / "turnout", tmp_path / "src" / "turnout")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     order = tmp_path / "src" / "turnout" / "dialects" / "contour" / "order.py"
     order.write_text(order.read_text() + "\nimport turnout.dialects.ingress.spec  # noqa\n")
-    run = _lint_imports(tmp_path / "src", tmp_path)
+    run = lint_imports(tmp_path / "src", tmp_path)
     assert run.returncode != 0
     assert "turnout.dialects.contour.order -> turnout.dialects.ingress.spec" in run.stdout
