@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
 from turnout.app import compile_snapshot
 from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
-from turnout.dialects.contour_order import contour_route_order, sorted_headers
+from turnout.dialects.contour.order import contour_route_order, sorted_headers
 from turnout.dialects.httpproxy import HTTPProxyDialect
 from turnout.dialects.httpproxy.classes import serves
 from turnout.dialects.httpproxy.conditions import (

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
 from turnout.app import compile_snapshot
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
-from turnout.dialects.contour_order import contour_route_order
+from turnout.dialects.contour.order import contour_route_order
 from turnout.dialects.ingress import IngressDialect
 from turnout.dialects.ingress.classes import CONTROLLER, ClassIndex
 from turnout.dialects.ingress.spec import parse_ingress

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
-from turnout.dialects.contour_order import contour_route_order
+from turnout.dialects.contour.order import contour_route_order
 from turnout.dialects.contour_route.spec import (
     GROUP,
     KIND,

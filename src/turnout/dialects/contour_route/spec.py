@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.dialects.contour.health_check import DEFAULT_HEALTHY as CONTOUR_DEFAULT_HEALTHY
 from turnout.dialects.fields import FieldReader
 from turnout.graph.model import HTTPHealthCheck, LoadBalancerStrategy
 from turnout.objects import KubeObject
@@ -33,11 +34,11 @@ STRATEGIES: Mapping[str, LoadBalancerStrategy] = {
     "Random": LoadBalancerStrategy.RANDOM,
 }
 
-# Seed defaults. The seed gives none for healthyThresholdCount; Contour's is 2.
+# Seed defaults. The seed gives none for healthyThresholdCount: Contour's applies.
 DEFAULT_INTERVAL_S = 5
 DEFAULT_TIMEOUT_S = 2
 DEFAULT_UNHEALTHY_THRESHOLD = 3
-DEFAULT_HEALTHY_THRESHOLD = 2
+DEFAULT_HEALTHY_THRESHOLD = CONTOUR_DEFAULT_HEALTHY
 
 # `*Seconds` fields are int32 in Kubernetes APIs; thresholds are Envoy's uint32.
 MAX_SECONDS = 2**31 - 1

@@ -3,10 +3,8 @@
 - `healthCheckPolicy{path, host, intervalSeconds, timeoutSeconds, unhealthyThresholdCount,
   healthyThresholdCount, expectedStatuses[{start, end}]}` is one `HTTPHealthCheck` on every
   service of the route (mirrors included, as in Contour), so on each of their clusters. A number
-  left at 0 takes Contour's default (`internal/envoy/healthcheck.go`, unchanged since v0.6):
-  interval 10 s, timeout 2 s, 3 failures, 2 passes; `host` defaults to
-  `contour-envoy-healthcheck`. IngressRoute's `healthCheck` has the same defaults and builds its
-  check with `contour_http_health_check` too.
+  left at 0 takes Contour's default (`dialects.contour.health_check`, shared with IngressRoute's
+  `healthCheck`).
 - `expectedStatuses` are half-open ranges checked as Contour's `httpHealthCheckPolicy` does, with
   its `RouteError`/`HealthCheckPolicyInvalid` messages; an invalid range drops the proxy's routes.
 - `healthPort` sends the checks to another port of the Service (`UpstreamSettings.health_port`):
@@ -19,7 +17,7 @@
 Schema checks (types, required `path`, non-negative numbers, Envoy's upper bounds) are made while
 reading and reported as `SpecError`/`FieldNotValid`, like the rest of `spec.py`'s reader.
 
-Nothing here imports `spec.py` at module level (it imports this module).
+`spec.py` imports this module, so nothing here imports `spec.py`.
 """
 
 from __future__ import annotations
@@ -29,7 +27,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.dialects.contour.health_check import contour_http_health_check
 from turnout.dialects.fields import MAX_DURATION_SECONDS, MAX_UINT32
+from turnout.dialects.httpproxy.problem import Problem
 from turnout.dialects.httpproxy.status_names import IGNORED_FIELD, ROUTE_ERROR, SPEC_ERROR
 from turnout.dialects.httpproxy.upstream import Reader, WarningReader
 from turnout.graph.model import HTTPHealthCheck, UpstreamSettings
@@ -50,13 +50,6 @@ _POLICY_FIELDS = frozenset(
 _STATUS_FIELDS = frozenset({"start", "end"})
 
 HEALTH_CHECK_POLICY_INVALID = "HealthCheckPolicyInvalid"
-
-# Contour's defaults for a health check number left at 0 (`internal/envoy/healthcheck.go`).
-DEFAULT_HOST = "contour-envoy-healthcheck"
-DEFAULT_INTERVAL_S = 10
-DEFAULT_TIMEOUT_S = 2
-DEFAULT_UNHEALTHY = 3
-DEFAULT_HEALTHY = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +118,6 @@ def health_port(spec_port: int, health: int, checked: bool) -> int | None:
 
 
 def _warn(r: WarningReader, message: str) -> None:
-    from turnout.dialects.httpproxy.spec import Problem
-
     r.problems.append(Problem(SPEC_ERROR, IGNORED_FIELD, message, warning=True))
 
 
@@ -172,27 +163,6 @@ def _bounded(r: Reader, m: Mapping[str, Any], key: str, path: str, maximum: int)
 
 
 # --- compiling -----------------------------------------------------------------------------------
-
-
-def contour_http_health_check(
-    path: str,
-    host: str = "",
-    interval_seconds: int = 0,
-    timeout_seconds: int = 0,
-    unhealthy_threshold: int = 0,
-    healthy_threshold: int = 0,
-    expected_statuses: tuple[tuple[int, int], ...] = (),
-) -> HTTPHealthCheck:
-    """Contour's HTTP health check, with its defaults for what is left empty or at 0."""
-    return HTTPHealthCheck(
-        path=path,
-        host=host or DEFAULT_HOST,
-        interval_s=float(interval_seconds or DEFAULT_INTERVAL_S),
-        timeout_s=float(timeout_seconds or DEFAULT_TIMEOUT_S),
-        unhealthy_threshold=unhealthy_threshold or DEFAULT_UNHEALTHY,
-        healthy_threshold=healthy_threshold or DEFAULT_HEALTHY,
-        expected_statuses=expected_statuses,
-    )
 
 
 def expected_statuses_error(ranges: Iterable[tuple[int, int]]) -> str | None:

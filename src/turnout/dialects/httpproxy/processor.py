@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
-from turnout.dialects.contour_order import contour_route_order, sorted_headers, sorted_queries
+from turnout.dialects.contour.order import contour_route_order, sorted_headers, sorted_queries
 from turnout.dialects.httpproxy import (
     health_check,
     route_policies,
@@ -74,6 +74,7 @@ from turnout.dialects.httpproxy.tcpproxy import (
     PASSTHROUGH,
     TCPPROXY_ERROR,
     Passthrough,
+    TCPInputs,
     compile_tcpproxy,
 )
 from turnout.dialects.tls_vhosts import SecureRoute, tls_virtual_hosts
@@ -193,6 +194,7 @@ class _Compiler:
                 accessor.add(problem)
             self.status[key] = accessor
         self.reached: set[tuple[str, str]] = set()
+        self.tcp_inputs = TCPInputs(snapshot, ctx, self.proxies, self.status, self.reached)
         self.budget = 0
         # Service lookups by (namespace, name, port); many routes name the same Service.
         self.ports: dict[tuple[str, str, int], tuple[KubeObject | None, ServicePort | None]] = {}
@@ -282,14 +284,14 @@ class _Compiler:
         if tcp_route.tcp_routes(proxy):
             # Seed 001's `protocol: tcp`: the whole hostname is a TCP proxy, with no HTTP routes
             # left to serve (`tcp_route.py`); an error leaves the root unserved.
-            tcp = tcp_route.compile_tcp_route(self, proxy, host, tls, passthrough)
+            tcp = tcp_route.compile_tcp_route(self.tcp_inputs, proxy, host, tls, passthrough)
             if tcp is not None:
                 self.tcp_proxies.append((HTTPS_LISTENER, tcp))
             return []
         if spec.tcpproxy is not None:
             # The hostname's HTTPS side is the TCP proxy (`tcpproxy.py`); an error there leaves
             # the root unserved, as in Contour.
-            tcp = compile_tcpproxy(self, proxy, host, tls, passthrough)
+            tcp = compile_tcpproxy(self.tcp_inputs, proxy, host, tls, passthrough)
             if tcp is None:
                 return []
             self.tcp_proxies.append((HTTPS_LISTENER, tcp))

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from turnout.dialects.contour.session_affinity import SESSION_AFFINITY_COOKIE
 from turnout.dialects.fields import MAX_UINT32
 from turnout.dialects.httpproxy.status_names import (
     IGNORED_FIELD,
@@ -69,8 +70,6 @@ MUST_HAVE_PREFIX = "MustHavePrefix"
 DUPLICATE_REPLACEMENT = "DuplicateReplacement"
 AMBIGUOUS_REPLACEMENT = "AmbiguousReplacement"
 
-# The cookie Contour's `Cookie` strategy hashes on; Envoy sets it when a request has none.
-SESSION_AFFINITY_COOKIE = "X-Contour-Session-Affinity"
 
 ROUTE_POLICY_FIELDS = frozenset(
     {

@@ -8,7 +8,8 @@ turnout does not implement yet are sorted into two groups: those whose absence o
 are ignored with a warning, and those that protect something (TLS, authorization) are
 errors, because serving the routes without them would expose what the user meant to protect.
 TLS (`virtualhost.tls`: termination, passthrough, client validation and the fallback certificate)
-and `tcpproxy` are read here with the readers of `tls_options.py` and `tcpproxy.py`.
+and `tcpproxy` are read here with the readers of `tls_options.py` and `tcpproxy_spec.py`, services
+with `service_spec.py`.
 
 Values follow Go's `omitempty` semantics as Contour sees them: an empty string, `false`, `0` and
 `null` all mean "not set" (except in turnout's own `cookie`/`userAgent` shorthands, where an empty
@@ -24,46 +25,40 @@ from typing import Any
 
 from turnout.dialects.fields import FieldReader, describe
 from turnout.dialects.httpproxy.health_check import ROUTE_FIELDS as HEALTH_ROUTE_FIELDS
-from turnout.dialects.httpproxy.health_check import SERVICE_FIELDS as HEALTH_SERVICE_FIELDS
 from turnout.dialects.httpproxy.health_check import (
     HealthCheckPolicySpec,
-    read_health_port,
     read_route_health_check,
 )
+from turnout.dialects.httpproxy.problem import Problem as Problem
 from turnout.dialects.httpproxy.route_policies import (
     NO_ROUTE_POLICIES,
-    NO_SERVICE_POLICIES,
     ROUTE_POLICY_FIELDS,
-    SERVICE_POLICY_FIELDS,
     RoutePolicySpec,
-    ServicePolicySpec,
-    read_service_policies,
 )
 from turnout.dialects.httpproxy.route_policies import (
     read_route_policies as read_traffic_policies,
 )
+from turnout.dialects.httpproxy.service_spec import ServiceSpec as ServiceSpec
+from turnout.dialects.httpproxy.service_spec import read_service, written
 
 # Status strings, re-exported for the modules that read them here.
 from turnout.dialects.httpproxy.status_names import FIELD_NOT_SUPPORTED as FIELD_NOT_SUPPORTED
 from turnout.dialects.httpproxy.status_names import IGNORED_FIELD as IGNORED_FIELD
 from turnout.dialects.httpproxy.status_names import INCLUDE_ERROR as INCLUDE_ERROR
+from turnout.dialects.httpproxy.status_names import ORPHANED as ORPHANED
 from turnout.dialects.httpproxy.status_names import ROOT_NAMESPACE_ERROR as ROOT_NAMESPACE_ERROR
 from turnout.dialects.httpproxy.status_names import ROUTE_ERROR as ROUTE_ERROR
 from turnout.dialects.httpproxy.status_names import SERVICE_ERROR as SERVICE_ERROR
 from turnout.dialects.httpproxy.status_names import SPEC_ERROR as SPEC_ERROR
 from turnout.dialects.httpproxy.status_names import TLS_ERROR as TLS_ERROR
 from turnout.dialects.httpproxy.status_names import VIRTUAL_HOST_ERROR as VIRTUAL_HOST_ERROR
-from turnout.dialects.httpproxy.tcpproxy import TCPProxySpec, read_tcpproxy
+from turnout.dialects.httpproxy.tcpproxy_spec import TCPProxySpec, read_tcpproxy
 from turnout.dialects.httpproxy.tls_options import ClientValidationSpec, read_client_validation
 from turnout.dialects.httpproxy.upstream import (
     NO_ROUTE_UPSTREAM,
-    NO_SERVICE_UPSTREAM,
     ROUTE_FIELDS,
-    SERVICE_FIELDS,
     RouteUpstream,
-    ServiceUpstream,
     read_route_upstream,
-    read_service_upstream,
 )
 from turnout.dialects.httpproxy.vhost_policies import (
     NO_POLICIES,
@@ -79,8 +74,6 @@ API_VERSION = "projectcontour.io/v1"
 GROUP = "projectcontour.io"
 KIND = "HTTPProxy"
 
-ORPHANED = "Orphaned"
-
 # turnout's reasons for what the CRD schema would have rejected (Contour never sees such objects).
 FIELD_NOT_VALID = "FieldNotValid"
 
@@ -90,16 +83,6 @@ USER_AGENT_FIELD = "userAgent"
 USER_AGENT_SEED_FIELD = "user-agent"
 COOKIE_HEADER = "cookie"
 USER_AGENT_HEADER = "user-agent"
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One status sub-condition found while reading or compiling an object."""
-
-    type: str
-    reason: str
-    message: str
-    warning: bool = False
 
 
 # Operator names in the order Contour's messages list them; they are also the record's fields.
@@ -185,23 +168,6 @@ class MatchCondition:
 
 
 @dataclass(frozen=True, slots=True)
-class ServiceSpec:
-    name: str
-    port: int
-    weight: int = 0  # 0 means unset, as in Contour (uint32 with omitempty)
-    protocol: str = ""
-    mirror: bool = False
-    field: str = ""
-    # validation, slowStartPolicy (`upstream.py`)
-    upstream: ServiceUpstream = NO_SERVICE_UPSTREAM
-    # requestHeadersPolicy, responseHeadersPolicy, cookieRewritePolicies (`route_policies.py`)
-    backend_policies: ServicePolicySpec = NO_SERVICE_POLICIES
-    health_port: int = 0  # 0: unset (`health_check.py`)
-    # The fields written (not null), for rules that depend on what is set (`tcp_route.py`).
-    fields: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
 class RedirectSpec:
     scheme: str = ""
     hostname: str = ""
@@ -277,7 +243,7 @@ class ProxySpec:
     virtualhost: VirtualHostSpec | None
     routes: tuple[RouteSpec, ...] = ()
     includes: tuple[IncludeSpec, ...] = ()
-    tcpproxy: TCPProxySpec | None = None  # `tcpproxy.py`
+    tcpproxy: TCPProxySpec | None = None  # `tcpproxy_spec.py`, compiled by `tcpproxy.py`
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,12 +277,10 @@ _IGNORED_ROUTE = frozenset(
         "internalRedirectPolicy",
     }
 )
-_IGNORED_SERVICE: frozenset[str] = frozenset()
 # Fields whose absence would weaken what the user asked for: the object is refused instead.
 _REFUSED_SPEC: frozenset[str] = frozenset()
 _REFUSED_VHOST = frozenset({"authorization", "jwtProviders"})
 _REFUSED_ROUTE = frozenset({"jwtVerificationPolicy"})
-_REFUSED_SERVICE: frozenset[str] = frozenset()
 
 _SPEC_FIELDS = frozenset({"virtualhost", "routes", "includes", "ingressClassName", "tcpproxy"})
 _VHOST_FIELDS = frozenset({"fqdn", "tls"}) | FILTER_VHOST_FIELDS
@@ -336,12 +300,6 @@ _ROUTE_FIELDS = ROUTE_FIELDS | frozenset(
 _ROUTE_FIELDS |= ROUTE_POLICY_FIELDS
 _ROUTE_FIELDS |= FILTER_ROUTE_FIELDS
 _ROUTE_FIELDS |= HEALTH_ROUTE_FIELDS
-_SERVICE_FIELDS = (
-    frozenset({"name", "port", "weight", "protocol", "mirror"})
-    | SERVICE_FIELDS
-    | SERVICE_POLICY_FIELDS
-    | HEALTH_SERVICE_FIELDS
-)
 _INCLUDE_FIELDS = frozenset({"name", "namespace", "conditions"})
 _CONDITION_FIELDS = frozenset(
     {
@@ -608,7 +566,7 @@ def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:
     conditions = _conditions(r, m, path)
     services: list[ServiceSpec] = []
     for p, v in r.items(m, "services", path):
-        svc = _service(r, v, p)
+        svc = read_service(r, v, p)
         if svc is not None:
             services.append(svc)
     redirect: RedirectSpec | None = None
@@ -628,38 +586,8 @@ def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:
         upstream=read_route_upstream(r, m, path),
         route_policies=read_traffic_policies(r, m, path),
         health_check=read_route_health_check(r, m, path, services),
-        fields=_written(m),
+        fields=written(m),
     )
-
-
-def _service(r: _Reader, value: Any, path: str) -> ServiceSpec | None:
-    m = r.mapping(value, path)
-    if m is None:
-        return None
-    r.check_fields(m, path, _SERVICE_FIELDS, _IGNORED_SERVICE, _REFUSED_SERVICE)
-    name = r.string(m, "name", path, required=True)
-    # The range (1-65535) is checked while compiling, with Contour's own message.
-    port = r.integer(m, "port", path, required=True)
-    weight = r.integer(m, "weight", path)
-    if weight < 0:
-        r.error(f"{path}.weight: must be greater than or equal to 0, got {weight}")
-        weight = 0
-    return ServiceSpec(
-        name=name,
-        port=port,
-        weight=weight,
-        protocol=r.string(m, "protocol", path),
-        mirror=r.boolean(m, "mirror", path),
-        field=path,
-        upstream=read_service_upstream(r, m, path),
-        backend_policies=read_service_policies(r, m, path),
-        health_port=read_health_port(r, m, path),
-        fields=_written(m),
-    )
-
-
-def _written(m: Mapping[str, Any]) -> frozenset[str]:
-    return frozenset(k for k, v in m.items() if isinstance(k, str) and v is not None)
 
 
 def _redirect(r: _Reader, value: Any, path: str) -> RedirectSpec | None:

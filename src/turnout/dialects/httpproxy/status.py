@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnout.dialects.httpproxy.spec import ORPHANED, Problem
+from turnout.dialects.httpproxy.problem import Problem
+from turnout.dialects.httpproxy.status_names import ORPHANED
 from turnout.objects import KubeObject
 from turnout.status.model import (
     Condition,

@@ -14,6 +14,7 @@ INCLUDE_ERROR = "IncludeError"
 ROUTE_ERROR = "RouteError"
 SERVICE_ERROR = "ServiceError"
 TLS_ERROR = "TLSError"
+ORPHANED = "Orphaned"
 
 # turnout's reason for a field it knows but refuses.
 FIELD_NOT_SUPPORTED = "FieldNotSupported"

@@ -30,13 +30,14 @@ virtual host on the plain HTTP listener: there is no HTTP route to serve or redi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
+from turnout.dialects.httpproxy.spec import ParsedProxy, RouteSpec, ServiceSpec
 from turnout.dialects.httpproxy.status_names import IGNORED_FIELD
 from turnout.dialects.httpproxy.tcpproxy import (
     HASH_STRATEGIES,
     STRATEGIES,
     TCPPROXY_ERROR,
+    TCPInputs,
     compile_tcpproxy_tls_error,
     tcp_service_cluster,
 )
@@ -48,10 +49,6 @@ from turnout.graph.model import (
     UpstreamSettings,
     WeightedCluster,
 )
-
-if TYPE_CHECKING:
-    from turnout.dialects.httpproxy.processor import _Compiler
-    from turnout.dialects.httpproxy.spec import ParsedProxy, RouteSpec, ServiceSpec
 
 TCP = "tcp"
 TCP_ROUTE_NOT_VALID = "TCPRouteNotValid"
@@ -83,14 +80,14 @@ def misplaced_tcp_service(route: RouteSpec) -> str | None:
 
 
 def compile_tcp_route(
-    compiler: _Compiler,
+    inputs: TCPInputs,
     root: ParsedProxy,
     host: str,
     tls: TLSTermination | None,
     passthrough: bool,
 ) -> TCPProxy | None:
     """The root's TCP proxy for `host` from its `tcp` route, or None with the error reported."""
-    st = compiler.status[root.key]
+    st = inputs.status[root.key]
     route = tcp_routes(root)[0]
     problem = _shape_error(root, route)
     if problem is not None:
@@ -100,10 +97,10 @@ def compile_tcp_route(
     if tls_error is not None:
         st.add_error(*tls_error)
         return None
-    strategy = _strategy(compiler, root, route)
+    strategy = _strategy(inputs, root, route)
     clusters: list[WeightedCluster] = []
     for svc in route.services:
-        cluster = _cluster(compiler, root, svc, strategy)
+        cluster = _cluster(inputs, root, svc, strategy)
         if cluster is None:
             return None
         clusters.append(WeightedCluster(cluster, svc.weight or 1))
@@ -153,11 +150,11 @@ def _shape_error(root: ParsedProxy, route: RouteSpec) -> str | None:
     return None
 
 
-def _strategy(compiler: _Compiler, root: ParsedProxy, route: RouteSpec) -> LoadBalancerStrategy:
+def _strategy(inputs: TCPInputs, root: ParsedProxy, route: RouteSpec) -> LoadBalancerStrategy:
     lb = route.route_policies.load_balancer
     name = lb.strategy if lb is not None else ""
     if name in HASH_STRATEGIES:
-        compiler.status[root.key].add_warning(
+        inputs.status[root.key].add_warning(
             TCPPROXY_ERROR,
             IGNORED_FIELD,
             f'ignoring field "{route.field}.loadBalancerPolicy"; {name} load balancer policy is '
@@ -167,9 +164,9 @@ def _strategy(compiler: _Compiler, root: ParsedProxy, route: RouteSpec) -> LoadB
 
 
 def _cluster(
-    compiler: _Compiler, root: ParsedProxy, svc: ServiceSpec, strategy: LoadBalancerStrategy
+    inputs: TCPInputs, root: ParsedProxy, svc: ServiceSpec, strategy: LoadBalancerStrategy
 ) -> str | None:
     """One service's cluster: plain TCP to the endpoints, with the service's slow start (checked
     by `upstream.py` as on HTTP routes); None with the error reported."""
     settings = UpstreamSettings(protocol=UpstreamProtocol.TCP, lb_strategy=strategy)
-    return tcp_service_cluster(compiler, root, svc, settings, where="Spec.Routes")
+    return tcp_service_cluster(inputs, root, svc, settings, where="Spec.Routes")

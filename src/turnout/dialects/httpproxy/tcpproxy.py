@@ -23,16 +23,22 @@ Seed 001 proposed a `tcp` backend protocol in place of `tcpproxy`; Contour shipp
 turnout reads both: `tcp_route.py` turns a root's route to `protocol: tcp` services into the same
 TCP proxy. On a tcpproxy service, `protocol: tcp` is plain TCP to the upstream (the default).
 
-This module is imported by `spec.py`, so it imports nothing from the dialect at module level
-but the import-free `status_names`.
+`tcpproxy_spec.py` reads `spec.tcpproxy`; this module compiles it, given a `TCPInputs` (what it
+reads of the compile in progress), so that it needs nothing of `processor.py`, which calls it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
 
+from turnout.dialects.httpproxy import upstream
+from turnout.dialects.httpproxy.health_check import health_port
+from turnout.dialects.httpproxy.spec import ParsedProxy, ServiceSpec
+from turnout.dialects.httpproxy.status import ProxyStatusAccessor
 from turnout.dialects.httpproxy.status_names import IGNORED_FIELD, SERVICE_ERROR
+from turnout.dialects.httpproxy.tcpproxy_spec import TCPHealthCheckSpec, TCPProxySpec
+from turnout.graph.dialect import CompileContext
 from turnout.graph.model import (
     LoadBalancerStrategy,
     TCPHealthCheck,
@@ -43,22 +49,10 @@ from turnout.graph.model import (
     WeightedCluster,
 )
 from turnout.graph.services import Unresolved, find_service_port
-
-if TYPE_CHECKING:
-    from turnout.dialects.httpproxy.processor import _Compiler
-    from turnout.dialects.httpproxy.spec import ParsedProxy, ServiceSpec
+from turnout.store import Snapshot
 
 TCPPROXY_ERROR = "TCPProxyError"
 TCPPROXY_INCLUDE_ERROR = "TCPProxyIncludeError"
-
-TCPPROXY_FIELDS = frozenset(
-    {"loadBalancerPolicy", "services", "include", "includes", "healthCheckPolicy"}
-)
-_INCLUDE_FIELDS = frozenset({"name", "namespace"})
-_LB_FIELDS = frozenset({"strategy", "requestHashPolicies"})
-_HEALTH_FIELDS = frozenset(
-    {"intervalSeconds", "timeoutSeconds", "unhealthyThresholdCount", "healthyThresholdCount"}
-)
 
 # Contour's `loadBalancerPolicy`: any other strategy means RoundRobin.
 STRATEGIES = {
@@ -75,31 +69,6 @@ HEALTH_UNHEALTHY = 3
 HEALTH_HEALTHY = 2
 
 
-@dataclass(frozen=True, slots=True)
-class TCPIncludeSpec:
-    name: str
-    namespace: str  # "" means the including proxy's namespace
-    field: str
-
-
-@dataclass(frozen=True, slots=True)
-class TCPHealthCheckSpec:
-    """0 means "Contour's default" for every number."""
-
-    interval_seconds: int = 0
-    timeout_seconds: int = 0
-    unhealthy_threshold: int = 0
-    healthy_threshold: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TCPProxySpec:
-    services: tuple[ServiceSpec, ...] = ()
-    include: TCPIncludeSpec | None = None
-    strategy: str = ""
-    health_check: TCPHealthCheckSpec | None = None
-
-
 class Passthrough:
     """What `_tls` answers for `tls.passthrough`: no termination, the stream goes through."""
 
@@ -107,60 +76,17 @@ class Passthrough:
 PASSTHROUGH = Passthrough()
 
 
-def read_tcpproxy(r: Any, value: Any, path: str) -> TCPProxySpec | None:
-    """Reads `spec.tcpproxy` with `spec._Reader` `r` (its errors name the field)."""
-    from turnout.dialects.httpproxy.health_check import warn_tcp_health_ports
-    from turnout.dialects.httpproxy.spec import _service
+@dataclass(frozen=True, slots=True)
+class TCPInputs:
+    """The part of one compile that a TCP proxy reads: the proxies by key, their status
+    accessors (where its errors go) and the proxies reached so far (an include adds its target),
+    both shared with the processor's walk."""
 
-    m = r.mapping(value, path)
-    if m is None:
-        return None
-    r.check_fields(m, path, TCPPROXY_FIELDS)
-    services = tuple(
-        svc for where, item in r.items(m, "services", path) if (svc := _service(r, item, where))
-    )
-    warn_tcp_health_ports(r, services, checked=m.get("healthCheckPolicy") is not None)
-    include: TCPIncludeSpec | None = None
-    for key in ("includes", "include"):  # the singular wins (Contour #2218)
-        if m.get(key) is not None:
-            include = _include(r, m[key], f"{path}.{key}") or include
-    strategy = ""
-    if m.get("loadBalancerPolicy") is not None:
-        where = f"{path}.loadBalancerPolicy"
-        lb = r.mapping(m["loadBalancerPolicy"], where)
-        if lb is not None:
-            r.check_fields(lb, where, _LB_FIELDS)
-            strategy = r.string(lb, "strategy", where)
-            r.items(lb, "requestHashPolicies", where)  # type-checked; never used for TCP
-    health: TCPHealthCheckSpec | None = None
-    if m.get("healthCheckPolicy") is not None:
-        where = f"{path}.healthCheckPolicy"
-        hm = r.mapping(m["healthCheckPolicy"], where)
-        if hm is not None:
-            r.check_fields(hm, where, _HEALTH_FIELDS)
-            values = [max(r.integer(hm, key, where), 0) for key in _HEALTH_KEYS]
-            health = TCPHealthCheckSpec(*values)
-    return TCPProxySpec(services=services, include=include, strategy=strategy, health_check=health)
-
-
-_HEALTH_KEYS = (
-    "intervalSeconds",
-    "timeoutSeconds",
-    "unhealthyThresholdCount",
-    "healthyThresholdCount",
-)
-
-
-def _include(r: Any, value: Any, path: str) -> TCPIncludeSpec | None:
-    m = r.mapping(value, path)
-    if m is None:
-        return None
-    r.check_fields(m, path, _INCLUDE_FIELDS)
-    return TCPIncludeSpec(
-        name=r.string(m, "name", path, required=True),
-        namespace=r.string(m, "namespace", path),
-        field=path,
-    )
+    snapshot: Snapshot
+    ctx: CompileContext
+    proxies: Mapping[tuple[str, str], ParsedProxy]
+    status: Mapping[tuple[str, str], ProxyStatusAccessor]
+    reached: set[tuple[str, str]]
 
 
 def tcp_health_check(spec: TCPHealthCheckSpec | None) -> TCPHealthCheck | None:
@@ -175,7 +101,7 @@ def tcp_health_check(spec: TCPHealthCheckSpec | None) -> TCPHealthCheck | None:
 
 
 def compile_tcpproxy(
-    compiler: _Compiler,
+    inputs: TCPInputs,
     root: ParsedProxy,
     host: str,
     tls: TLSTermination | None,
@@ -185,9 +111,9 @@ def compile_tcpproxy(
     served at all)."""
     tls_error = compile_tcpproxy_tls_error(tls, passthrough)
     if tls_error is not None:
-        compiler.status[root.key].add_error(*tls_error)
+        inputs.status[root.key].add_error(*tls_error)
         return None
-    clusters = _clusters(compiler, root)
+    clusters = _clusters(inputs, root)
     if clusters is None:
         return None
     return TCPProxy(name=host, hostname=host, clusters=clusters, owner=root.obj.ref, tls=tls)
@@ -206,14 +132,14 @@ def compile_tcpproxy_tls_error(
     return None
 
 
-def _clusters(compiler: _Compiler, root: ParsedProxy) -> tuple[WeightedCluster, ...] | None:
+def _clusters(inputs: TCPInputs, root: ParsedProxy) -> tuple[WeightedCluster, ...] | None:
     """The clusters of `root`'s tcpproxy, following its includes; None on an error. A loop, not
     recursion: a chain of includes can be as long as there are proxies."""
     visited: list[ParsedProxy] = []
     seen: set[tuple[str, str]] = set()
     proxy = root
     while True:
-        st = compiler.status[proxy.key]
+        st = inputs.status[proxy.key]
         tcp = proxy.spec.tcpproxy
         if tcp is None:
             # Reached through an include: Contour accepts a target without a tcpproxy and then
@@ -243,7 +169,7 @@ def _clusters(compiler: _Compiler, root: ParsedProxy) -> tuple[WeightedCluster, 
                 "policy is not supported for TCPProxies",
             )
         if tcp.services:
-            return _service_clusters(compiler, proxy, tcp)
+            return _service_clusters(inputs, proxy, tcp)
         inc = tcp.include
         if inc is None:
             st.add_error(
@@ -251,7 +177,7 @@ def _clusters(compiler: _Compiler, root: ParsedProxy) -> tuple[WeightedCluster, 
             )
             return None
         namespace = inc.namespace or proxy.obj.namespace
-        dest = compiler.proxies.get((namespace, inc.name))
+        dest = inputs.proxies.get((namespace, inc.name))
         if dest is None:
             st.add_error(
                 TCPPROXY_INCLUDE_ERROR,
@@ -266,7 +192,7 @@ def _clusters(compiler: _Compiler, root: ParsedProxy) -> tuple[WeightedCluster, 
                 f"root httpproxy cannot include another root httpproxy ({namespace}/{inc.name})",
             )
             return None
-        compiler.reached.add(dest.key)
+        inputs.reached.add(dest.key)
         if dest.key in seen:
             chain = " -> ".join(f"{v.obj.namespace}/{v.obj.name}" for v in (*visited, dest))
             st.add_error(
@@ -279,21 +205,19 @@ def _clusters(compiler: _Compiler, root: ParsedProxy) -> tuple[WeightedCluster, 
 
 
 def _service_clusters(
-    compiler: _Compiler, proxy: ParsedProxy, tcp: TCPProxySpec
+    inputs: TCPInputs, proxy: ParsedProxy, tcp: TCPProxySpec
 ) -> tuple[WeightedCluster, ...] | None:
     settings = UpstreamSettings(
         protocol=UpstreamProtocol.TCP,
         lb_strategy=STRATEGIES.get(tcp.strategy, LoadBalancerStrategy.ROUND_ROBIN),
         tcp_health_check=tcp_health_check(tcp.health_check),
     )
-    from turnout.dialects.httpproxy.health_check import health_port
-
     out: list[WeightedCluster] = []
     for svc in tcp.services:
         # The TCP check connects to the service's healthPort when it has one (Contour).
         checked = settings.tcp_health_check is not None
         health = health_port(svc.port, svc.health_port, checked)
-        cluster = tcp_service_cluster(compiler, proxy, svc, replace(settings, health_port=health))
+        cluster = tcp_service_cluster(inputs, proxy, svc, replace(settings, health_port=health))
         if cluster is None:
             return None
         # Contour gives an unset weight 1 here (not 0 as on HTTP routes).
@@ -302,7 +226,7 @@ def _service_clusters(
 
 
 def tcp_service_cluster(
-    compiler: _Compiler,
+    inputs: TCPInputs,
     proxy: ParsedProxy,
     svc: ServiceSpec,
     settings: UpstreamSettings,
@@ -311,9 +235,7 @@ def tcp_service_cluster(
     """The cluster name for one tcpproxy service (in the proxy's own namespace), or None with
     the error reported. Protocol and upstream validation follow the route services' rules
     (`upstream.py`); the stream itself is TCP, TLS-originated for `tls`/`h2` upstreams."""
-    from turnout.dialects.httpproxy import upstream
-
-    st = compiler.status[proxy.key]
+    st = inputs.status[proxy.key]
     namespace = proxy.obj.namespace
     if not 1 <= svc.port <= 65535:
         st.add_error(
@@ -322,7 +244,7 @@ def tcp_service_cluster(
             f'service "{svc.name}": port must be in the range 1-65535',
         )
         return None
-    service = compiler.snapshot.get("", "Service", namespace, svc.name)
+    service = inputs.snapshot.get("", "Service", namespace, svc.name)
     port = find_service_port(service, svc.port) if service is not None else None
     if service is not None and port is not None:
         chosen = upstream.service_settings(
@@ -334,7 +256,7 @@ def tcp_service_cluster(
             upstream=svc.upstream,
             route=upstream.NO_ROUTE_UPSTREAM,
             lb_strategy=settings.lb_strategy,
-            ca_bundles=compiler.ctx.secrets.ca_bundles,
+            ca_bundles=inputs.ctx.secrets.ca_bundles,
             namespace=namespace,
         )
         if isinstance(chosen, tuple):
@@ -349,7 +271,7 @@ def tcp_service_cluster(
         )
     # Missing Services and ports, and refused ExternalName Services, come back from the
     # resolver with Contour's wording.
-    result = compiler.ctx.backends.service(namespace, svc.name, svc.port, settings=settings)
+    result = inputs.ctx.backends.service(namespace, svc.name, svc.port, settings=settings)
     if isinstance(result, Unresolved):
         st.add_error(
             TCPPROXY_ERROR,

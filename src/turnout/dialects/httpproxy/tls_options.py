@@ -17,22 +17,20 @@ certificate was found:
   reason for upstream validation CAs).
 Any of these errors leaves the whole root unserved, as a TLS error does.
 
-This module is imported by `spec.py`, so it imports nothing from the dialect at module level
-but the import-free `status_names`.
+`spec.py` imports this module, so nothing here imports `spec.py`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from turnout.dialects.httpproxy.problem import Problem
+from turnout.dialects.httpproxy.status import ProxyStatusAccessor
 from turnout.dialects.httpproxy.status_names import IGNORED_FIELD, SPEC_ERROR, TLS_ERROR
+from turnout.graph.dialect import CompileContext
 from turnout.graph.model import ClientValidation, TLSTermination
 from turnout.graph.services import Unresolved
-
-if TYPE_CHECKING:
-    from turnout.dialects.httpproxy.status import ProxyStatusAccessor
-    from turnout.graph.dialect import CompileContext
 
 CLIENT_VALIDATION_FIELDS = frozenset(
     {
@@ -83,8 +81,6 @@ def read_client_validation(r: Any, value: Any, path: str) -> ClientValidationSpe
 
 
 def _ignored(r: Any, message: str) -> None:
-    from turnout.dialects.httpproxy.spec import IGNORED_FIELD, Problem
-
     r.problems.append(Problem(SPEC_ERROR, IGNORED_FIELD, message, warning=True))
 
 

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
-from turnout.dialects.contour_order import contour_route_order
+from turnout.dialects.contour.order import contour_route_order
 from turnout.dialects.ingress.classes import ClassIndex
 from turnout.dialects.ingress.spec import (
     ACCEPTED,

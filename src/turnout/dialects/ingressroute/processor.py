@@ -19,14 +19,13 @@ What an error costs (docs/dialects/ingressroute.md, "Errors and what they cost")
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cmp_to_key
 
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
-from turnout.dialects.contour_order import compare_routes
-from turnout.dialects.httpproxy.health_check import contour_http_health_check
-from turnout.dialects.httpproxy.route_policies import SESSION_AFFINITY_COOKIE
+from turnout.dialects.contour.health_check import contour_http_health_check
+from turnout.dialects.contour.order import compare_routes
+from turnout.dialects.contour.session_affinity import SESSION_AFFINITY_COOKIE
 from turnout.dialects.ingressroute.spec import (
     GROUP,
     KIND,
@@ -44,10 +43,11 @@ from turnout.dialects.ingressroute.status import (
     TLS_ORDER,
     StatusAccessor,
 )
-from turnout.dialects.ingressroute.tcpproxy import compile_tcpproxies
+from turnout.dialects.ingressroute.tcpproxy import TCPInputs, compile_tcpproxies
 from turnout.dialects.ingressroute.upstream import (
     IGNORED_VALIDATION,
     TLS_UPSTREAM_VALIDATION,
+    annotated_protocol,
     upstream_validation,
     validation_error_message,
 )
@@ -68,7 +68,6 @@ from turnout.graph.model import (
     RouteSource,
     TCPProxy,
     TLSTermination,
-    UpstreamProtocol,
     UpstreamSettings,
     VirtualHost,
     WeightedCluster,
@@ -87,12 +86,6 @@ _STRATEGIES = {
     "Random": LoadBalancerStrategy.RANDOM,
     "Cookie": LoadBalancerStrategy.COOKIE,
 }
-_PROTOCOLS = {"h2": UpstreamProtocol.H2, "h2c": UpstreamProtocol.H2C, "tls": UpstreamProtocol.TLS}
-# Contour v1.0 read both prefixes, the newer one first.
-_PROTOCOL_ANNOTATIONS = (
-    "projectcontour.io/upstream-protocol.",
-    "contour.heptio.com/upstream-protocol.",
-)
 
 Key = tuple[str, str]
 
@@ -211,7 +204,8 @@ class _Compiler:
         if ir.spec.tcpproxy is not None:
             # The hostnames' HTTPS side is the TCP proxy (`tcpproxy.py`); the routes, as in
             # Contour v1.0, are then served on plain HTTP as they are.
-            proxies = compile_tcpproxies(self, ir, vh.hostnames, tls)
+            inputs = TCPInputs(self.snapshot, self.ctx, self.irs, self.status)
+            proxies = compile_tcpproxies(inputs, ir, vh.hostnames, tls)
             if proxies is None:
                 return []
             self.tcp_proxies.extend((HTTPS_LISTENER, p) for p in proxies)
@@ -473,7 +467,7 @@ class _Compiler:
             )
             return None
         settings = UpstreamSettings(
-            protocol=_annotated_protocol(service.annotations, port.name, port.port),
+            protocol=annotated_protocol(service.annotations, port.name, port.port),
             lb_strategy=_STRATEGIES.get(svc.strategy, LoadBalancerStrategy.ROUND_ROBIN),
             health_check=_health_check(svc.health_check),
         )
@@ -542,23 +536,6 @@ def _route_policies(route: RouteSpec) -> RoutePolicies:
         HashSource.COOKIE, SESSION_AFFINITY_COOKIE, cookie_ttl_s=0.0, cookie_path="/"
     )
     return dataclasses.replace(route.policies, hash_policies=(cookie,))
-
-
-def _annotated_protocol(
-    annotations: Mapping[str, object], port_name: str, port: int
-) -> UpstreamProtocol:
-    """Contour's `upstream-protocol.{h2,h2c,tls}` Service annotations: each lists port names or
-    numbers; a later protocol in that order wins for a port listed under several."""
-    by_port: dict[str, UpstreamProtocol] = {}
-    for name, protocol in _PROTOCOLS.items():
-        for prefix in _PROTOCOL_ANNOTATIONS:
-            value = annotations.get(prefix + name)
-            if not isinstance(value, str):
-                continue
-            for item in value.split(","):
-                if item.strip():
-                    by_port[item.strip()] = protocol
-    return by_port.get(port_name) or by_port.get(str(port)) or UpstreamProtocol.HTTP
 
 
 def _health_check(spec: HealthCheckSpec | None) -> HTTPHealthCheck | None:

@@ -21,13 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnout.dialects.fields import MAX_DURATION_SECONDS, MAX_UINT32, FieldReader, describe
-from turnout.dialects.httpproxy.route_policies import parse_go_duration
-from turnout.dialects.ingressroute.tcpproxy import (
-    SERVICES_AND_DELEGATE,
-    TCPProxySpec,
-    read_tcpproxy,
-    tls_must_be_configured,
+from turnout.dialects.fields import (
+    MAX_DURATION_SECONDS,
+    MAX_UINT32,
+    FieldReader,
+    describe,
+    parse_go_duration,
 )
 from turnout.dialects.ingressroute.upstream import VALIDATION_FIELD, ValidationSpec, read_validation
 from turnout.graph.model import PathRewrite, RetryPolicy, RoutePolicies, Timeouts
@@ -54,6 +53,12 @@ WEIGHT_INVALID = "WeightInvalid"
 UNKNOWN_STRATEGY = "UnknownStrategy"
 STRATEGY_REPLACED = "StrategyReplaced"
 TLS_VERSION_REPLACED = "TLSVersionReplaced"
+
+# `spec.tcpproxy` (`tcpproxy.py` compiles it).
+TCPPROXY_FIELDS = frozenset({"services", "delegate"})
+SERVICES_AND_DELEGATE = "ServicesAndDelegate"
+TLS_MUST_BE_CONFIGURED = "TLSMustBeConfigured"
+IGNORED_FIELD = "IgnoredField"
 
 # A lower-case DNS name. Contour v1.0 only refused blank names and `*`; turnout also refuses
 # what is not a hostname at all (a port, a path, spaces), which Envoy would route oddly.
@@ -132,6 +137,12 @@ class VirtualHostSpec:
     # Lower-cased hostnames that passed every check; empty when the fqdn did not.
     hostnames: tuple[str, ...]
     tls: TLSSpec | None
+
+
+@dataclass(frozen=True, slots=True)
+class TCPProxySpec:
+    services: tuple[ServiceSpec, ...] = ()
+    delegate: DelegateSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,6 +492,45 @@ def _delegate(r: _Reader, value: Any, path: str) -> DelegateSpec | None:
     )
 
 
+def read_tcpproxy(r: _Reader, value: Any, path: str) -> TCPProxySpec | None:
+    """Reads `spec.tcpproxy` (`tcpproxy.py` compiles it)."""
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(m, path, TCPPROXY_FIELDS)
+    services = []
+    for where, item in r.items(m, "services", path):
+        svc = _service(r, item, where, "tcpproxy")
+        if svc is None:
+            continue
+        if svc.health_check is not None:
+            r.warn(
+                f"{where}.healthCheck: an HTTP health check cannot check a TCP service; ignored",
+                IGNORED_FIELD,
+            )
+        if svc.strategy == "Cookie":
+            r.warn(
+                f'{where}.strategy: "Cookie" needs an HTTP request to hash; using "RoundRobin"',
+                IGNORED_FIELD,
+            )
+        services.append(svc)
+    delegate = _delegate(r, m["delegate"], f"{path}.delegate") if m.get("delegate") else None
+    if services and delegate is not None:
+        r.error(
+            "tcpproxy: cannot specify services and delegate in the same tcpproxy",
+            SERVICES_AND_DELEGATE,
+        )
+    return TCPProxySpec(services=tuple(services), delegate=delegate)
+
+
+def tls_must_be_configured(r: _Reader) -> None:
+    """A root with a tcpproxy but no TLS: nothing to route the stream by."""
+    r.error(
+        "tcpproxy requires tls.passthrough or tls.secretName on the virtualhost",
+        TLS_MUST_BE_CONFIGURED,
+    )
+
+
 def _policies(r: _Reader, m: Mapping[str, Any], path: str) -> RoutePolicies:
     """Route policies as Contour v1.0 applied them (`internal/dag/builder.go`): websockets, a
     prefix rewrite without the `/foo` + `/foo/` split HTTPProxy later added, `timeoutPolicy.request`
@@ -516,12 +566,17 @@ def _policies(r: _Reader, m: Mapping[str, Any], path: str) -> RoutePolicies:
     )
 
 
-def _go_duration(value: str) -> int | None:
-    """Nanoseconds, or None when Go's time.ParseDuration (what Contour used) refuses `value`."""
-    try:
-        return parse_go_duration(value)
-    except ValueError:
+# Go's time.ParseDuration refuses what overflows int64 nanoseconds (about 292 years).
+_MAX_GO_DURATION_S = (2**63 - 1) / 1e9
+
+
+def _go_duration(value: str) -> float | None:
+    """Seconds, or None when Go's time.ParseDuration (what Contour used) refuses `value`."""
+    seconds = parse_go_duration(value)
+    if isinstance(seconds, str) or abs(seconds) > _MAX_GO_DURATION_S:
         return None
+    # Whole nanoseconds, as Go counts: "0.1m" is 6 s, not 6.000000000000001.
+    return round(seconds * 1e9) / 1e9
 
 
 def _timeout(r: _Reader, m: Mapping[str, Any], key: str, path: str) -> float | None:
@@ -532,15 +587,15 @@ def _timeout(r: _Reader, m: Mapping[str, Any], key: str, path: str) -> float | N
         return None
     if value == "infinity":
         return 0.0
-    nanos = _go_duration(value)
-    if nanos is None or nanos < 0:
+    seconds = _go_duration(value)
+    if seconds is None or seconds < 0:
         r.warn(
             f'{path}.{key}: "{value}" is not a duration (such as "30s" or "1m30s") or '
             '"infinity"; treated as "infinity", as Contour did',
             POLICY_NOT_VALID,
         )
         return 0.0
-    return nanos / 1e9 if nanos else None
+    return seconds or None
 
 
 def _per_try_timeout(r: _Reader, m: Mapping[str, Any], path: str) -> float | None:
@@ -548,15 +603,15 @@ def _per_try_timeout(r: _Reader, m: Mapping[str, Any], path: str) -> float | Non
     value = r.string(m, "perTryTimeout", path)
     if not value:
         return None
-    nanos = _go_duration(value)
-    if nanos is None or nanos < 0:
+    seconds = _go_duration(value)
+    if seconds is None or seconds < 0:
         r.warn(
             f'{path}.perTryTimeout: "{value}" is not a duration (such as "150ms"); ignored, as '
             "Contour did",
             POLICY_NOT_VALID,
         )
         return None
-    return nanos / 1e9 if nanos else None
+    return seconds or None
 
 
 def _weights_sum(r: _Reader, routes: Sequence[RouteSpec]) -> None:

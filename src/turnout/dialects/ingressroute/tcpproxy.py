@@ -20,14 +20,19 @@ cannot be followed is reported on the object that wrote it and costs only the TC
 split connections (v1.0 ignored them; an unset weight counts 1). A service's `healthCheck` is an
 HTTP check, which a TCP stream cannot answer: ignored with a warning.
 
-This module is imported by `spec.py`, so it imports nothing from the dialect at module level.
+`spec.py` reads `spec.tcpproxy`; this module compiles it, given a `TCPInputs` (what it reads
+of the compile in progress), so that it needs nothing of `processor.py`, which calls it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
+from turnout.dialects.ingressroute.spec import DelegateSpec, ParsedIngressRoute, ServiceSpec
+from turnout.dialects.ingressroute.status import DELEGATION_ORDER, SERVICE_ORDER, StatusAccessor
+from turnout.dialects.ingressroute.upstream import annotated_protocol
+from turnout.graph.dialect import CompileContext
 from turnout.graph.model import (
     LoadBalancerStrategy,
     TCPProxy,
@@ -37,15 +42,19 @@ from turnout.graph.model import (
     WeightedCluster,
 )
 from turnout.graph.services import Unresolved, find_service_port
+from turnout.store import Snapshot
 
-if TYPE_CHECKING:
-    from turnout.dialects.ingressroute.processor import _Compiler
-    from turnout.dialects.ingressroute.spec import DelegateSpec, ParsedIngressRoute, ServiceSpec
 
-TCPPROXY_FIELDS = frozenset({"services", "delegate"})
-SERVICES_AND_DELEGATE = "ServicesAndDelegate"
-TLS_MUST_BE_CONFIGURED = "TLSMustBeConfigured"
-IGNORED_FIELD = "IgnoredField"
+@dataclass(frozen=True, slots=True)
+class TCPInputs:
+    """The part of one compile that a tcpproxy reads: the objects by key and their status
+    accessors (where its errors go, shared with the processor's walk)."""
+
+    snapshot: Snapshot
+    ctx: CompileContext
+    irs: Mapping[tuple[str, str], ParsedIngressRoute]
+    status: Mapping[tuple[str, str], StatusAccessor]
+
 
 _STRATEGIES = {
     "": LoadBalancerStrategy.ROUND_ROBIN,
@@ -54,68 +63,21 @@ _STRATEGIES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class TCPProxySpec:
-    services: tuple[ServiceSpec, ...] = ()
-    delegate: DelegateSpec | None = None
-
-
-def read_tcpproxy(r: Any, value: Any, path: str) -> TCPProxySpec | None:
-    """Reads `spec.tcpproxy` with `spec._Reader` `r` (its errors name the field)."""
-    from turnout.dialects.ingressroute.spec import _delegate, _service
-
-    m = r.mapping(value, path)
-    if m is None:
-        return None
-    r.check_fields(m, path, TCPPROXY_FIELDS)
-    services = []
-    for where, item in r.items(m, "services", path):
-        svc = _service(r, item, where, "tcpproxy")
-        if svc is None:
-            continue
-        if svc.health_check is not None:
-            r.warn(
-                f"{where}.healthCheck: an HTTP health check cannot check a TCP service; ignored",
-                IGNORED_FIELD,
-            )
-        if svc.strategy == "Cookie":
-            r.warn(
-                f'{where}.strategy: "Cookie" needs an HTTP request to hash; using "RoundRobin"',
-                IGNORED_FIELD,
-            )
-        services.append(svc)
-    delegate = _delegate(r, m["delegate"], f"{path}.delegate") if m.get("delegate") else None
-    if services and delegate is not None:
-        r.error(
-            "tcpproxy: cannot specify services and delegate in the same tcpproxy",
-            SERVICES_AND_DELEGATE,
-        )
-    return TCPProxySpec(services=tuple(services), delegate=delegate)
-
-
-def tls_must_be_configured(r: Any) -> None:
-    """A root with a tcpproxy but no TLS: nothing to route the stream by."""
-    r.error(
-        "tcpproxy requires tls.passthrough or tls.secretName on the virtualhost",
-        TLS_MUST_BE_CONFIGURED,
-    )
-
-
 def compile_tcpproxies(
-    compiler: _Compiler,
+    inputs: TCPInputs,
     ir: ParsedIngressRoute,
     hostnames: tuple[str, ...],
     tls: TLSTermination | None,
 ) -> list[TCPProxy] | None:
     """The root's TCP proxies (one per hostname); [] when a delegation could not be followed
     (reported; the routes are still served), None when the root itself is rejected."""
-    clusters = _own_clusters(compiler, ir)
+    clusters = _own_clusters(inputs, ir)
     if clusters is None:
         return None
     if isinstance(clusters, tuple):
         found: tuple[WeightedCluster, ...] = clusters
     else:
-        found = _delegated_clusters(compiler, ir, clusters)
+        found = _delegated_clusters(inputs, ir, clusters)
     return [
         TCPProxy(name=host, hostname=host, clusters=found, owner=ir.obj.ref, tls=tls)
         for host in hostnames
@@ -124,13 +86,11 @@ def compile_tcpproxies(
 
 
 def _own_clusters(
-    compiler: _Compiler, ir: ParsedIngressRoute
+    inputs: TCPInputs, ir: ParsedIngressRoute
 ) -> tuple[WeightedCluster, ...] | DelegateSpec | None:
     """`ir`'s own tcpproxy: its clusters, the delegate to follow, or None when `ir` is rejected
     (reported on it)."""
-    from turnout.dialects.ingressroute.status import DELEGATION_ORDER, SERVICE_ORDER
-
-    st = compiler.status[ir.key]
+    st = inputs.status[ir.key]
     tcp = ir.spec.tcpproxy
     if not ir.valid:
         return None  # its own status says why
@@ -146,7 +106,7 @@ def _own_clusters(
     out: list[WeightedCluster] = []
     failed = False
     for svc in tcp.services:
-        name = _cluster(compiler, ir, svc)
+        name = _cluster(inputs, ir, svc)
         if name is None:
             st.error(
                 SERVICE_ORDER,
@@ -161,19 +121,17 @@ def _own_clusters(
 
 
 def _delegated_clusters(
-    compiler: _Compiler, root: ParsedIngressRoute, delegate: DelegateSpec
+    inputs: TCPInputs, root: ParsedIngressRoute, delegate: DelegateSpec
 ) -> tuple[WeightedCluster, ...]:
     """Follows `delegate` (in a loop: a chain can be as long as there are objects); () when a
     delegation cannot be followed or the object it reaches is rejected, each reported."""
-    from turnout.dialects.ingressroute.status import DELEGATION_ORDER
-
     visited = [root]
     seen = {root.key}
     ir = root
     while True:
-        st = compiler.status[ir.key]
+        st = inputs.status[ir.key]
         key = ir.delegate_key(delegate)
-        dest = compiler.irs.get(key)
+        dest = inputs.irs.get(key)
         if dest is None:
             st.error(
                 DELEGATION_ORDER,
@@ -196,9 +154,9 @@ def _delegated_clusters(
                 f"tcpproxy creates a delegation cycle: {chain}",
             )
             return ()
-        compiler.status[key].connect(ir.obj.namespace, ir.obj.name, "")
+        inputs.status[key].connect(ir.obj.namespace, ir.obj.name, "")
         # The delegated object's own problems reject it, not the object that delegated to it.
-        found = _own_clusters(compiler, dest)
+        found = _own_clusters(inputs, dest)
         if found is None:
             return ()
         if isinstance(found, tuple):
@@ -208,19 +166,17 @@ def _delegated_clusters(
         ir, delegate = dest, found
 
 
-def _cluster(compiler: _Compiler, ir: ParsedIngressRoute, svc: ServiceSpec) -> str | None:
-    from turnout.dialects.ingressroute.processor import _annotated_protocol
-
+def _cluster(inputs: TCPInputs, ir: ParsedIngressRoute, svc: ServiceSpec) -> str | None:
     namespace = ir.obj.namespace
-    service = compiler.snapshot.get("", "Service", namespace, svc.name)
+    service = inputs.snapshot.get("", "Service", namespace, svc.name)
     port = find_service_port(service, svc.port) if service is not None else None
     if service is None or port is None:
         return None
-    annotated = _annotated_protocol(service.annotations, port.name, port.port)
+    annotated = annotated_protocol(service.annotations, port.name, port.port)
     tls = annotated in (UpstreamProtocol.TLS, UpstreamProtocol.H2)
     settings = UpstreamSettings(
         protocol=UpstreamProtocol.TLS if tls else UpstreamProtocol.TCP,
         lb_strategy=_STRATEGIES.get(svc.strategy, LoadBalancerStrategy.ROUND_ROBIN),
     )
-    result = compiler.ctx.backends.service(namespace, svc.name, svc.port, settings=settings)
+    result = inputs.ctx.backends.service(namespace, svc.name, svc.port, settings=settings)
     return None if isinstance(result, Unresolved) else result.name

@@ -22,6 +22,13 @@ _VALIDATION_FIELDS = frozenset({"caSecret", "subjectName"})
 TLS_UPSTREAM_VALIDATION = "TLSUpstreamValidation"
 IGNORED_VALIDATION = "IgnoredField"
 
+_PROTOCOLS = {"h2": UpstreamProtocol.H2, "h2c": UpstreamProtocol.H2C, "tls": UpstreamProtocol.TLS}
+# Contour v1.0 read both prefixes, the newer one first.
+_PROTOCOL_ANNOTATIONS = (
+    "projectcontour.io/upstream-protocol.",
+    "contour.heptio.com/upstream-protocol.",
+)
+
 
 class Reader(Protocol):
     def mapping(self, value: Any, path: str) -> Mapping[str, Any] | None: ...
@@ -76,3 +83,20 @@ def validation_error_message(route_match: str, service: str) -> str:
         f'route "{route_match}": service "{service}": upstreamValidation requested but secret '
         "not found or misconfigured"
     )
+
+
+def annotated_protocol(
+    annotations: Mapping[str, object], port_name: str, port: int
+) -> UpstreamProtocol:
+    """Contour's `upstream-protocol.{h2,h2c,tls}` Service annotations: each lists port names or
+    numbers; a later protocol in that order wins for a port listed under several."""
+    by_port: dict[str, UpstreamProtocol] = {}
+    for name, protocol in _PROTOCOLS.items():
+        for prefix in _PROTOCOL_ANNOTATIONS:
+            value = annotations.get(prefix + name)
+            if not isinstance(value, str):
+                continue
+            for item in value.split(","):
+                if item.strip():
+                    by_port[item.strip()] = protocol
+    return by_port.get(port_name) or by_port.get(str(port)) or UpstreamProtocol.HTTP
