@@ -23,6 +23,8 @@ from turnout.envoy.translate.options import TranslateOptions
 from turnout.graph.build import CompileResult, build_graph
 from turnout.graph.dialect import Dialect, Dialects
 from turnout.metrics import Metrics
+from turnout.sources.base import Source
+from turnout.sources.files import FileSource
 from turnout.store import Snapshot
 
 if TYPE_CHECKING:
@@ -71,13 +73,23 @@ def translate_options(config: ServeConfig) -> TranslateOptions:
     )
 
 
-def build_controller(config: ServeConfig, metrics: Metrics | None = None) -> Controller:
-    """A controller for `config` with every dialect and the files source."""
+def default_sources(config: ServeConfig) -> list[Source]:
+    """Where `serve` reads objects from: the files and directories it was given."""
+    return [FileSource(config.paths, watch=config.watch, debounce_ms=config.debounce_ms)]
+
+
+def build_controller(
+    config: ServeConfig,
+    metrics: Metrics | None = None,
+    sources: Sequence[Source] | None = None,
+) -> Controller:
+    """A controller for `config` with every dialect and `sources` (the files source)."""
     # Imported here: `check` and `explain` never load the gRPC server and Envoy protos.
     from turnout.controller import Controller
 
     return Controller(
         config,
+        sources=default_sources(config) if sources is None else sources,
         dialects=default_dialects(),
         compile_options=compile_options(config),
         translate_options=translate_options(config),

@@ -598,8 +598,9 @@ async def _run(config: ServeConfig) -> None:
     with contextlib.suppress(NotImplementedError):
         loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(controller.reload()))
     try:
-        await controller.start()
+        # The admin server first: while a source is still listing, /readyz says which.
         await admin.start(config.address, config.admin_port)
+        await controller.start()
         log.info(
             "turnout serving: HTTP on %s:%d, admin on %s:%d, xDS on %s:%d%s",
             config.address,

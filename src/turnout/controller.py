@@ -1,8 +1,25 @@
 """The running control plane: sources -> store -> compile -> translate -> xDS, plus status sinks.
 
-`Controller` owns one store, one xDS server and (in standalone mode) one supervised Envoy. Every
-change recompiles the whole store; the compile is a pure function, so the controller's only state
-is the latest result and what Envoy acknowledged.
+`Controller` owns one store, one xDS server and (in standalone mode) one supervised Envoy. Its
+sources (`turnout.sources.base.Source`) write into the store; every change recompiles the whole
+store; the compile is a pure function, so the controller's only state is the latest result, the
+statuses as Envoy's answers settled them, and what Envoy acknowledged.
+
+When it compiles:
+
+* not before every source has listed everything once (`synced`): a half-listed store would
+  program Envoy with routes missing and report objects as orphaned. `/readyz` names the source
+  it waits for.
+* a burst of changes is one compile: the first change opens a window, and the compile starts
+  once no change came for `ServeConfig.debounce_ms` (100 ms by default), but never later than
+  `MAX_DELAY_S` (1 s) after that first change, so a steady trickle cannot starve it.
+* not at all when the store holds what the last good compile compiled (a file touched or
+  rewritten with the same content), with the same discovery answers.
+
+Statuses: what only Envoy's answer decides (a Gateway's `Programmed`) is settled when the xDS
+server reports that Envoy answered (ACK or NACK) and right after each compile, not when someone
+reads them; each condition's `lastTransitionTime` is carried over from the last published status
+while the condition's status stays the same, across compiles too.
 """
 
 from __future__ import annotations
@@ -14,7 +31,9 @@ import logging
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +49,15 @@ from turnout.graph.build import CompileResult, build_graph
 from turnout.graph.dialect import Dialects, EnvoyView
 from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
-from turnout.sources.files import FileSource
+from turnout.sources.base import Source, StoreSink
 from turnout.sources.oidc import IssuerDiscoverer
-from turnout.status.model import ObjectStatus, State
-from turnout.store import Snapshot, SourceProblem, Store
+from turnout.status.model import ObjectStatus, State, stamp_transitions
+from turnout.store import Snapshot, SourceProblem, Store, same_content
 
 log = logging.getLogger("turnout")
+
+# The longest a change waits for its compile while more changes keep coming.
+MAX_DELAY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,24 +70,60 @@ class Applied:
     snapshot: Snapshot | None = None  # the compiled input (Gateway listeners name their ports)
 
 
+@dataclass(frozen=True, slots=True)
+class _Input:
+    """What a compile read: the same input compiles to the same result, so it is skipped."""
+
+    snapshot: Snapshot
+    discovery: tuple[IssuerDiscovery, ...]
+    compile_options: CompileOptions
+    translate_options: TranslateOptions
+
+    def same(self, other: _Input | None) -> bool:
+        return (
+            other is not None
+            and same_content(self.snapshot, other.snapshot)
+            and self.discovery == other.discovery
+            and self.compile_options == other.compile_options
+            and self.translate_options == other.translate_options
+        )
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def programmed_counts(statuses: Iterable[ObjectStatus]) -> dict[str, int]:
+    """How many objects (Gateways) have a `Programmed` condition of their own True, False and
+    Unknown. Read from the rendered body, which has it whether the status is typed or not."""
+    counts = {"True": 0, "False": 0, "Unknown": 0}
+    for status in statuses:
+        for c in status.body.get("conditions") or ():
+            if isinstance(c, Mapping) and c.get("type") == "Programmed":
+                value = str(c.get("status"))
+                counts[value] = counts.get(value, 0) + 1
+    return counts
+
+
 class Controller:
     def __init__(
         self,
         config: ServeConfig,
         *,
+        sources: Sequence[Source],
         dialects: Dialects,
         compile_options: CompileOptions,
         translate_options: TranslateOptions,
         metrics: Metrics | None = None,
     ) -> None:
         self.config = config
+        self.sources = tuple(sources)
         self.dialects = dialects
         self.compile_options = compile_options
         self.translate_options = translate_options
         self.metrics = metrics or Metrics()
         self.store = Store()
-        self.files = FileSource(list(config.paths), self.store)
-        self.xds = XdsServer(self.metrics)
+        self.xds = XdsServer(self.metrics, on_state_change=self._settle)
         self.envoy: EnvoyProcess | None = None
         self.applied: Applied | None = None
         self.xds_port: int = config.xds_port
@@ -76,8 +134,18 @@ class Controller:
         self._last_states: dict[ObjectRef, tuple[State, str]] = {}
         self.applied_problems: tuple[SourceProblem, ...] = ()
         self.compile_error: str | None = None
-        self.watch_error: str | None = None
+        self._source_errors: dict[int, str] = {}  # a failed source until it listed again
         self._compile_lock = asyncio.Lock()
+        self._compiled: _Input | None = None  # the input of the last good compile
+        self._dirty = asyncio.Event()  # the store changed since the compile loop last looked
+        self._synced: set[int] = set()  # indexes of the sources that listed everything
+        self._all_synced = asyncio.Event()
+        self._first_compile = asyncio.Event()
+        # The published statuses: compiled, settled by Envoy's answers, stamped with transition
+        # times; and the settled-but-unstamped ones they came from, to skip unchanged work.
+        self._published: tuple[ObjectStatus, ...] = ()
+        self._published_by_ref: dict[ObjectRef, ObjectStatus] = {}
+        self._settled_by_ref: dict[ObjectRef, ObjectStatus] = {}
         # OpenID discovery for RouteGroups' jwtValidation: network calls stay out of the compile,
         # whose input the answers become; a changed answer recompiles.
         self.oidc = IssuerDiscoverer(self.recompile)
@@ -95,7 +163,8 @@ class Controller:
         return result, translate(result.graph, self.translate_options)
 
     async def recompile(self) -> Applied | None:
-        """Compiles the current store and hands the result to the xDS server.
+        """Compiles the current store and hands the result to the xDS server, unless the store
+        holds what the last good compile compiled.
 
         The compile runs in a worker thread so a large one does not stall ADS streams or the
         admin server; compiles are serialized so the newest snapshot is always applied last.
@@ -107,11 +176,22 @@ class Controller:
         async with self._compile_lock:
             started = time.perf_counter()
             snapshot = self.store.snapshot()
+            compiled = self._compiled
+            # The store unchanged since then: no need to look for external inputs again.
+            if (
+                compiled is not None
+                and compiled.snapshot is snapshot
+                and (self._input(snapshot).same(compiled))
+            ):
+                return self.applied
             try:
                 inputs = self.dialects.external_inputs(snapshot, self.compile_options)
                 self.oidc.track(tuple(sorted(inputs.oidc_issuers)))
+                compile_input = self._input(snapshot)
+                if compile_input.same(self._compiled):
+                    return self.applied
                 result, resources = await asyncio.to_thread(
-                    self._compile, snapshot, self.oidc.results()
+                    self._compile, snapshot, compile_input.discovery
                 )
                 version = self.xds.set_resources(resources)
             except Exception as err:
@@ -119,19 +199,28 @@ class Controller:
                 self.metrics.compile_errors.inc()
                 log.exception("compile failed; the last good configuration stays in force")
                 return self.applied
-            self.compile_error = None
-            elapsed = time.perf_counter() - started
-            self.metrics.compile_seconds.observe(elapsed)
-            self.metrics.compiles.inc()
-            self.applied = Applied(result, version, time.time(), snapshot)
-            self._publish(result)
-            log.debug(
-                "compiled %d objects in %.1f ms (version %s)",
-                len(snapshot.objects),
-                elapsed * 1000,
-                version,
-            )
+            self._compiled = compile_input
+            self._applied(result, version, snapshot, time.perf_counter() - started)
             return self.applied
+
+    def _input(self, snapshot: Snapshot) -> _Input:
+        return _Input(snapshot, self.oidc.results(), self.compile_options, self.translate_options)
+
+    def _applied(
+        self, result: CompileResult, version: str, snapshot: Snapshot, elapsed: float
+    ) -> None:
+        self.compile_error = None
+        self.metrics.compile_seconds.observe(elapsed)
+        self.metrics.compiles.inc()
+        self.applied = Applied(result, version, time.time(), snapshot)
+        self._publish(result)
+        self._settle()
+        log.debug(
+            "compiled %d objects in %.1f ms (version %s)",
+            len(snapshot.objects),
+            elapsed * 1000,
+            version,
+        )
 
     def _publish(self, result: CompileResult) -> None:
         """Status sinks: metrics, and a log line for every object whose state changed."""
@@ -160,17 +249,21 @@ class Controller:
         self.applied_problems = result.problems
 
     def statuses(self) -> tuple[ObjectStatus, ...]:
-        """The compiled statuses, each Gateway listener Programmed once every connected Envoy (at
-        least one) has the current content of its port's Envoy listener (and the route
-        configurations and secrets it loads), Invalid with Envoy's message when one rejected it,
-        Pending until then; a Gateway by its listeners. Changes and rejections elsewhere do not
-        touch them."""
+        """The published statuses (see `_settle`): each Gateway listener Programmed once every
+        connected Envoy (at least one) has the current content of its port's Envoy listener (and
+        the route configurations and secrets it loads), Invalid with Envoy's message when one
+        rejected it, Pending until then; a Gateway by its listeners. Changes and rejections
+        elsewhere do not touch them."""
+        return self._published
+
+    def _settle(self) -> None:
+        """Settles the compiled statuses with what Envoy answered, stamps transition times and
+        publishes them. Called by the xDS server whenever an Envoy answered (or connected, or
+        went away), and after each compile."""
         applied = self.applied
-        if applied is None:
-            return ()
-        statuses = applied.result.statuses
-        if applied.version != self.xds.version:
-            return statuses
+        if applied is None or applied.version != self.xds.version:
+            # Between a snapshot's installation and its Applied: the next call settles it.
+            return
         snapshot = applied.snapshot
 
         def probe(name: str) -> tuple[str, str]:
@@ -183,7 +276,28 @@ class Controller:
             return ("programmed" if state.programmed else "rejected"), state.message
 
         objects = snapshot.get_ref if snapshot is not None else (lambda ref: None)
-        return self.dialects.settle(statuses, EnvoyView(probe, objects))
+        settled = self.dialects.settle(applied.result.statuses, EnvoyView(probe, objects))
+        self._publish_settled(settled)
+
+    def _publish_settled(self, settled: Sequence[ObjectStatus]) -> None:
+        if len(settled) == len(self._published) and all(
+            self._settled_by_ref.get(s.ref) is s for s in settled
+        ):
+            return
+        now = now_rfc3339()
+        published: list[ObjectStatus] = []
+        for status in settled:
+            previous = self._published_by_ref.get(status.ref)
+            if previous is not None and self._settled_by_ref.get(status.ref) == status:
+                published.append(previous)  # unchanged: keep its times without restamping
+            else:
+                published.append(stamp_transitions(status, previous, now))
+        self._settled_by_ref = {s.ref: s for s in settled}
+        self._published = tuple(published)
+        self._published_by_ref = {s.ref: s for s in published}
+        # Programmed changes with Envoy's answers, so it is counted here, not per compile.
+        for value, count in programmed_counts(self._published).items():
+            self.metrics.gateways.labels(programmed=value).set(count)
 
     def status_json(self, status: ObjectStatus) -> dict[str, Any]:
         return self.dialects.status_json(status)
@@ -191,12 +305,19 @@ class Controller:
     def problems(self) -> tuple[SourceProblem, ...]:
         return self.applied.result.problems if self.applied else ()
 
+    @property
+    def watch_error(self) -> str | None:
+        return next(iter(self._source_errors.values()), None)
+
     def readiness(self) -> tuple[bool, str]:
         if self.compile_error is not None:
             return False, self.compile_error
         if self.watch_error is not None:
             return False, self.watch_error
         if self.applied is None:
+            waiting = [s.name for i, s in enumerate(self.sources) if i not in self._synced]
+            if waiting:
+                return False, f"waiting for source(s) {', '.join(waiting)} to list everything"
             return False, "no configuration compiled yet"
         # Readiness means everything turnout could program is programmed: Envoy refusing a
         # Gateway's port (busy, privileged) is reported on that Gateway's listener as
@@ -206,13 +327,17 @@ class Controller:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.files.load_all()
+        """Starts the xDS server and the sources, and returns once every source has listed
+        everything and that was compiled (then starts Envoy, if it runs one)."""
         self.xds_port = await self.xds.start(self.config.address, self.config.xds_port)
-        await self.recompile()
+        for index, source in enumerate(self.sources):
+            self._tasks.append(
+                asyncio.create_task(self._run_source(index, source), name=f"source-{source.name}")
+            )
+        self._tasks.append(asyncio.create_task(self._compile_loop(), name="turnout-compile"))
+        await self._first_compile.wait()
         if self.config.demo_backends:
             await self._start_demo_backends()
-        if self.config.watch:
-            self._tasks.append(asyncio.create_task(self._watch(), name="turnout-watch"))
         if self.config.run_envoy:
             bootstrap_path = self._work_dir() / "envoy-bootstrap.yaml"
             write_bootstrap(bootstrap_path, self.bootstrap())
@@ -234,35 +359,63 @@ class Controller:
         )
 
     async def reload(self) -> Applied | None:
-        """Re-reads every file and recompiles (tests and SIGHUP use it)."""
-        self.files.load_all()
+        """Has every source list everything again, and compiles (tests and SIGHUP use it)."""
+        for source in self.sources:
+            await source.reload()
         return await self.recompile()
 
-    async def _watch(self) -> None:
-        """Runs the file watcher, restarting it (with backoff) if it ever fails: a dead watcher
-        would silently freeze the configuration, so /readyz reports it until it runs again."""
+    def _changed(self) -> None:
+        self._dirty.set()
 
-        async def changed() -> None:
-            await self.recompile()
+    def _source_synced(self, index: int) -> None:
+        self._synced.add(index)
+        self._source_errors.pop(index, None)
+        if len(self._synced) == len(self.sources):
+            self._all_synced.set()
 
+    async def _run_source(self, index: int, source: Source) -> None:
+        """Runs a source, restarting it (with backoff) if it ever fails: a dead source would
+        silently freeze the configuration, so /readyz reports it until it has listed everything
+        again."""
+        sink = StoreSink(self.store, self._changed, lambda: self._source_synced(index))
         backoff = 0.5
         while not self._stop.is_set():
             try:
-                await self.files.watch(
-                    changed, debounce_ms=self.config.debounce_ms, stop_event=self._stop
-                )
+                await source.run(sink)
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as err:
-                self.watch_error = f"file watcher failed, restarting: {err!r}"
-                log.exception("file watcher failed; restarting in %.1f s", backoff)
+                self._source_errors[index] = f"source {source.name} failed, restarting: {err!r}"
+                log.exception("source %s failed; restarting in %.1f s", source.name, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
-                # Changes made while the watcher was down are picked up by a full reload.
-                self.files.load_all()
-                await self.recompile()
-                self.watch_error = None
+
+    async def _compile_loop(self) -> None:
+        """The first compile once every source is synced, then one per burst of changes."""
+        await self._all_synced.wait()
+        self._dirty.clear()
+        await self.recompile()
+        self._first_compile.set()
+        while True:
+            await self._dirty.wait()
+            await self._coalesce()
+            await self.recompile()
+
+    async def _coalesce(self) -> None:
+        """Waits until no change came for `debounce_ms`, or `MAX_DELAY_S` after the first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MAX_DELAY_S
+        quiet = max(0, self.config.debounce_ms) / 1000
+        while True:
+            self._dirty.clear()
+            remaining = min(quiet, deadline - loop.time())
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._dirty.wait(), remaining)
+            except TimeoutError:
+                return
 
     async def _start_demo_backends(self) -> None:
         from turnout.echo import demo_backends, start_echo

@@ -89,31 +89,77 @@ class Snapshot:
         return self.get(ref.group, ref.kind, ref.namespace, ref.name)
 
 
+def _same_objects(a: tuple[KubeObject, ...], b: tuple[KubeObject, ...]) -> bool:
+    """Equal objects from the same places: `KubeObject` equality leaves the origin out, but a
+    status names the file and line an object came from."""
+    if a is b:
+        return True
+    return len(a) == len(b) and all(
+        x is y or (x == y and x.origin == y.origin) for x, y in zip(a, b, strict=True)
+    )
+
+
+def same_content(a: Snapshot, b: Snapshot) -> bool:
+    """Whether two snapshots hold the same objects (from the same places) and problems.
+    Unchanged partitions share their objects, so this is mostly identity checks."""
+    return a is b or (a.problems == b.problems and _same_objects(a.objects, b.objects))
+
+
+_Partition = tuple[tuple[KubeObject, ...], tuple[SourceProblem, ...]]
+
+
 class Store:
-    """Mutable holder of partitions; `snapshot()` gives the immutable view dialects compile."""
+    """Mutable holder of partitions; `snapshot()` gives the immutable view dialects compile.
+
+    Every update returns whether the content changed: a source that delivers what the store
+    already holds (an unchanged file, an informer's periodic resync) changes nothing."""
 
     def __init__(self) -> None:
-        self._partitions: dict[str, tuple[tuple[KubeObject, ...], tuple[SourceProblem, ...]]] = {}
+        self._partitions: dict[str, _Partition] = {}
         self._snapshot: Snapshot | None = None
 
-    def replace(
+    def _put(self, partition: str, content: _Partition) -> bool:
+        old = self._partitions.get(partition)
+        if old is not None and old[1] == content[1] and _same_objects(old[0], content[0]):
+            return False
+        self._partitions[partition] = content
+        self._snapshot = None
+        return True
+
+    def replace_partition(
         self,
         partition: str,
         objects: Iterable[KubeObject],
         problems: Iterable[SourceProblem] = (),
-    ) -> None:
-        self._partitions[partition] = (tuple(objects), tuple(problems))
-        self._snapshot = None
+    ) -> bool:
+        return self._put(partition, (tuple(objects), tuple(problems)))
 
-    def set_problems(self, partition: str, problems: Iterable[SourceProblem]) -> None:
+    def set_problems(self, partition: str, problems: Iterable[SourceProblem]) -> bool:
         """Replaces a partition's problems while keeping its last good objects."""
         objects, _ = self._partitions.get(partition, ((), ()))
-        self._partitions[partition] = (objects, tuple(problems))
-        self._snapshot = None
+        return self._put(partition, (objects, tuple(problems)))
 
-    def remove(self, partition: str) -> None:
-        self._partitions.pop(partition, None)
+    def remove_partition(self, partition: str) -> bool:
+        if self._partitions.pop(partition, None) is None:
+            return False
         self._snapshot = None
+        return True
+
+    def upsert(self, partition: str, obj: KubeObject) -> bool:
+        """Adds `obj` to the partition, replacing the object of the same ref in place."""
+        objects, problems = self._partitions.get(partition, ((), ()))
+        if any(o.ref == obj.ref for o in objects):
+            kept = tuple(obj if o.ref == obj.ref else o for o in objects)
+        else:
+            kept = (*objects, obj)
+        return self._put(partition, (kept, problems))
+
+    def delete(self, partition: str, ref: ObjectRef) -> bool:
+        objects, problems = self._partitions.get(partition, ((), ()))
+        kept = tuple(o for o in objects if o.ref != ref)
+        if len(kept) == len(objects):
+            return False
+        return self._put(partition, (kept, problems))
 
     def partitions(self) -> list[str]:
         return sorted(self._partitions)

@@ -335,6 +335,29 @@ async def test_controller_reports_programmed_once_envoy_acked(tmp_path: Path) ->
         await controller.stop()
 
 
+def _gateways_gauge(controller: Controller, programmed: str) -> float:
+    return float(controller.metrics.gateways.labels(programmed=programmed)._value.get())
+
+
+async def test_controller_settles_programmed_when_envoy_acks_without_a_status_read(
+    tmp_path: Path,
+) -> None:
+    controller = await _controller(tmp_path)
+    fake: FakeEnvoy | None = None
+    try:
+        assert _gateways_gauge(controller, "False") == 1
+        assert _gateways_gauge(controller, "True") == 0
+        fake = FakeEnvoy(AdsClient(controller.xds_port)).start()
+        # Nothing reads /status or scrapes /metrics: Envoy's ACK alone settles the Gateway.
+        await until(lambda: _gateways_gauge(controller, "True") == 1, 5.0)
+        assert _gateways_gauge(controller, "False") == 0
+        assert _programmed(controller) == ("True", "Programmed")
+    finally:
+        if fake is not None:
+            await fake.stop()
+        await controller.stop()
+
+
 EMPTY_STREAM_GATEWAYS = (
     CLASS
     + _gateway_doc("empty-tcp", "{name: tcp, port: 18095, protocol: TCP}")

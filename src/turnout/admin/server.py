@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -54,9 +53,6 @@ def make_app(source: AdminSource) -> web.Application:
         )
 
     async def metrics(_: web.Request) -> web.Response:
-        # Programmed changes with Envoy's ACKs, not with compiles: counted when scraped.
-        for value, count in programmed_counts(source.statuses()).items():
-            source.metrics.gateways.labels(programmed=value).set(count)
         body = generate_latest(source.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -66,17 +62,6 @@ def make_app(source: AdminSource) -> web.Application:
     app.router.add_get("/status", status)
     app.router.add_get("/metrics", metrics)
     return app
-
-
-def programmed_counts(statuses: Iterable[ObjectStatus]) -> dict[str, int]:
-    """How many objects (Gateways) have a `Programmed` condition True, False and Unknown."""
-    counts = {"True": 0, "False": 0, "Unknown": 0}
-    for status in statuses:
-        for c in status.body.get("conditions") or ():
-            if isinstance(c, Mapping) and c.get("type") == "Programmed":
-                value = str(c.get("status"))
-                counts[value] = counts.get(value, 0) + 1
-    return counts
 
 
 class AdminServer:

@@ -46,7 +46,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -734,10 +734,20 @@ class XdsServer:
     """A State-of-the-World ADS server for a fleet of Envoys that all get the same snapshot.
 
     Call `set_resources`, `readiness` and the other methods from the event loop's thread.
+
+    `on_state_change` is called (in the event loop's thread, synchronously) whenever what
+    `listener_state` and `readiness` answer may have changed: an Envoy ACKed or NACKed, connected
+    or went away, or a new snapshot was installed. By the time `wait_acked` returns, it has run.
     """
 
-    def __init__(self, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        metrics: Metrics | None = None,
+        *,
+        on_state_change: Callable[[], None] | None = None,
+    ) -> None:
         self._metrics = metrics
+        self._on_state_change = on_state_change
         self._snapshot: _Snapshot | None = None
         self._seq = 0
         self._versions: collections.OrderedDict[str, int] = collections.OrderedDict()
@@ -1010,6 +1020,12 @@ class XdsServer:
             queue.put_nowait(_END)
 
     def _notify(self) -> None:
+        if self._on_state_change is not None:
+            try:
+                self._on_state_change()
+            except Exception:
+                # A consumer's bug must not break the ADS streams that called this.
+                log.exception("xDS state change callback failed")
         # Waiters hold the old event; a fresh one is armed for the next change.
         self._progress.set()
         self._progress = asyncio.Event()

@@ -25,8 +25,9 @@ from pathlib import Path
 
 from watchfiles import Change, awatch
 
+from turnout.sources.base import PartitionSink, SourceSink
 from turnout.sources.parse import ParseResult, parse_text
-from turnout.store import SourceProblem, Store
+from turnout.store import SourceProblem
 
 log = logging.getLogger(__name__)
 
@@ -172,12 +173,26 @@ class _Scan:
 
 
 class FileSource:
-    """Loads the given files and directories into `store` and keeps them in sync."""
+    """Loads the given files and directories into a sink and keeps them in sync: a `Source`
+    (`run`), or driven by hand (`load_all`, `watch`) into the sink it was made with."""
 
-    def __init__(self, paths: Sequence[Path], store: Store) -> None:
+    name = "files"
+
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        sink: PartitionSink | None = None,
+        *,
+        watch: bool = True,
+        debounce_ms: int = 100,
+    ) -> None:
         self._roots = tuple(paths)
-        self._store = store
+        self._sink = sink
+        self._watching = watch
+        self._debounce_ms = debounce_ms
         self._seen: dict[Path, _Seen] = {}
+        # Partitions with objects in the sink: a file that stops parsing keeps them.
+        self._loaded: set[str] = set()
         # Counts applied scans: a scan computed against an older state (because `load_all` ran
         # while a watcher scan was in its thread) is discarded instead of undoing newer content.
         self._generation = 0
@@ -194,6 +209,20 @@ class FileSource:
     def load_all(self) -> None:
         """Loads every file synchronously: the initial state before anything serves."""
         self._apply(self._scan(dict(self._seen), frozenset()))
+
+    async def run(self, sink: SourceSink) -> None:
+        """The `Source` protocol: loads every file into `sink`, says it is synced, then (unless
+        made with `watch=False`) watches until cancelled. The sink hears every change itself,
+        so the watcher's own callback has nothing to do."""
+        self._sink = sink
+        await self._rescan(frozenset())
+        sink.synced()
+        if self._watching:
+            await self.watch(_nothing, debounce_ms=self._debounce_ms)
+
+    async def reload(self) -> None:
+        """Re-reads what differs from the last load (SIGHUP)."""
+        self.load_all()
 
     async def watch(
         self,
@@ -325,46 +354,48 @@ class FileSource:
         return _Scan(tuple(updates), missing)
 
     def _apply(self, scan: _Scan) -> bool:
-        """Applies a scan to the store; True when the store changed."""
+        """Applies a scan to the sink; True when the sink's content changed."""
+        sink = self._sink
+        if sink is None:
+            raise RuntimeError("FileSource has no sink: give one, or use run(sink)")
         self._generation += 1
         changed = False
         for update in scan.updates:
-            key = partition_key(update.path)
-            if update.seen is None:
-                log.info("%s: removed", update.path)
-                self._seen.pop(update.path, None)
-                self._store.remove(key)
-                changed = True
-                continue
-            self._seen[update.path] = update.seen
-            result = update.result
-            if result is None:
-                continue
-            changed = True
-            for problem in result.problems:
-                log.warning("%s", problem)
-            if result.failed:
-                if key in self._store.partitions():
-                    log.warning("%s: keeping its last good objects", update.path)
-                self._store.set_problems(key, result.problems)
-            else:
-                log.info("%s: loaded %d object(s)", update.path, len(result.objects))
-                self._store.replace(key, result.objects, result.problems)
+            changed = self._apply_update(sink, update) or changed
         missing = frozenset(scan.missing)
         for root in missing - self._missing:
             problem = SourceProblem(
                 str(root), None, "no such file or directory", severity="unreadable"
             )
             log.warning("%s", problem)
-            self._store.replace(partition_key(root), (), (problem,))
-            changed = True
+            changed = sink.replace_partition(partition_key(root), (), (problem,)) or changed
         for root in self._missing - missing:
             # The path exists again; its files (if any) have their own partitions now.
             if root not in self._seen:
-                self._store.remove(partition_key(root))
-                changed = True
+                changed = sink.remove_partition(partition_key(root)) or changed
         self._missing = missing
         return changed
+
+    def _apply_update(self, sink: PartitionSink, update: _Update) -> bool:
+        key = partition_key(update.path)
+        if update.seen is None:
+            log.info("%s: removed", update.path)
+            self._seen.pop(update.path, None)
+            self._loaded.discard(key)
+            return sink.remove_partition(key)
+        self._seen[update.path] = update.seen
+        result = update.result
+        if result is None:
+            return False
+        for problem in result.problems:
+            log.warning("%s", problem)
+        if result.failed:
+            if key in self._loaded:
+                log.warning("%s: keeping its last good objects", update.path)
+            return sink.set_problems(key, result.problems)
+        log.info("%s: loaded %d object(s)", update.path, len(result.objects))
+        self._loaded.add(key)
+        return sink.replace_partition(key, result.objects, result.problems)
 
 
 class _StopFlag(asyncio.Event):
@@ -389,6 +420,10 @@ def _interesting(change: Change, path: str) -> bool:
     return not _hidden(name) or name.startswith("..")
 
 
+def _nothing() -> None:
+    return None
+
+
 async def _call(on_change: OnChange) -> None:
     try:
         result = on_change()
@@ -399,8 +434,8 @@ async def _call(on_change: OnChange) -> None:
         log.exception("file change callback failed")
 
 
-def load_paths(paths: Iterable[Path], store: Store) -> FileSource:
+def load_paths(paths: Iterable[Path], sink: PartitionSink) -> FileSource:
     """Convenience for one-shot commands (`check`, `explain`): loads once, no watching."""
-    source = FileSource(tuple(paths), store)
+    source = FileSource(tuple(paths), sink, watch=False)
     source.load_all()
     return source
