@@ -67,7 +67,8 @@ OWNER = ObjectRef("projectcontour.io", "HTTPProxy", "default", "generated")
 EMPTY_CLUSTER = "default/empty/80/eeee"  # no endpoints: Envoy answers 503 "no healthy upstream"
 PROBE_HOST = "probe.turnout.invalid"
 LONG_SUFFIX = (
-    ".a-rather-long-subdomain-name-for-payments.of-some-team.in-a-large-company.example.com"
+    ".a-much-longer-subdomain-name-for-the-payments-service.of-some-team.in-a-large-company"
+    ".example.com"
 )
 
 

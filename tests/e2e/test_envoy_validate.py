@@ -48,7 +48,8 @@ pytestmark = [
 OWNER = ObjectRef("projectcontour.io", "HTTPProxy", "default", "rich")
 # Long enough that the spelled-out authority regex would exceed Envoy's RE2 program size limit.
 LONG_SUFFIX = (
-    ".a-rather-long-subdomain-name-for-payments.of-some-team.in-a-large-company.example.com"
+    ".a-much-longer-subdomain-name-for-the-payments-service.of-some-team.in-a-large-company"
+    ".example.com"
 )
 
 

@@ -5,6 +5,8 @@ ingress class selection. Each test checks which backend answered, so Envoy and t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.e2e.harness import Harness
@@ -274,3 +276,40 @@ async def test_ingress_class_selection(harness: Harness) -> None:
     assert await harness.served_by("none.example.com") == "404"
     assert await harness.served_by("turnout.example.com") == "404"
     assert proxies() == {"internal-class"}
+
+
+async def test_regex_within_envoys_program_size_is_served(harness: Harness) -> None:
+    # Envoy counts `/x.{20}` as 46 (its RE2 reads `.` as one byte); RE2's default UTF-8 count is
+    # 166, which used to refuse it. `/y.{48}` is 102 as Envoy counts it: over the limit of 100.
+    host = "regex-size.example.com"
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "wide"), ("default", "root")),
+            "proxy.yaml": proxy(
+                "regex-size",
+                host,
+                """\
+  routes:
+    - conditions: [{regex: "/x.{20}"}]
+      services: [{name: wide, port: 80}]
+    - services: [{name: root, port: 80}]
+""",
+            ),
+            "too-large.yaml": proxy(
+                "regex-too-large",
+                "regex-too-large.example.com",
+                """\
+  routes:
+    - conditions: [{regex: "/y.{48}"}]
+      services: [{name: wide, port: 80}]
+""",
+            ),
+        }
+    )
+    assert harness.status_of("HTTPProxy", "default", "regex-size")["currentStatus"] == "valid"
+    assert await harness.served_by(host, "/x" + "abcde" * 4) == "default/wide"
+    assert await harness.served_by(host, "/x" + "abc") == "default/root"
+    assert await harness.served_by(host, "/x" + "abcde" * 5) == "default/root"
+    refused = harness.status_of("HTTPProxy", "default", "regex-too-large")
+    assert refused["currentStatus"] == "invalid"
+    assert "RE2 program size 102 exceeds Envoy's limit of 100" in json.dumps(refused)

@@ -206,3 +206,44 @@ def test_explain_reports_requests_envoy_rejects_before_routing(
     (tmp_path / "a.yaml").write_text(VALID)
     main(["explain", str(tmp_path), "--host", "cli.example.com", "--path", "/a#frag"])
     assert "action: 400 before routing" in capsys.readouterr().out
+
+
+def _regex_proxy(regex: str) -> str:
+    return f"""\
+apiVersion: v1
+kind: Service
+metadata: {{name: app}}
+spec:
+  ports: [{{name: http, port: 80}}]
+---
+apiVersion: projectcontour.io/v1
+kind: HTTPProxy
+metadata: {{name: re}}
+spec:
+  virtualhost: {{fqdn: re.example.com}}
+  routes:
+    - conditions: [{{regex: "{regex}"}}]
+      services: [{{name: app, port: 80}}]
+"""
+
+
+def test_check_accepts_a_regex_within_envoys_program_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Envoy counts `/x.{20}` as 46 (one byte per `.`); RE2's default UTF-8 count would be 166.
+    (tmp_path / "a.yaml").write_text(_regex_proxy("/x.{20}"))
+    assert main(["check", str(tmp_path)]) == 0
+    assert "HTTPProxy default/re: valid" in capsys.readouterr().out
+
+
+def test_check_refuses_a_regex_over_envoys_program_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.yaml").write_text(_regex_proxy("/x.{48}"))
+    assert main(["check", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "HTTPProxy default/re: invalid" in out
+    assert (
+        "spec.routes[0].conditions[0].regex: RE2 program size 102 exceeds Envoy's limit of 100"
+        in out
+    )

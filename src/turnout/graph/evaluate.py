@@ -67,7 +67,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import re2
 
@@ -88,7 +87,7 @@ from turnout.graph.model import (
     VirtualHost,
     invalid_backend_status,
 )
-from turnout.graph.regex import ENVOY_MAX_PROGRAM_SIZE
+from turnout.graph.regex import ENVOY_MAX_PROGRAM_SIZE, envoy_program_size, envoy_regex
 
 # What a route answers when it has nowhere to send traffic (every weight is zero, or none).
 NO_BACKEND_STATUS = 503
@@ -418,49 +417,16 @@ def wildcard_authority_regex(hostname: str) -> str:
     The readable form spells the suffix out. Its RE2 program grows with the suffix length, and
     Envoy rejects programs above 100, so for long suffixes it falls back to counting labels: the
     route only ever sees hosts that selected this virtual host, so they already end in the suffix,
-    and the label count alone tells one label from several. Both are first measured as the
-    Python RE2 binding counts (larger than Envoy's count for character classes); past that, by
-    Envoy's own count. When neither fits Envoy's limit, `graph.validate` drops the virtual host.
+    and the label count alone tells one label from several. When neither fits Envoy's limit,
+    `graph.validate` drops the virtual host.
     """
     suffix = hostname[1:]
     spelled = "(?i)[^.:]+" + str(re2.escape(suffix)) + _PORT_SUFFIX
-    if regex_program_size(spelled) <= ENVOY_MAX_PROGRAM_SIZE:
-        return spelled
     counted = f"[^.:]+(\\.[^.:]+){{{suffix.count('.')}}}" + _PORT_SUFFIX
-    if regex_program_size(counted) <= ENVOY_MAX_PROGRAM_SIZE:
-        return counted
-    for candidate in (counted, spelled):
-        if envoy_regex_program_size(candidate) <= ENVOY_MAX_PROGRAM_SIZE:
+    for candidate in (spelled, counted):
+        if envoy_program_size(candidate) <= ENVOY_MAX_PROGRAM_SIZE:
             return candidate
-    return counted if regex_program_size(counted) < regex_program_size(spelled) else spelled
-
-
-@lru_cache(maxsize=4096)
-def regex_program_size(pattern: str) -> int:
-    """The program size as the Python RE2 binding reports it (UTF-8)."""
-    return int(re2.compile(pattern).programsize)
-
-
-_LATIN1 = re2.Options()
-_LATIN1.encoding = re2.Options.Encoding.LATIN1
-_LATIN1.log_errors = False
-
-
-@lru_cache(maxsize=8192)
-def envoy_regex_program_size(pattern: str) -> int:
-    """The program size Envoy 1.40 compares with `re2.max_program_size.error_level`.
-
-    Envoy's count equals RE2's for the pattern's UTF-8 bytes read as Latin-1 (measured against
-    Envoy's "RE2 program size of N" errors: 104, 124, 125, 147, 154, 185, 224 all agree); the
-    binding's default UTF-8 count is larger for character classes and `.`. Raises re2.error for
-    a pattern RE2 does not parse.
-    """
-    try:
-        return int(re2.compile(pattern.encode("utf-8"), _LATIN1).programsize)
-    except re2.error:
-        # Read as Latin-1 the bytes may not parse where the UTF-8 pattern does; the larger
-        # UTF-8 count is then the safe side.
-        return regex_program_size(pattern)
+    return counted if envoy_program_size(counted) < envoy_program_size(spelled) else spelled
 
 
 def _authority_fits(vh: VirtualHost, host: str) -> bool:
@@ -468,7 +434,7 @@ def _authority_fits(vh: VirtualHost, host: str) -> bool:
         "*."
     ):
         return True
-    return _regex(wildcard_authority_regex(vh.hostname)).fullmatch(host) is not None
+    return _regex_matches(wildcard_authority_regex(vh.hostname), host)
 
 
 # --- routes --------------------------------------------------------------------------------------
@@ -478,7 +444,7 @@ def _string_match(kind: StringMatchKind, expected: str, actual: str, ignore_case
     if kind is StringMatchKind.RANGE:
         return _in_range(expected, actual)
     if kind is StringMatchKind.REGEX:
-        return _regex(expected).fullmatch(actual) is not None
+        return _regex_matches(expected, actual)
     if ignore_case:
         expected, actual = expected.lower(), actual.lower()
     if kind is StringMatchKind.EXACT:
@@ -508,9 +474,9 @@ def _in_range(expected: str, actual: str) -> bool:
     return int(start) <= value < int(end)
 
 
-@lru_cache(maxsize=4096)
-def _regex(pattern: str) -> re2._Regexp:
-    return re2.compile(pattern)
+def _regex_matches(pattern: str, value: str) -> bool:
+    # Envoy runs its Latin-1 program over the value's bytes, so `.` is one byte, not one character.
+    return envoy_regex(pattern).fullmatch(value.encode("utf-8")) is not None
 
 
 def header_matches(m: HeaderMatch, request: Request) -> bool:
@@ -547,7 +513,7 @@ def path_matches(match: RouteMatch, path: str) -> bool:
     if p.kind is PathMatchKind.SEGMENT_PREFIX:
         prefix = p.value.rstrip("/")
         return prefix == "" or path == prefix or path.startswith(prefix + "/")
-    return _regex(p.value).fullmatch(path) is not None
+    return _regex_matches(p.value, path)
 
 
 def route_miss_reason(route: Route, request: Request, vh: VirtualHost) -> str | None:

@@ -25,8 +25,7 @@ The limits, with where Envoy states them (PGV rules in the v3 API unless said ot
 - `RouteMatch`: `path`/`prefix` start with `/` (turnout's rule: Envoy accepts others but they
   never match) and hold no CR, LF or NUL; `path_separated_prefix` matches `^[^?#]+[^?#/]$`;
   `safe_regex`, and every other regex, compiles with RE2 and has a program size of at most 100
-  (`re2.max_program_size.error_level`) as Envoy counts it (`envoy_regex_program_size`: the
-  Python binding counts character classes larger, and would refuse regexes Envoy takes);
+  (`re2.max_program_size.error_level`) as Envoy counts it (`graph.regex.envoy_program_size`);
 - `HeaderMatcher.name`: 1+ characters, no CR/LF/NUL (`HTTP_HEADER_NAME`, not strict); header
   values to match hold no CR/LF/NUL (a request cannot carry them); `StringMatcher` `prefix`,
   `suffix`, `contains` and `safe_regex.regex` are not empty;
@@ -76,7 +75,6 @@ from functools import lru_cache
 
 from turnout.graph.evaluate import (
     effective_forward,
-    envoy_regex_program_size,
     wildcard_authority_regex,
 )
 from turnout.graph.model import (
@@ -114,7 +112,7 @@ from turnout.graph.model import (
     VirtualHost,
     VirtualHostPolicies,
 )
-from turnout.graph.regex import ENVOY_MAX_PROGRAM_SIZE, regex_error
+from turnout.graph.regex import ENVOY_MAX_PROGRAM_SIZE, envoy_program_size, regex_error
 from turnout.objects import ObjectRef
 from turnout.store import Snapshot, SourceProblem
 
@@ -270,12 +268,11 @@ def _percent(value: object) -> str | None:
 def _regex(pattern: str) -> str | None:
     if not pattern:
         return "is an empty regex; Envoy requires at least one character"
-    # The dialects' helper for the syntax; its size check counts as the Python binding does,
-    # which is larger than Envoy's count, so the size is measured the way Envoy measures it.
+    # Syntax only: the size is reported below in this net's own wording.
     problem = regex_error(pattern, max_program_size=1 << 62)
     if problem is not None:
         return problem
-    size = envoy_regex_program_size(pattern)
+    size = envoy_program_size(pattern)
     if size > ENVOY_MAX_PROGRAM_SIZE:
         return f"has an RE2 program size of {size}, above Envoy's limit of {ENVOY_MAX_PROGRAM_SIZE}"
     return None
