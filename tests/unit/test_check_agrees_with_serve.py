@@ -5,14 +5,14 @@ is refused by both, with the same message, and every object is shown with its fi
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from turnout.app import build_controller
-from turnout.cli import main
-from turnout.config import ServeConfig
+from turnout.cli import build_parser, main, serve_config
 
 GATEWAY = """\
 apiVersion: gateway.networking.k8s.io/v1
@@ -40,25 +40,36 @@ def _check_json(path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> 
     return code, json.loads(capsys.readouterr().out)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @pytest.mark.parametrize(
     ("port", "flags", "flag"),
     [
         (8001, (), "--admin-port"),  # the defaults of both commands
-        (18000, (), "--xds-port"),
         (9901, (), "--envoy-admin-port"),
         (7001, ("--admin-port", "7001"), "--admin-port"),
+        (None, ("--xds-port", None), "--xds-port"),  # a free port: serve binds it
     ],
 )
 async def test_a_gateway_listener_on_a_port_of_turnout_is_refused_by_check_and_serve_alike(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-    port: int,
-    flags: tuple[str, ...],
+    port: int | None,
+    flags: tuple[str | None, ...],
     flag: str,
 ) -> None:
+    xds_port = _free_port()
+    port = xds_port if port is None else port
+    argv = [str(xds_port) if f is None else f for f in flags]
+    if "--xds-port" not in argv:
+        argv += ["--xds-port", str(xds_port)]
     path = tmp_path / "gw.yaml"
     path.write_text(GATEWAY.replace("PORT", str(port)))
-    code, doc = _check_json(path, capsys, *flags)
+    code, doc = _check_json(path, capsys, *argv)
     assert code == 1
     gateway = next(o for o in doc["objects"] if o["kind"] == "Gateway")
     checked = _listener_accepted(gateway["status"])
@@ -66,22 +77,21 @@ async def test_a_gateway_listener_on_a_port_of_turnout_is_refused_by_check_and_s
     assert flag in checked["message"]
     assert gateway["source"] == {"file": str(path), "line": 6}
 
-    admin_port = int(flags[1]) if flags else 8001
-    controller = build_controller(
-        ServeConfig(
-            paths=(tmp_path,),
-            admin_port=admin_port,
-            run_envoy=False,
-            watch=False,
-            demo_backends=False,
-        )
+    # serve's settings come from the same flags through the same builder.
+    args = build_parser().parse_args(
+        ["serve", str(tmp_path), *argv, "--no-envoy", "--no-watch", "--no-demo-backends"]
     )
-    controller.files.load_all()
-    applied = await controller.recompile()
-    assert applied is not None
-    served = next(s for s in applied.result.statuses if s.ref.kind == "Gateway")
-    assert _listener_accepted(served.body) == checked
-    assert controller.status_json(served)["source"] == gateway["source"]
+    controller = build_controller(serve_config(args))
+    await controller.start()
+    try:
+        served = next(s for s in controller.statuses() if s.ref.kind == "Gateway")
+        # serve keeps history (lastTransitionTime); a one-shot check has none.
+        accepted = _listener_accepted(served.body)
+        assert accepted.pop("lastTransitionTime")
+        assert accepted == checked
+        assert controller.status_json(served)["source"] == gateway["source"]
+    finally:
+        await controller.stop()
 
 
 def test_check_text_names_the_file_and_line_of_each_object(
