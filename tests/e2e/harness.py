@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from turnout.app import build_controller
+from turnout.app import build_controller, compile_options, translate_options
 from turnout.config import ServeConfig
 from turnout.controller import Controller
 from turnout.echo import EchoServer, start_echo
@@ -154,7 +154,10 @@ class Harness:
         """
         if self._base_config is None:
             self._base_config = self.controller.config
-        self.controller.config = dataclasses.replace(self._base_config, **(options or {}))
+        config = dataclasses.replace(self._base_config, **(options or {}))
+        self.controller.config = config
+        self.controller.compile_options = compile_options(config)
+        self.controller.translate_options = translate_options(config)
         self.write(files)
         applied = await self.controller.reload()
         assert applied is not None, self.controller.compile_error
