@@ -762,6 +762,20 @@ ANCHOR_HOSTS = [
 ]
 
 
+def _assert_left_alone(result: CompileResult, host: str, listener: str) -> None:
+    """The older objects keep what they serve. A newer Ingress of turnout's class may add paths
+    to a host an older Ingress routes (Ingresses of one host merge, as every Ingress controller
+    does), but never takes a path, the owner or the certificate; any other host is unchanged."""
+    before, after = vhost(BASELINE, host, listener), vhost(result, host, listener)
+    assert before is not None and after is not None
+    if before.owner.kind != "Ingress":
+        assert after == before
+        return
+    assert (after.owner, after.tls, after.policies) == (before.owner, before.tls, before.policies)
+    kept = [r for r in after.routes if r.source.object.name == "anchor"]
+    assert kept == list(before.routes)
+
+
 def _assert_envoy_would_accept(result: CompileResult) -> None:
     for listener in result.graph.listeners:
         for vh in listener.virtual_hosts:
@@ -811,7 +825,7 @@ def test_any_ingress_compiles_and_leaves_other_hosts_alone(
     for s in result.statuses:
         json.dumps(dict(s.body))
     for listener, host in ANCHOR_HOSTS:
-        assert vhost(result, host, listener) == vhost(BASELINE, host, listener)
+        _assert_left_alone(result, host, listener)
     assert status_of(result, "anchor") == status_of(BASELINE, "anchor")
     _assert_envoy_would_accept(result)
     hosts = ["anchor.example.com", "fuzz.example.com", "a.fuzz.example.com", "other.example.com"]
