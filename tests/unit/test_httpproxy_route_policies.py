@@ -1,4 +1,4 @@
-"""HTTPProxy route policies (`dialects/httpproxy/route_policies.py`): Go durations, Contour's
+"""HTTPProxy route policies (`dialects/httpproxy/route_policies.py`): Contour's timeouts,
 header canonicalisation and escaping, the prefix-rewrite split, and random policies that must
 never raise and never produce a configuration Envoy rejects."""
 
@@ -18,7 +18,6 @@ from turnout.dialects.httpproxy.route_policies import (
     canonical_header_key,
     escape_header_value,
     expand_prefix_rewrites,
-    parse_go_duration,
     timeout_setting,
 )
 from turnout.envoy.translate import translate
@@ -37,53 +36,6 @@ from turnout.graph.model import (
 from turnout.objects import ObjectRef
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
-
-S = 1_000_000_000
-
-
-@pytest.mark.parametrize(
-    ("text", "nanos"),
-    [
-        ("0", 0),
-        ("+0", 0),
-        ("1s", S),
-        ("1.5h", 5400 * S),
-        ("1h30m", 5400 * S),
-        (".5s", S // 2),
-        ("5.s", 5 * S),
-        ("300ms", 300_000_000),
-        ("1µs", 1000),  # U+00B5
-        ("1μs", 1000),  # U+03BC
-        ("2us", 2000),
-        ("7ns", 7),
-        ("-1.5m", -90 * S),
-        ("1h1m1s1ms1us1ns", 3661 * S + 1_001_001),
-    ],
-)
-def test_go_durations(text: str, nanos: int) -> None:
-    assert parse_go_duration(text) == nanos
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("", 'time: invalid duration ""'),
-        ("600", 'time: missing unit in duration "600"'),
-        ("1x", 'time: unknown unit "x" in duration "1x"'),
-        ("1S", 'time: unknown unit "S" in duration "1S"'),
-        (".s", 'time: invalid duration ".s"'),
-        ("1s ", 'time: unknown unit "s " in duration "1s "'),
-        ("infinity", 'time: invalid duration "infinity"'),
-        ("1h-1m", 'time: unknown unit "h-" in duration "1h-1m"'),
-        ("3000000h", 'time: invalid duration "3000000h"'),  # past Go's int64 nanoseconds
-        ('1"s', 'time: unknown unit "\\"s" in duration "1\\"s"'),
-        ("1é", 'time: unknown unit "\\xc3\\xa9" in duration "1\\xc3\\xa9"'),
-    ],
-)
-def test_go_duration_errors_are_gos(text: str, message: str) -> None:
-    with pytest.raises(ValueError) as err:
-        parse_go_duration(text)
-    assert str(err.value) == message
 
 
 def test_timeout_settings_follow_contour() -> None:

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from turnout.app import compile_options, compile_snapshot
 from turnout.cli import build_parser, serve_config
 from turnout.compile_inputs import CompileOptions
+from turnout.dialects.fields import go_duration_seconds
 from turnout.dialects.routegroup.backends import Target, parse_target
 from turnout.dialects.routegroup.eskip import parse_filters, parse_predicates
-from turnout.dialects.routegroup.filters import SUPPORTED_FILTERS, go_duration, translate_filters
+from turnout.dialects.routegroup.filters import SUPPORTED_FILTERS, translate_filters
 from turnout.dialects.routegroup.predicates import SUPPORTED_PREDICATES, translate_predicates
 from turnout.dialects.routegroup.priority import Node, path_key, priority, tree_nodes
 from turnout.envoy.translate import translate
@@ -360,8 +361,8 @@ def test_not_supported_names_the_call_and_points_to_the_docs_that_list_the_suppo
 
 
 def test_values_go_refuses_are_refused() -> None:
-    assert go_duration("2562047h") == 2562047 * 3600
-    assert go_duration("999999999h") is None  # time: invalid duration (int64 nanoseconds)
+    assert go_duration_seconds("2562047h") == 2562047 * 3600
+    assert go_duration_seconds("999999999h") is None  # time: invalid duration (int64 nanoseconds)
     for location in ("ht tp://x y", "http://x y", ":x", "http://a.org:x/"):
         problems = translate_filters(parse_filters(f'redirectTo(308, "{location}")')).problems
         assert [p.message.split(" is not a URL")[0] for p in problems] == [

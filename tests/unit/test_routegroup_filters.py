@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from turnout.dialects.routegroup.eskip import parse_filters
-from turnout.dialects.routegroup.filters import FilterTranslation, go_duration, translate_filters
+from turnout.dialects.routegroup.filters import FilterTranslation, translate_filters
 from turnout.graph.model import (
     COMPRESSIBLE_TYPES,
     Cluster,
@@ -263,30 +263,6 @@ def test_timeouts_and_upstream_settings() -> None:
     assert "at least 1" in problem("consistentHashBalanceFactor(0.5)")[2]
     assert "half-open" in problem('consecutiveBreaker(5, "30s", 3)')[2]
     assert "duration" in problem('backendTimeout("10")')[2]
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("10s", 10.0),
-        ("1m30s", 90.0),
-        ("1h", 3600.0),
-        ("300ms", 0.3),
-        ("1.5s", 1.5),
-        ("2us", 2e-6),
-        ("0", 0.0),
-        ("10", None),
-        ("", None),
-        ("1d", None),
-        ("s", None),
-    ],
-)
-def test_go_durations(text: str, seconds: float | None) -> None:
-    value = go_duration(text)
-    if seconds is None:
-        assert value is None
-    else:
-        assert value == pytest.approx(seconds)
 
 
 # --- refusals ------------------------------------------------------------------------------------

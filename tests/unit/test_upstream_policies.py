@@ -511,38 +511,6 @@ def test_slow_start_only_with_round_robin_or_weighted_least_request(
         )
 
 
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("0", 0.0),
-        ("30s", 30.0),
-        ("1m30s", 90.0),
-        ("1.5h", 5400.0),
-        ("150ms", 0.15),
-        ("-2s", -2.0),
-        ("10us", 1e-5),
-        ("10µs", 1e-5),
-    ],
-)
-def test_go_durations(text: str, seconds: float) -> None:
-    assert upstream.parse_go_duration(text) == pytest.approx(seconds)
-
-
-@pytest.mark.parametrize(
-    ("text", "error"),
-    [
-        ("", 'time: invalid duration ""'),
-        ("s", 'time: invalid duration "s"'),
-        ("10", 'time: missing unit in duration "10"'),
-        ("10d", 'time: unknown unit "d" in duration "10d"'),
-        ("1.2.3s", 'time: missing unit in duration "1.2.3s"'),  # as Go says it
-        (".s", 'time: invalid duration ".s"'),
-    ],
-)
-def test_go_duration_errors(text: str, error: str) -> None:
-    assert upstream.parse_go_duration(text) == error
-
-
 def test_the_cli_flag_turns_external_names_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -30,12 +30,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from turnout.dialects.fields import MAX_UINT32
+from turnout.dialects.fields import MAX_UINT32, NANOS_PER_SECOND, parse_go_duration
 from turnout.dialects.httpproxy.route_policies import (
     canonical_header_key,
     escape_header_value,
     header_name_problem,
-    parse_go_duration,
 )
 from turnout.dialects.httpproxy.status_names import (
     FIELD_NOT_SUPPORTED,
@@ -453,7 +452,7 @@ def _cors_policy(spec: CorsSpec) -> CorsPolicy | str:
         if nanoseconds < 0:
             return f"invalid max age value {_go_quote(spec.max_age)}"
         # Go's "%.0f": round half to even, as Python's round().
-        max_age = round(nanoseconds / 1_000_000_000)
+        max_age = round(nanoseconds / NANOS_PER_SECOND)
     return CorsPolicy(
         allow_origins=tuple(origins),
         allow_methods=spec.allow_methods,

@@ -21,8 +21,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnout.dialects.fields import MAX_DURATION_SECONDS, MAX_UINT32, FieldReader, describe
-from turnout.dialects.httpproxy.route_policies import parse_go_duration
+from turnout.dialects.fields import (
+    MAX_DURATION_SECONDS,
+    MAX_UINT32,
+    FieldReader,
+    describe,
+    parse_go_duration,
+)
 from turnout.dialects.ingressroute.tcpproxy import (
     SERVICES_AND_DELEGATE,
     TCPProxySpec,
