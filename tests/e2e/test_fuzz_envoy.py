@@ -33,6 +33,7 @@ from turnout.graph.model import (
     CorsPolicy,
     DirectResponse,
     Endpoint,
+    ExactOrigin,
     Forward,
     HashPolicy,
     HashSource,
@@ -54,6 +55,7 @@ from turnout.graph.model import (
     PathRewrite,
     QueryMatch,
     Redirect,
+    RegexOrigin,
     RetryPolicy,
     Route,
     RouteMatch,
@@ -355,7 +357,12 @@ def _policy_rich_graph() -> RoutingGraph:
             "*.policies.example.com", "*.policies.example.com", routes, owner,
             HostnameMatch.WILDCARD_ONE_LABEL,
             policies=VirtualHostPolicies(
-                cors=CorsPolicy(("https://a.example.com", "regex:https://.*\\.example\\.com")),
+                cors=CorsPolicy(
+                    (
+                        ExactOrigin("https://a.example.com"),
+                        RegexOrigin("https://.*\\.example\\.com"),
+                    )
+                ),
                 rate_limit=LocalRateLimit(100, 60),
             ),
         ),

@@ -46,7 +46,15 @@ from turnout.app import compile_snapshot
 from turnout.compile_inputs import CompileOptions
 from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, evaluate, make_request
-from turnout.graph.model import Cluster, DirectResponse, Forward, Redirect
+from turnout.graph.model import (
+    Cluster,
+    DirectResponse,
+    ExactOrigin,
+    Forward,
+    OriginMatch,
+    Redirect,
+    RegexOrigin,
+)
 from turnout.objects import DEFAULT_NAMESPACE
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
@@ -269,13 +277,23 @@ def _filter_mismatches(decision: Decision, expected: dict[str, Any]) -> list[str
         "rate_limit": route.policies.rate_limit or vh.policies.rate_limit,
     }
     as_json = {k: _jsonable(asdict(v)) if v is not None else None for k, v in actual.items()}
+    if as_json["cors"] is not None:
+        # The fixtures write a regex origin as "regex:<pattern>", an exact one as written.
+        origins = vh.policies.cors.allow_origins  # type: ignore[union-attr]
+        as_json["cors"]["allow_origins"] = [origin_text(o) for o in origins]
     for rule in (as_json["ip_filter"] or {}).get("rules", ()):
         rule["source"] = rule["source"].value
     return subset_mismatches(expected, as_json, "filters")
 
 
+def origin_text(origin: OriginMatch) -> str:
+    return f"regex:{origin.pattern}" if isinstance(origin, RegexOrigin) else origin.origin
+
+
 def _plain(value: Any) -> Any:
     """A dataclass tree as plain YAML-comparable values (enums by value)."""
+    if isinstance(value, ExactOrigin | RegexOrigin):
+        return origin_text(value)
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, enum.Enum):

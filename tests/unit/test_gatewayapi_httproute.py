@@ -29,6 +29,7 @@ from turnout.graph.model import (
     INVALID_BACKEND,
     CorsPolicy,
     DirectResponse,
+    ExactOrigin,
     Forward,
     HeaderPolicy,
     HeaderValue,
@@ -38,6 +39,7 @@ from turnout.graph.model import (
     PathMatchKind,
     PathRewrite,
     Redirect,
+    RegexOrigin,
     Route,
     RoutePolicies,
     RoutingGraph,
@@ -1064,7 +1066,10 @@ def test_cors_filter_becomes_the_routes_cors_policy() -> None:
     )
     cors = routes[0].policies.cors
     assert cors == CorsPolicy(
-        allow_origins=("https://www.example.com", "regex:(?i)http://.+\\.example\\.org:8080"),
+        allow_origins=(
+            ExactOrigin("https://www.example.com"),
+            RegexOrigin("(?i)http://.+\\.example\\.org:8080"),
+        ),
         allow_methods=("GET", "PUT"),
         allow_headers=("x-a",),
         expose_headers=("x-b",),
@@ -1076,13 +1081,13 @@ def test_cors_filter_becomes_the_routes_cors_policy() -> None:
 
 
 def test_cors_origins() -> None:
-    assert cors_origin("*") == "*"
-    assert cors_origin("https://A.Example") == "https://a.example"
+    assert cors_origin("*") == ExactOrigin("*")
+    assert cors_origin("https://A.Example") == ExactOrigin("https://a.example")
     for bad in ("a.example", "https://a.example/path", "ftp://a.example", "https://a.*.example"):
         assert cors_origin(bad) is None, bad
     converted = cors_origin("https://*.example.com")
-    assert converted is not None and converted.startswith("regex:")
-    pattern = re2.compile(converted.removeprefix("regex:"))
+    assert isinstance(converted, RegexOrigin)
+    pattern = re2.compile(converted.pattern)
     # A greedy match to the left: any number of labels, never the bare domain.
     for origin in ("https://a.example.com", "https://a.b.example.com", "HTTPS://A.EXAMPLE.COM"):
         assert pattern.fullmatch(origin), origin

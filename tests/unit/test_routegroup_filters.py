@@ -13,6 +13,7 @@ from turnout.graph.model import (
     Compression,
     CorsPolicy,
     DirectResponse,
+    ExactOrigin,
     Forward,
     HashPolicy,
     HashSource,
@@ -234,7 +235,9 @@ def test_compress_cors_and_rate_limits() -> None:
     assert [(p.name, p.index) for p in listed.problems] == [("corsOrigin", 2)]
     assert "answers itself" in listed.problems[0].message and listed.policies.cors is None
     t = ok('corsOrigin("https://a.org", "https://b.org") -> ratelimit(2, "1s", 503)')
-    assert t.policies.cors == CorsPolicy(allow_origins=("https://a.org", "https://b.org"))
+    assert t.policies.cors == CorsPolicy(
+        allow_origins=(ExactOrigin("https://a.org"), ExactOrigin("https://b.org"))
+    )
     assert t.policies.rate_limit == LocalRateLimit(requests=2, unit_s=1, status=503)
     assert "level or MIME types" in problem('compress(9, "text/plain")')[2]
     assert "whole seconds" in problem('ratelimit(10, "500ms")')[2]
@@ -313,7 +316,9 @@ def test_the_safety_net_checks_the_new_graph_values() -> None:
     assert "content types" in (
         policies_problem(RoutePolicies(compression=Compression(("text/csv",))), frozenset()) or ""
     )
-    assert policies_problem(RoutePolicies(cors=CorsPolicy(("*",))), frozenset()) is None
+    assert (
+        policies_problem(RoutePolicies(cors=CorsPolicy((ExactOrigin("*"),))), frozenset()) is None
+    )
     assert "hash balance factor" in (
         cluster_problem(Cluster("a/b/80/x", "a", "b", 80, hash_balance_factor=99)) or ""
     )

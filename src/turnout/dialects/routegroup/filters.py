@@ -90,6 +90,7 @@ from turnout.graph.model import (
     Compression,
     CorsPolicy,
     DirectResponse,
+    ExactOrigin,
     HashPolicy,
     HashSource,
     HeaderPolicy,
@@ -731,12 +732,12 @@ def _compress(state: _State, call: Call) -> None:
 
 
 def _cors_origin(state: _State, call: Call) -> None:
-    origins: list[str] = []
+    origins: list[ExactOrigin] = []
     for arg in call.args:
         origin = string_arg(arg)
         if origin is None or not origin:
             raise _Refused(f"{_INVALID}: the origins must be non-empty strings")
-        origins.append(origin)
+        origins.append(ExactOrigin(origin))
     if not origins:
         # Skipper always sets `*` here; Envoy's CORS filter would echo the request's Origin and
         # skip responses the route answers itself, so a plain response header is the exact form.
