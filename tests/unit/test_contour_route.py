@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.builders import kube_object, service
 from tests.unit.fuzzing import mutator
 from tests.unit.test_fixtures import FIXTURES, _compile
 from turnout.app import compile_snapshot
@@ -39,21 +40,11 @@ ROUTE_API = "contour.heptio.com/v1alpha1"
 
 def obj(kind: str, name: str, namespace: str, spec: Any, created: str | None = None) -> KubeObject:
     api = {"Route": ROUTE_API, "HTTPProxy": "projectcontour.io/v1"}.get(kind, "v1")
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if created:
-        meta["creationTimestamp"] = created
-    raw: dict[str, Any] = {"apiVersion": api, "kind": kind, "metadata": meta}
-    if spec is not None:
-        raw["spec"] = spec
-    return KubeObject(api, kind, namespace, name, freeze(raw))
+    return kube_object(api, kind, name, namespace, spec=spec, created=created)
 
 
 def route(name: str, spec: Any, namespace: str = "default", created: str | None = None) -> Any:
     return obj("Route", name, namespace, spec, created)
-
-
-def service(name: str, namespace: str = "default", port: int = 80) -> KubeObject:
-    return obj("Service", name, namespace, {"ports": [{"port": port}]})
 
 
 def compile_objects(objects: Iterable[KubeObject], **options: Any) -> CompileResult:

@@ -4,10 +4,8 @@ tests/e2e/test_httpproxy_healthcheck_e2e.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import yaml
-
+from tests import builders
+from tests.builders import to_yaml
 from turnout.envoy.translate.clusters import translate_load_assignment
 from turnout.graph.model import Cluster, Endpoint, HTTPHealthCheck, UpstreamSettings
 from turnout.graph.services import BackendResolver, Unresolved
@@ -23,19 +21,8 @@ spec: {ports: [{name: http, port: 80}, {name: admin, port: 9090}]}
 
 
 def endpoint_slice(name: str, ports: list[tuple[str, int]], addresses: list[str]) -> str:
-    doc: dict[str, Any] = {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "labels": {"kubernetes.io/service-name": "web"},
-        },
-        "addressType": "IPv4",
-        "ports": [{"name": n, "port": p} for n, p in ports],
-        "endpoints": [{"addresses": addresses}],
-    }
-    return str(yaml.safe_dump(doc))
+    """A slice of Service ns/web, as manifest text."""
+    return to_yaml(builders.endpoint_slice("web", addresses, "ns", name=name, ports=ports))
 
 
 def resolver_of(*docs: str) -> BackendResolver:

@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.builders import endpoint_slice, kube_object
 from turnout.app import compile_options, compile_snapshot
 from turnout.cli import build_parser, serve_config
 from turnout.compile_inputs import CompileOptions
@@ -31,10 +32,13 @@ from turnout.store import Snapshot
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "routegroup"
 
 
+CREATED = "2024-01-01T00:00:00Z"
+
+
 def obj(kind: str, name: str, body: dict[str, Any], api_version: str = "v1") -> KubeObject:
-    meta = {"name": name, "namespace": "shop", "creationTimestamp": "2024-01-01T00:00:00Z"}
-    raw = {"apiVersion": api_version, "kind": kind, "metadata": meta, **body}
-    return KubeObject(api_version, kind, "shop", name, freeze(raw), Origin("test"))
+    return kube_object(
+        api_version, kind, name, "shop", created=CREATED, origin=Origin("test"), **body
+    )
 
 
 def routegroup(name: str, spec: Any) -> KubeObject:
@@ -44,26 +48,7 @@ def routegroup(name: str, spec: Any) -> KubeObject:
 def web_service() -> list[KubeObject]:
     return [
         obj("Service", "web", {"spec": {"ports": [{"name": "http", "port": 80}]}}),
-        KubeObject(
-            "discovery.k8s.io/v1",
-            "EndpointSlice",
-            "shop",
-            "web-1",
-            freeze(
-                {
-                    "apiVersion": "discovery.k8s.io/v1",
-                    "kind": "EndpointSlice",
-                    "metadata": {
-                        "name": "web-1",
-                        "namespace": "shop",
-                        "labels": {"kubernetes.io/service-name": "web"},
-                    },
-                    "ports": [{"name": "http", "port": 8080}],
-                    "endpoints": [{"addresses": ["10.0.0.1"]}],
-                }
-            ),
-            Origin("test"),
-        ),
+        endpoint_slice("web", ["10.0.0.1"], "shop", ports=[("http", 8080)]),
     ]
 
 
