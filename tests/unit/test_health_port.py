@@ -4,34 +4,18 @@ tests/e2e/test_httpproxy_healthcheck_e2e.py)."""
 
 from __future__ import annotations
 
-from tests import builders
-from tests.builders import to_yaml
+from tests.cases.health_port import CHECKED, SERVICE, endpoint_slice
 from turnout.envoy.translate.clusters import translate_load_assignment
-from turnout.graph.model import Cluster, Endpoint, HTTPHealthCheck, UpstreamSettings
+from turnout.graph.model import Cluster, Endpoint, UpstreamSettings
 from turnout.graph.services import BackendResolver, Unresolved
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
-
-SERVICE = """\
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: ns}
-spec: {ports: [{name: http, port: 80}, {name: admin, port: 9090}]}
-"""
-
-
-def endpoint_slice(name: str, ports: list[tuple[str, int]], addresses: list[str]) -> str:
-    """A slice of Service ns/web, as manifest text."""
-    return to_yaml(builders.endpoint_slice("web", addresses, "ns", name=name, ports=ports))
 
 
 def resolver_of(*docs: str) -> BackendResolver:
     parsed = parse_text("---\n".join((SERVICE, *docs)), "test.yaml")
     assert not parsed.problems
     return BackendResolver(Snapshot.of(parsed.objects))
-
-
-CHECKED = UpstreamSettings(health_check=HTTPHealthCheck(path="/healthz"), health_port=9090)
 
 
 def _cluster(resolver: BackendResolver, settings: UpstreamSettings = CHECKED) -> Cluster:

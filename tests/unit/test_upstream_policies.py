@@ -13,6 +13,7 @@ from envoy.extensions.clusters.dns.v3 import dns_cluster_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
+from tests.cases.upstream import BUNDLE, CA_PEM, cluster, every_upstream_policy
 from tests.unit.test_translate import _deprecated_fields
 from turnout.app import compile_snapshot
 from turnout.cli import main
@@ -25,12 +26,9 @@ from turnout.envoy.translate.clusters import (
     upstream_sni,
 )
 from turnout.envoy.translate.options import TranslateOptions
-from turnout.envoy.validate import validate_resources
 from turnout.graph.ca_bundles import CABundleResolver
 from turnout.graph.model import (
-    CABundle,
     Cluster,
-    Endpoint,
     Forward,
     LoadBalancerStrategy,
     OutlierDetection,
@@ -49,31 +47,6 @@ from turnout.graph.services import (
 )
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
-
-CA_PEM = """-----BEGIN CERTIFICATE-----
-MIIBYzCCAQmgAwIBAgIUb9rDHNZpGQqWMDfV7TdFPELG4BIwCgYIKoZIzj0EAwIw
-GzEZMBcGA1UEAwwQdHVybm91dCBmaXh0dXJlczAgFw0yNDAxMDEwMDAwMDBaGA8y
-MTI0MDEwMTAwMDAwMFowGzEZMBcGA1UEAwwQdHVybm91dCBmaXh0dXJlczBZMBMG
-ByqGSM49AgEGCCqGSM49AwEHA0IABGuP+AgzdeDHMYHuP59f+2uZdLuVEqp5BgS2
-ezQPeVoRm7EP3fcUIcLlxK6cGbscJRXXC/zVc0IQbAyE31O5SomjKTAnMCUGA1Ud
-EQQeMByCDSouZXhhbXBsZS5jb22CC2V4YW1wbGUuY29tMAoGCCqGSM49BAMCA0gA
-MEUCIAqPsG51fl9OilAhBhsQQuBNS38z1WHdtpiatD0nD85bAiEArPC3rPqOq7sJ
-zuGhTIo00w8yqGil1NoK2WjFiO1AvSk=
------END CERTIFICATE-----
-"""
-BUNDLE = CABundle("default/ca/0123456789", "default", "ca", CA_PEM)
-
-
-def cluster(**kwargs: Any) -> Cluster:
-    base: dict[str, Any] = {
-        "name": "default/web/443/x",
-        "namespace": "default",
-        "service": "web",
-        "port": 443,
-        "endpoints": (Endpoint("127.0.0.1", 9443),),
-    }
-    base.update(kwargs)
-    return Cluster(**base)
 
 
 def one(c: Cluster) -> Any:
@@ -248,47 +221,9 @@ def test_slow_start_goes_with_the_lb_policy(
     assert config.min_weight_percent.value == 20
 
 
-def every_upstream_policy() -> RoutingGraph:
-    return RoutingGraph(
-        clusters=(
-            cluster(
-                name="default/a/443/x",
-                protocol=UpstreamProtocol.H2,
-                validation=UpstreamValidation(BUNDLE.name, ("backend.example.com",)),
-                outlier_detection=OutlierDetection(3, consecutive_gateway_errors=2),
-                slow_start=SlowStart(30, 2.0, 0),
-                connect_timeout_s=1.5,
-            ),
-            cluster(
-                name="default/b/443/x",
-                protocol=UpstreamProtocol.TLS,
-                dns_name="api.example.com",
-                endpoints=(),
-                lb_strategy=LoadBalancerStrategy.WEIGHTED_LEAST_REQUEST,
-                slow_start=SlowStart(10),
-            ),
-            cluster(
-                name="default/c/443/x",
-                protocol=UpstreamProtocol.TLS,
-                validation=UpstreamValidation("missing", ("x.example.com",)),
-            ),
-            cluster(name="default/d/80/x", protocol=UpstreamProtocol.H2C),
-        ),
-        ca_bundles=(BUNDLE,),
-    )
-
-
 def test_no_deprecated_field_is_set() -> None:
     for out in translate(every_upstream_policy()).clusters:
         assert _deprecated_fields(out) == [], out.name
-
-
-def test_envoy_accepts_every_upstream_policy_without_deprecation_warnings() -> None:
-    resources = translate(every_upstream_policy())
-    assert len(resources.clusters) == 4
-    result = validate_resources(resources)
-    assert result.ok, result.output[-3000:]
-    assert result.deprecation_warnings == ()
 
 
 # --- ExternalName: the resolver decides for every dialect ----------------------------------------
