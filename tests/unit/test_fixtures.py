@@ -41,9 +41,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.fixture_cases import CASES, FIXTURES, compile_case, load_yaml
 from tests.unit.fixture_sni import check_sni, tls_facts
-from turnout.app import compile_snapshot
-from turnout.compile_inputs import CompileOptions
 from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import (
@@ -56,32 +55,6 @@ from turnout.graph.model import (
     RegexOrigin,
 )
 from turnout.objects import DEFAULT_NAMESPACE
-from turnout.sources.parse import parse_text
-from turnout.store import Snapshot
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-CASES = sorted(p for p in FIXTURES.glob("*/*") if (p / "input.yaml").is_file())
-
-
-def _load(path: Path) -> Any:
-    return yaml.safe_load(path.read_text()) if path.is_file() else None
-
-
-def _options(case: Path) -> CompileOptions:
-    raw = _load(case / "options.yaml") or {}
-    known = {f.name for f in fields(CompileOptions)}
-    unknown = set(raw) - known
-    assert not unknown, f"{case}/options.yaml: unknown options {sorted(unknown)}"
-    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
-    return CompileOptions(**values)
-
-
-def _compile(case: Path) -> CompileResult:
-    parsed = parse_text((case / "input.yaml").read_text(), str(case / "input.yaml"))
-    assert not parsed.problems, "input.yaml does not load:\n" + "\n".join(
-        str(p) for p in parsed.problems
-    )
-    return compile_snapshot(Snapshot.of(parsed.objects), _options(case))
 
 
 def subset_mismatches(expected: Any, actual: Any, path: str = "") -> list[str]:
@@ -353,11 +326,11 @@ def _indent(text: str, n: int) -> str:
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.parent.name}/{c.name}" for c in CASES])
 def test_fixture(case: Path) -> None:
-    statuses = _load(case / "status.yaml")
-    requests = _load(case / "requests.yaml")
-    sni = _load(case / "sni.yaml")
+    statuses = load_yaml(case / "status.yaml")
+    requests = load_yaml(case / "requests.yaml")
+    sni = load_yaml(case / "sni.yaml")
     assert statuses or requests or sni, f"{case}: needs status.yaml, requests.yaml or sni.yaml"
-    result = _compile(case)
+    result = compile_case(case)
     failures = check_statuses(result, statuses or [])
     for req in requests or []:
         failures.extend(check_request(result, req))

@@ -9,7 +9,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.type.v3 import http_pb2
 
 from tests.cases.clusters import cluster, every_kind_of_cluster
-from tests.unit.test_translate import _deprecated_fields
+from tests.proto_checks import deprecated_fields
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate import translate, translate_cluster
 from turnout.envoy.translate.options import TranslateOptions
@@ -147,4 +147,4 @@ def test_translation_is_deterministic() -> None:
 
 def test_no_deprecated_field_is_set() -> None:
     for c in translate(every_kind_of_cluster()).clusters:
-        assert _deprecated_fields(c) == []
+        assert deprecated_fields(c) == []

@@ -13,7 +13,7 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.v3 import percent_pb2
 
 from tests.cases.route_policies import APP, OTHER, REF, SHADOW, rich_policies_graph, route
-from tests.unit.test_translate import _deprecated_fields, chain_hcm
+from tests.proto_checks import chain_hcm, deprecated_fields
 from turnout.envoy.translate import translate, translate_cluster, translate_route
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.route_policies import (
@@ -346,7 +346,7 @@ def test_translation_is_deterministic_and_uses_no_deprecated_field() -> None:
         assert a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
     for messages in first.by_type().values():
         for m in messages:
-            assert _deprecated_fields(m) == []
+            assert deprecated_fields(m) == []
 
 
 def test_an_unknown_route_field_is_not_set() -> None:

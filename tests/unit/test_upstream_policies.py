@@ -14,7 +14,7 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
 from tests.cases.upstream import BUNDLE, CA_PEM, cluster, every_upstream_policy
-from tests.unit.test_translate import _deprecated_fields
+from tests.proto_checks import deprecated_fields
 from turnout.app import compile_snapshot
 from turnout.cli import main
 from turnout.compile_inputs import CompileOptions
@@ -223,7 +223,7 @@ def test_slow_start_goes_with_the_lb_policy(
 
 def test_no_deprecated_field_is_set() -> None:
     for out in translate(every_upstream_policy()).clusters:
-        assert _deprecated_fields(out) == [], out.name
+        assert deprecated_fields(out) == [], out.name
 
 
 # --- ExternalName: the resolver decides for every dialect ----------------------------------------
