@@ -6,13 +6,13 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.unit.test_fixtures import CASES, _compile
+from tests.fixture_cases import CASES, compile_case
 from turnout.envoy.translate import translate
 from turnout.envoy.validate import ValidationResult, validate_resources
 
 
 def _validate(case: Path) -> tuple[Path, ValidationResult]:
-    return case, validate_resources(translate(_compile(case).graph))
+    return case, validate_resources(translate(compile_case(case).graph))
 
 
 def test_every_fixture_configuration_passes_envoy_validation() -> None:

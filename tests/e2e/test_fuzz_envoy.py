@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_fixtures import CASES, _options
+from tests.fixture_cases import CASES, case_options
 from turnout.app import compile_snapshot
 from turnout.envoy.translate import translate
 from turnout.envoy.validate import envoy_binary, validate_resources
@@ -33,6 +33,7 @@ from turnout.graph.model import (
     CorsPolicy,
     DirectResponse,
     Endpoint,
+    ExactOrigin,
     Forward,
     HashPolicy,
     HashSource,
@@ -54,6 +55,7 @@ from turnout.graph.model import (
     PathRewrite,
     QueryMatch,
     Redirect,
+    RegexOrigin,
     RetryPolicy,
     Route,
     RouteMatch,
@@ -244,10 +246,10 @@ def test_mutated_dialect_objects_never_raise_never_touch_others_and_envoy_accept
                 *parse_text((m.case / "input.yaml").read_text(), str(m.case)).objects,
                 *parse_text(SENTINEL, "sentinel.yaml").objects,
             ]
-            graph = compile_snapshot(Snapshot.of(unmutated), _options(m.case)).graph
+            graph = compile_snapshot(Snapshot.of(unmutated), case_options(m.case)).graph
             baselines[m.case] = _sentinel_decision(graph)
         result = _run(m, "compile", lambda m=m: compile_snapshot(  # type: ignore[misc]
-            Snapshot.of(m.objects), _options(m.case)))  # fmt: skip
+            Snapshot.of(m.objects), case_options(m.case)))  # fmt: skip
         resources = _run(m, "translate", lambda r=result: translate(r.graph))  # type: ignore[misc]
         assert _sentinel_decision(result.graph) == baselines[m.case], m.description
         compiled.append((m, result, resources))
@@ -355,7 +357,12 @@ def _policy_rich_graph() -> RoutingGraph:
             "*.policies.example.com", "*.policies.example.com", routes, owner,
             HostnameMatch.WILDCARD_ONE_LABEL,
             policies=VirtualHostPolicies(
-                cors=CorsPolicy(("https://a.example.com", "regex:https://.*\\.example\\.com")),
+                cors=CorsPolicy(
+                    (
+                        ExactOrigin("https://a.example.com"),
+                        RegexOrigin("https://.*\\.example\\.com"),
+                    )
+                ),
                 rate_limit=LocalRateLimit(100, 60),
             ),
         ),
@@ -383,7 +390,7 @@ def test_the_net_repairs_any_value_planted_in_a_compiled_graph() -> None:
         cases = [c for c in CASES if c.parent.name == dialect]
         for case in rng.sample(cases, 3):
             objects = parse_text((case / "input.yaml").read_text(), str(case)).objects
-            seeds.append(compile_snapshot(Snapshot.of(objects), _options(case)).graph)
+            seeds.append(compile_snapshot(Snapshot.of(objects), case_options(case)).graph)
     planted = []
     for _ in range(COMPILED):
         graph = rng.choice(seeds)

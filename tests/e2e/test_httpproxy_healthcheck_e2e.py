@@ -10,13 +10,8 @@ from collections import Counter
 
 import pytest
 
-from tests.e2e.harness import Harness
-from tests.e2e.test_route_e2e import (
-    answered_by,
-    backends,
-    failed_active_hc,
-    multi_endpoint_service,
-)
+from tests.e2e.harness import Harness, backends, multi_endpoint_service
+from tests.e2e.route_probes import answered_by, failed_active_hc
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import Harness, backends, multi_endpoint_service, service_yaml
+from tests.e2e.route_probes import answered_by, failed_active_hc
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -38,24 +39,6 @@ async def lb_policies(harness: Harness, prefix: str) -> dict[str, str]:
         if cluster.get("name", "").startswith(prefix):
             out[cluster["name"]] = cluster.get("lb_policy", "ROUND_ROBIN")
     return out
-
-
-async def failed_active_hc(harness: Harness, prefix: str) -> dict[int, bool]:
-    """Whether Envoy's active health check currently fails each endpoint (by port) of the
-    clusters whose name starts with `prefix`."""
-    data = await harness.envoy_admin("/clusters?format=json")
-    out: dict[int, bool] = {}
-    for cluster in data.get("cluster_statuses", []):
-        if not cluster.get("name", "").startswith(prefix):
-            continue
-        for host in cluster.get("host_statuses", []):
-            port = host["address"]["socket_address"]["port_value"]
-            out[port] = bool(host.get("health_status", {}).get("failed_active_health_check"))
-    return out
-
-
-async def answered_by(harness: Harness, host: str, path: str, n: int) -> set[str]:
-    return set((await harness.distribution(host, path, n)).keys())
 
 
 async def test_seed_example_is_served(harness: Harness) -> None:

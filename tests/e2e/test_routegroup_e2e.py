@@ -3,7 +3,6 @@ weighted traffic switching measured as a distribution, and statuses naming what 
 
 from __future__ import annotations
 
-import math
 import textwrap
 from collections import Counter
 
@@ -12,6 +11,7 @@ import pytest
 
 from tests.e2e.certs import CA, tls_secret_yaml
 from tests.e2e.harness import Harness
+from tests.e2e.stats import within_sigmas
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -85,11 +85,6 @@ async def fresh_client_gets(
             answer = str(r.json()["service"]) if r.status_code == 200 else str(r.status_code)
             answers.append((answer, r.cookies.get("canary") or ""))
     return answers
-
-
-def within_sigmas(count: int, n: int, p: float, sigmas: float = 4.0) -> bool:
-    """Whether `count` successes in `n` draws is within `sigmas` standard deviations of n*p."""
-    return abs(count - n * p) <= sigmas * math.sqrt(n * p * (1 - p))
 
 
 async def test_simplicity(harness: Harness) -> None:

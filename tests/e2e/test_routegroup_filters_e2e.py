@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.e2e.harness import Harness
-from tests.e2e.test_routegroup_e2e import within_sigmas
+from tests.e2e.stats import within_sigmas
 from turnout.dialects.routegroup.eskip import parse_filters, parse_predicates
 from turnout.dialects.routegroup.filters import translate_filters
 from turnout.dialects.routegroup.predicates import translate_predicates

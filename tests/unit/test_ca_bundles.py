@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from tests.builders import from_dict
 from tests.e2e.certs import CA
 from turnout.cli import build_parser
 from turnout.graph.ca_bundles import CABundleResolver
 from turnout.graph.model import CABundle
 from turnout.graph.services import Unresolved
-from turnout.objects import KubeObject, freeze
 from turnout.store import Snapshot
 
 _CA, _OTHER = CA(), CA("other")
@@ -28,12 +28,7 @@ def _secret(name: str, namespace: str = "default", type_: str | None = "Opaque",
     }
     if type_ is not None:
         raw["type"] = type_
-    return _object(raw)
-
-
-def _object(raw: dict[str, Any]) -> KubeObject:
-    meta = raw["metadata"]
-    return KubeObject(raw["apiVersion"], raw["kind"], meta["namespace"], meta["name"], freeze(raw))
+    return from_dict(raw)
 
 
 def _resolver(*objects: Any) -> CABundleResolver:
@@ -115,7 +110,7 @@ def test_malformed_crl_and_missing_secret() -> None:
 
 
 def test_other_namespaces_need_a_delegation_checked_before_the_secret() -> None:
-    delegation = _object(
+    delegation = from_dict(
         {
             "apiVersion": "projectcontour.io/v1",
             "kind": "TLSCertificateDelegation",

@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from tests.unit.test_oidc_filters import RG
+from tests.cases.oidc import RG
 from turnout.cli import main
 
 

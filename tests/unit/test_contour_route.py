@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.builders import kube_object, service
+from tests.fixture_cases import FIXTURES, compile_case
 from tests.unit.fuzzing import mutator
-from tests.unit.test_fixtures import FIXTURES, _compile
 from turnout.app import compile_snapshot
 from turnout.compile_inputs import CompileOptions
 from turnout.dialects.contour_route import ContourRouteDialect
@@ -39,21 +40,11 @@ ROUTE_API = "contour.heptio.com/v1alpha1"
 
 def obj(kind: str, name: str, namespace: str, spec: Any, created: str | None = None) -> KubeObject:
     api = {"Route": ROUTE_API, "HTTPProxy": "projectcontour.io/v1"}.get(kind, "v1")
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if created:
-        meta["creationTimestamp"] = created
-    raw: dict[str, Any] = {"apiVersion": api, "kind": kind, "metadata": meta}
-    if spec is not None:
-        raw["spec"] = spec
-    return KubeObject(api, kind, namespace, name, freeze(raw))
+    return kube_object(api, kind, name, namespace, spec=spec, created=created)
 
 
 def route(name: str, spec: Any, namespace: str = "default", created: str | None = None) -> Any:
     return obj("Route", name, namespace, spec, created)
-
-
-def service(name: str, namespace: str = "default", port: int = 80) -> KubeObject:
-    return obj("Service", name, namespace, {"ports": [{"port": port}]})
 
 
 def compile_objects(objects: Iterable[KubeObject], **options: Any) -> CompileResult:
@@ -124,7 +115,7 @@ ROUTE_0 = {"pathPrefix": "/", "upstreams": [{"serviceName": "web", "servicePort"
 
 
 def test_route_strategy_overrides_the_spec_strategy() -> None:
-    result = _compile(FIXTURES / "route" / "strategy-inheritance")
+    result = compile_case(FIXTURES / "route" / "strategy-inheritance")
     host = "shop.example.com"
     strategies = {
         field: [c.lb_strategy for c in clusters_of(result, host, field)]
@@ -142,7 +133,7 @@ def test_route_strategy_overrides_the_spec_strategy() -> None:
 
 
 def test_upstream_health_check_replaces_the_spec_one_whole() -> None:
-    result = _compile(FIXTURES / "route" / "health-check-inheritance")
+    result = compile_case(FIXTURES / "route" / "health-check-inheritance")
     inherits, own = clusters_of(result, "checked.example.com", "spec.routes[0]")
     assert inherits.health_check == HTTPHealthCheck(
         path="/healthz",
@@ -161,7 +152,7 @@ def test_upstream_health_check_replaces_the_spec_one_whole() -> None:
 
 
 def test_seed_example_checks_www_and_canarywww_only() -> None:
-    result = _compile(FIXTURES / "route" / "seed002-example")
+    result = compile_case(FIXTURES / "route" / "seed002-example")
     www, canary = clusters_of(result, "heptio.com", "spec.routes[0]")
     for c in (www, canary):
         assert c.health_check is not None
@@ -225,7 +216,7 @@ def test_status_has_the_seeds_shape_and_no_clock() -> None:
 
 def test_compile_is_deterministic_down_to_the_envoy_bytes() -> None:
     def build() -> list[bytes]:
-        result = _compile(FIXTURES / "route" / "seed002-example")
+        result = compile_case(FIXTURES / "route" / "seed002-example")
         res = translate(result.graph)
         return [
             m.SerializeToString(deterministic=True) for ms in res.by_type().values() for m in ms
@@ -378,7 +369,7 @@ def test_any_spec_compiles_and_leaves_other_routes_alone(spec: Any) -> None:
 @pytest.mark.parametrize("case", sorted(p.name for p in (FIXTURES / "route").iterdir()))
 def test_fixture_routes_have_a_status_for_every_route(case: str) -> None:
     path: Path = FIXTURES / "route" / case
-    result = _compile(path)
+    result = compile_case(path)
     text = (path / "input.yaml").read_text()
     assert len([s for s in result.statuses if s.ref.kind == "Route"]) == text.count("kind: Route")
 

@@ -493,6 +493,8 @@ MODEL_FIELDS: dict[str, str] = {
        ("allow_origins", "allow_methods", "allow_headers", "expose_headers", "max_age_s")},
     "CorsPolicy.allow_credentials": CHECKED,
     "CorsPolicy.allow_private_network": CHECKED,
+    "ExactOrigin.origin": CHECKED,
+    "RegexOrigin.pattern": CHECKED,
     "DirectResponse.status": CHECKED,
     "DirectResponse.body": CHECKED,
     "DirectResponse.headers": CHECKED,

@@ -11,6 +11,8 @@ from envoy.config.route.v3 import route_components_pb2 as rc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import builders
+from tests.builders import kube_object
 from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.backend_refs import ResolvedBackendRef, resolve_backend_ref
 from turnout.dialects.gatewayapi.conditions import RouteProblem
@@ -37,7 +39,7 @@ from turnout.graph.model import (
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
 from turnout.graph.validate import enforce_envoy_limits
-from turnout.objects import KubeObject, ObjectRef, freeze
+from turnout.objects import KubeObject, ObjectRef
 from turnout.store import Snapshot
 
 GROUP = "gateway.networking.k8s.io"
@@ -45,13 +47,11 @@ INTERNAL_SERVER_ERROR = rc.RouteAction.INTERNAL_SERVER_ERROR
 
 
 def obj(api: str, kind: str, namespace: str, name: str, **body: Any) -> KubeObject:
-    raw = {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": namespace}}
-    raw.update(body)
-    return KubeObject(api, kind, namespace, name, freeze(raw))
+    return kube_object(api, kind, name, namespace, **body)
 
 
 def service(name: str, namespace: str = "apps", port: int = 80, **port_fields: Any) -> KubeObject:
-    return obj("v1", "Service", namespace, name, spec={"ports": [{"port": port, **port_fields}]})
+    return builders.service(name, namespace, port, **port_fields)
 
 
 ROUTE = obj(f"{GROUP}/v1", "HTTPRoute", "apps", "r", spec={})

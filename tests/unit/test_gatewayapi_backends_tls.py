@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2
 
+from tests import builders
+from tests.builders import kube_object
 from tests.e2e.certs import CA
 from turnout.app import compile_snapshot
 from turnout.compile_inputs import CompileOptions
@@ -29,7 +31,7 @@ from turnout.graph.model import (
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
 from turnout.graph.validate import cluster_problem
-from turnout.objects import KubeObject, ObjectRef, freeze
+from turnout.objects import KubeObject, ObjectRef
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
 
@@ -38,15 +40,11 @@ _CA = CA()
 
 
 def obj(api: str, kind: str, name: str, created: str = "", **body: Any) -> KubeObject:
-    meta: dict[str, Any] = {"name": name, "namespace": "apps"}
-    if created:
-        meta["creationTimestamp"] = created
-    raw = {"apiVersion": api, "kind": kind, "metadata": meta, **body}
-    return KubeObject(api, kind, "apps", name, freeze(raw))
+    return kube_object(api, kind, name, "apps", created=created, **body)
 
 
 def service(name: str = "web", **port: Any) -> KubeObject:
-    return obj("v1", "Service", name, spec={"ports": [{"port": 443, "name": "https", **port}]})
+    return builders.service(name, "apps", 443, port_name="https", **port)
 
 
 def config_map(name: str = "ca", pem: str | None = None) -> KubeObject:

@@ -14,9 +14,9 @@ from envoy.service.discovery.v3 import discovery_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_xds import AdsClient, FakeEnvoy, resource_names, until
-from tests.unit.test_xds import refs as xds_refs
-from tests.unit.test_xds import snapshot as xds_snapshot
+from tests.xds_client import AdsClient, FakeEnvoy, resource_names, until
+from tests.xds_client import refs as xds_refs
+from tests.xds_client import snapshot as xds_snapshot
 from turnout.app import build_controller, compile_options, compile_snapshot, default_dialects
 from turnout.compile_inputs import CompileOptions, ListenerProtocol
 from turnout.config import ServeConfig

@@ -11,6 +11,8 @@ from envoy.config.route.v3 import route_components_pb2 as rc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import builders
+from tests.builders import kube_object
 from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.grpcroute import compile_grpcroute
 from turnout.dialects.gatewayapi.httproute import CompiledRoute, ListenerInfo, order_routes
@@ -36,23 +38,18 @@ from turnout.graph.model import (
 )
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
-from turnout.objects import KubeObject, freeze
+from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
 GROUP = "gateway.networking.k8s.io"
 
 
 def obj(api: str, kind: str, namespace: str, name: str, spec: Any) -> KubeObject:
-    raw = {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": namespace}}
-    raw["spec"] = spec
-    return KubeObject(api, kind, namespace, name, freeze(raw))
+    return kube_object(api, kind, name, namespace, spec=spec)
 
 
 def service(name: str, app_protocol: str | None = None) -> KubeObject:
-    port: dict[str, Any] = {"port": 80}
-    if app_protocol is not None:
-        port["appProtocol"] = app_protocol
-    return obj("v1", "Service", "apps", name, {"ports": [port]})
+    return builders.service(name, "apps", app_protocol=app_protocol)
 
 
 SERVICES = (

@@ -13,6 +13,8 @@ from envoy.config.route.v3 import route_components_pb2 as rc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import builders
+from tests.builders import kube_object
 from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.filters import cors_origin
 from turnout.dialects.gatewayapi.httproute import (
@@ -29,6 +31,7 @@ from turnout.graph.model import (
     INVALID_BACKEND,
     CorsPolicy,
     DirectResponse,
+    ExactOrigin,
     Forward,
     HeaderPolicy,
     HeaderValue,
@@ -38,6 +41,7 @@ from turnout.graph.model import (
     PathMatchKind,
     PathRewrite,
     Redirect,
+    RegexOrigin,
     Route,
     RoutePolicies,
     RoutingGraph,
@@ -46,7 +50,7 @@ from turnout.graph.model import (
 )
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
-from turnout.objects import KubeObject, freeze
+from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
 GROUP = "gateway.networking.k8s.io"
@@ -54,32 +58,15 @@ HTTP = ListenerInfo(port=8080, scheme="http")
 
 
 def obj(api: str, kind: str, namespace: str, name: str, **body: Any) -> KubeObject:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if "created" in body:
-        meta["creationTimestamp"] = body.pop("created")
-    raw = {"apiVersion": api, "kind": kind, "metadata": meta}
-    raw.update(body)
-    return KubeObject(api, kind, namespace, name, freeze(raw))
+    return kube_object(api, kind, name, namespace, created=body.pop("created", None), **body)
 
 
 def service(name: str, namespace: str = "apps", port: int = 80, **fields: Any) -> KubeObject:
-    return obj("v1", "Service", namespace, name, spec={"ports": [{"port": port, **fields}]})
+    return builders.service(name, namespace, port, **fields)
 
 
 def endpoints(name: str, ip: str, namespace: str = "apps", port: int = 80) -> KubeObject:
-    return obj(
-        "discovery.k8s.io/v1",
-        "EndpointSlice",
-        namespace,
-        f"{name}-1",
-        metadata={
-            "name": f"{name}-1",
-            "namespace": namespace,
-            "labels": {"kubernetes.io/service-name": name},
-        },
-        ports=[{"port": port}],
-        endpoints=[{"addresses": [ip]}],
-    )
+    return builders.endpoint_slice(name, [ip], namespace, ports=[(None, port)])
 
 
 BACKENDS = (
@@ -1064,7 +1051,10 @@ def test_cors_filter_becomes_the_routes_cors_policy() -> None:
     )
     cors = routes[0].policies.cors
     assert cors == CorsPolicy(
-        allow_origins=("https://www.example.com", "regex:(?i)http://.+\\.example\\.org:8080"),
+        allow_origins=(
+            ExactOrigin("https://www.example.com"),
+            RegexOrigin("(?i)http://.+\\.example\\.org:8080"),
+        ),
         allow_methods=("GET", "PUT"),
         allow_headers=("x-a",),
         expose_headers=("x-b",),
@@ -1076,13 +1066,13 @@ def test_cors_filter_becomes_the_routes_cors_policy() -> None:
 
 
 def test_cors_origins() -> None:
-    assert cors_origin("*") == "*"
-    assert cors_origin("https://A.Example") == "https://a.example"
+    assert cors_origin("*") == ExactOrigin("*")
+    assert cors_origin("https://A.Example") == ExactOrigin("https://a.example")
     for bad in ("a.example", "https://a.example/path", "ftp://a.example", "https://a.*.example"):
         assert cors_origin(bad) is None, bad
     converted = cors_origin("https://*.example.com")
-    assert converted is not None and converted.startswith("regex:")
-    pattern = re2.compile(converted.removeprefix("regex:"))
+    assert isinstance(converted, RegexOrigin)
+    pattern = re2.compile(converted.pattern)
     # A greedy match to the left: any number of labels, never the bare domain.
     for origin in ("https://a.example.com", "https://a.b.example.com", "HTTPS://A.EXAMPLE.COM"):
         assert pattern.fullmatch(origin), origin

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from tests import builders
+from tests.builders import kube_object
 from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.grpcroute import compile_grpcroute
 from turnout.dialects.gatewayapi.httproute import (
@@ -30,7 +32,7 @@ from turnout.graph.model import (
 )
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
-from turnout.objects import KubeObject, freeze
+from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
 GROUP = "gateway.networking.k8s.io"
@@ -39,18 +41,11 @@ SERVICES = tuple(f"v{i}" for i in range(1, 9))
 
 
 def obj(api: str, kind: str, namespace: str, name: str, spec: Any, created: str = "") -> KubeObject:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if created:
-        meta["creationTimestamp"] = created
-    raw = {"apiVersion": api, "kind": kind, "metadata": meta, "spec": spec}
-    return KubeObject(api, kind, namespace, name, freeze(raw))
+    return kube_object(api, kind, name, namespace, spec=spec, created=created)
 
 
 def service(name: str, namespace: str = "apps", app_protocol: str | None = None) -> KubeObject:
-    port: dict[str, Any] = {"port": 80}
-    if app_protocol:
-        port["appProtocol"] = app_protocol
-    return obj("v1", "Service", namespace, name, {"ports": [port]})
+    return builders.service(name, namespace, app_protocol=app_protocol)
 
 
 def route(

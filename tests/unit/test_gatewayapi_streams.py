@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 
+from tests import builders
+from tests.builders import kube_object
 from turnout.compile_inputs import CompileOptions
 from turnout.dialects.gatewayapi.refgrants import ReferenceGrants
 from turnout.dialects.gatewayapi.streams import CompiledStream, compile_tcproute, compile_tlsroute
@@ -25,20 +27,18 @@ from turnout.graph.model import (
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
 from turnout.graph.validate import enforce_envoy_limits
-from turnout.objects import KubeObject, ObjectRef, freeze
+from turnout.objects import KubeObject, ObjectRef
 from turnout.store import Snapshot
 
 GROUP = "gateway.networking.k8s.io"
 
 
 def obj(api: str, kind: str, name: str, namespace: str = "apps", **body: Any) -> KubeObject:
-    raw = {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": namespace}}
-    raw.update(body)
-    return KubeObject(api, kind, namespace, name, freeze(raw))
+    return kube_object(api, kind, name, namespace, **body)
 
 
 def service(name: str, namespace: str = "apps", port: int = 9000) -> KubeObject:
-    return obj("v1", "Service", name, namespace, spec={"ports": [{"port": port}]})
+    return builders.service(name, namespace, port)
 
 
 def tcproute(rules: Any) -> KubeObject:

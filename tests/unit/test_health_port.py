@@ -4,47 +4,18 @@ tests/e2e/test_httpproxy_healthcheck_e2e.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import yaml
-
+from tests.cases.health_port import CHECKED, SERVICE, endpoint_slice
 from turnout.envoy.translate.clusters import translate_load_assignment
-from turnout.graph.model import Cluster, Endpoint, HTTPHealthCheck, UpstreamSettings
+from turnout.graph.model import Cluster, Endpoint, UpstreamSettings
 from turnout.graph.services import BackendResolver, Unresolved
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
-
-SERVICE = """\
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: ns}
-spec: {ports: [{name: http, port: 80}, {name: admin, port: 9090}]}
-"""
-
-
-def endpoint_slice(name: str, ports: list[tuple[str, int]], addresses: list[str]) -> str:
-    doc: dict[str, Any] = {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "labels": {"kubernetes.io/service-name": "web"},
-        },
-        "addressType": "IPv4",
-        "ports": [{"name": n, "port": p} for n, p in ports],
-        "endpoints": [{"addresses": addresses}],
-    }
-    return str(yaml.safe_dump(doc))
 
 
 def resolver_of(*docs: str) -> BackendResolver:
     parsed = parse_text("---\n".join((SERVICE, *docs)), "test.yaml")
     assert not parsed.problems
     return BackendResolver(Snapshot.of(parsed.objects))
-
-
-CHECKED = UpstreamSettings(health_check=HTTPHealthCheck(path="/healthz"), health_port=9090)
 
 
 def _cluster(resolver: BackendResolver, settings: UpstreamSettings = CHECKED) -> Cluster:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.builders import kube_object, service
 from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
 from turnout.app import compile_snapshot
 from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
@@ -42,7 +43,7 @@ from turnout.graph.model import (
     VirtualHost,
 )
 from turnout.graph.regex import regex_error
-from turnout.objects import KubeObject, ObjectRef, freeze
+from turnout.objects import KubeObject, ObjectRef
 from turnout.store import Snapshot
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -58,19 +59,9 @@ def obj(
     annotations: dict[str, str] | None = None,
 ) -> KubeObject:
     api = api_version or {"HTTPProxy": "projectcontour.io/v1"}.get(kind, "v1")
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if created:
-        meta["creationTimestamp"] = created
-    if annotations:
-        meta["annotations"] = annotations
-    raw: dict[str, Any] = {"apiVersion": api, "kind": kind, "metadata": meta}
-    if spec is not None:
-        raw["spec"] = spec
-    return KubeObject(api, kind, namespace, name, freeze(raw))
-
-
-def service(name: str, namespace: str = "default", port: int = 80) -> KubeObject:
-    return obj("Service", name, namespace, {"ports": [{"port": port}]})
+    return kube_object(
+        api, kind, name, namespace, spec=spec, created=created, annotations=annotations
+    )
 
 
 def proxy(

@@ -22,6 +22,8 @@ from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tests import builders
+from tests.builders import kube_object
 from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
 from turnout.app import compile_snapshot
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
@@ -35,7 +37,7 @@ from turnout.graph.dialect import CompileContext, DialectOutput, HostClaim
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import HostnameMatch, PathMatchKind, VirtualHost
 from turnout.graph.regex import regex_error
-from turnout.objects import KubeObject, freeze
+from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ingress"
@@ -58,19 +60,21 @@ def obj(
         "IngressClass": "networking.k8s.io/v1",
         "HTTPProxy": "projectcontour.io/v1",
     }.get(kind, "v1")
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if created:
-        meta["creationTimestamp"] = created
-    if annotations:
-        meta["annotations"] = annotations
-    raw: dict[str, Any] = {"apiVersion": api, "kind": kind, "metadata": meta, **(extra or {})}
-    if spec is not None:
-        raw["spec"] = spec
-    return KubeObject(api, kind, namespace, name, freeze(raw))
+    return kube_object(
+        api,
+        kind,
+        name,
+        namespace,
+        spec=spec,
+        created=created,
+        annotations=annotations,
+        **(extra or {}),
+    )
 
 
 def service(name: str, namespace: str = "default", port: int = 80) -> KubeObject:
-    return obj("Service", name, namespace, {"ports": [{"name": "http", "port": port}]})
+    """Ingress backends name their port "http" (the Ingress tests select it by name too)."""
+    return builders.service(name, namespace, port, port_name="http")
 
 
 def backend(name: str, port: int | str = 80) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.builders import kube_object, service
 from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
 from turnout.app import compile_snapshot
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
@@ -46,17 +47,7 @@ def obj(
     api_version: str | None = None,
 ) -> KubeObject:
     api = api_version or {"IngressRoute": BETA, "HTTPProxy": "projectcontour.io/v1"}.get(kind, "v1")
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if created:
-        meta["creationTimestamp"] = created
-    raw: dict[str, Any] = {"apiVersion": api, "kind": kind, "metadata": meta}
-    if spec is not None:
-        raw["spec"] = spec
-    return KubeObject(api, kind, namespace, name, freeze(raw))
-
-
-def service(name: str, namespace: str = "default", port: int = 80) -> KubeObject:
-    return obj("Service", name, namespace, {"ports": [{"port": port}]})
+    return kube_object(api, kind, name, namespace, spec=spec, created=created)
 
 
 def ir(

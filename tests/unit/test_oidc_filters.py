@@ -9,6 +9,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from tests.cases.oidc import RG
 from turnout.app import compile_snapshot
 from turnout.cli import decision_json
 from turnout.compile_inputs import CompileOptions, IssuerDiscovery
@@ -125,38 +126,6 @@ def test_the_issuers_a_snapshot_names() -> None:
 
 
 # --- the dialect and its status ------------------------------------------------------------------
-
-# A RouteGroup guarding /secure with jwtValidation("%s"); test_cli_discover serves it from a file.
-RG = """\
-    apiVersion: zalando.org/v1
-    kind: RouteGroup
-    metadata: {name: rg, namespace: default}
-    spec:
-      hosts: [a.example.com]
-      backends:
-      - {name: app, type: service, serviceName: app, servicePort: 80}
-      defaultBackends: [{backendName: app}]
-      routes:
-      - pathSubtree: /secure
-        filters: ['jwtValidation("%s")']
-      - pathSubtree: /open
-    ---
-    apiVersion: v1
-    kind: Service
-    metadata: {name: app, namespace: default}
-    spec:
-      ports: [{name: http, port: 80}]
-    ---
-    apiVersion: discovery.k8s.io/v1
-    kind: EndpointSlice
-    metadata:
-      name: app-1
-      namespace: default
-      labels: {kubernetes.io/service-name: app}
-    addressType: IPv4
-    ports: [{name: http, port: 8080}]
-    endpoints: [{addresses: ["10.0.0.1"]}]
-    """
 
 
 def compile_rg(issuer: str, *answers: IssuerDiscovery) -> Any:

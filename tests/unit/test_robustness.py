@@ -8,11 +8,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.builders import kube_object
 from turnout.app import compile_snapshot
 from turnout.envoy.translate import translate
 from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import evaluate, make_request
-from turnout.objects import KubeObject, Origin, freeze
+from turnout.objects import KubeObject, Origin
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
 
@@ -25,11 +26,7 @@ def obj(
     ns: str = "default",
     created: str | None = None,
 ) -> KubeObject:
-    meta: dict[str, Any] = {"name": name, "namespace": ns}
-    if created is not None:
-        meta["creationTimestamp"] = created
-    raw = {"apiVersion": api_version, "kind": kind, "metadata": meta, **body}
-    return KubeObject(api_version, kind, ns, name, freeze(raw), Origin("test"))
+    return kube_object(api_version, kind, name, ns, created=created, origin=Origin("test"), **body)
 
 
 def proxy(name: str, fqdn: str, service: str, created: str | None = None) -> KubeObject:

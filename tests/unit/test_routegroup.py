@@ -11,12 +11,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.builders import endpoint_slice, kube_object
 from turnout.app import compile_options, compile_snapshot
 from turnout.cli import build_parser, serve_config
 from turnout.compile_inputs import CompileOptions
+from turnout.dialects.fields import go_duration_seconds
 from turnout.dialects.routegroup.backends import Target, parse_target
 from turnout.dialects.routegroup.eskip import parse_filters, parse_predicates
-from turnout.dialects.routegroup.filters import SUPPORTED_FILTERS, go_duration, translate_filters
+from turnout.dialects.routegroup.filters import SUPPORTED_FILTERS, translate_filters
 from turnout.dialects.routegroup.predicates import SUPPORTED_PREDICATES, translate_predicates
 from turnout.dialects.routegroup.priority import Node, path_key, priority, tree_nodes
 from turnout.envoy.translate import translate
@@ -30,10 +32,13 @@ from turnout.store import Snapshot
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "routegroup"
 
 
+CREATED = "2024-01-01T00:00:00Z"
+
+
 def obj(kind: str, name: str, body: dict[str, Any], api_version: str = "v1") -> KubeObject:
-    meta = {"name": name, "namespace": "shop", "creationTimestamp": "2024-01-01T00:00:00Z"}
-    raw = {"apiVersion": api_version, "kind": kind, "metadata": meta, **body}
-    return KubeObject(api_version, kind, "shop", name, freeze(raw), Origin("test"))
+    return kube_object(
+        api_version, kind, name, "shop", created=CREATED, origin=Origin("test"), **body
+    )
 
 
 def routegroup(name: str, spec: Any) -> KubeObject:
@@ -43,26 +48,7 @@ def routegroup(name: str, spec: Any) -> KubeObject:
 def web_service() -> list[KubeObject]:
     return [
         obj("Service", "web", {"spec": {"ports": [{"name": "http", "port": 80}]}}),
-        KubeObject(
-            "discovery.k8s.io/v1",
-            "EndpointSlice",
-            "shop",
-            "web-1",
-            freeze(
-                {
-                    "apiVersion": "discovery.k8s.io/v1",
-                    "kind": "EndpointSlice",
-                    "metadata": {
-                        "name": "web-1",
-                        "namespace": "shop",
-                        "labels": {"kubernetes.io/service-name": "web"},
-                    },
-                    "ports": [{"name": "http", "port": 8080}],
-                    "endpoints": [{"addresses": ["10.0.0.1"]}],
-                }
-            ),
-            Origin("test"),
-        ),
+        endpoint_slice("web", ["10.0.0.1"], "shop", ports=[("http", 8080)]),
     ]
 
 
@@ -360,8 +346,8 @@ def test_not_supported_names_the_call_and_points_to_the_docs_that_list_the_suppo
 
 
 def test_values_go_refuses_are_refused() -> None:
-    assert go_duration("2562047h") == 2562047 * 3600
-    assert go_duration("999999999h") is None  # time: invalid duration (int64 nanoseconds)
+    assert go_duration_seconds("2562047h") == 2562047 * 3600
+    assert go_duration_seconds("999999999h") is None  # time: invalid duration (int64 nanoseconds)
     for location in ("ht tp://x y", "http://x y", ":x", "http://a.org:x/"):
         problems = translate_filters(parse_filters(f'redirectTo(308, "{location}")')).problems
         assert [p.message.split(" is not a URL")[0] for p in problems] == [

@@ -5,24 +5,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tests.builders import kube_object, service
 from turnout.app import compile_snapshot
-from turnout.objects import KubeObject, freeze
+from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
 LENGTH = 3000
 
 
 def _obj(api: str, kind: str, name: str, spec: dict[str, Any]) -> KubeObject:
-    raw = {
-        "apiVersion": api,
-        "kind": kind,
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": spec,
-    }
-    return KubeObject(api, kind, "default", name, freeze(raw))
+    return kube_object(api, kind, name, spec=spec)
 
 
-SERVICE = _obj("v1", "Service", "db", {"ports": [{"port": 443}]})
+SERVICE = service("db", port=443)
 
 
 def _tcp_proxies(objects: list[KubeObject]) -> dict[str, Any]:

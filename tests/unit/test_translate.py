@@ -13,8 +13,8 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 )
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
-from google.protobuf import descriptor_pool, message_factory
 
+from tests.proto_checks import chain_hcm, deprecated_fields
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate import (
     TranslateOptions,
@@ -537,40 +537,14 @@ def test_translation_is_deterministic_and_sorted() -> None:
     assert [m.cluster_name for m in first.endpoints] == ["c1", "c2"]
 
 
-def _deprecated_fields(message: Any, path: str = "") -> list[str]:
-    """Every deprecated field set anywhere in `message`, looking inside `Any`s too."""
-    found: list[str] = []
-    if message.DESCRIPTOR.full_name == "google.protobuf.Any":
-        desc = descriptor_pool.Default().FindMessageTypeByName(message.TypeName())
-        inner = message_factory.GetMessageClass(desc)()
-        message.Unpack(inner)
-        return _deprecated_fields(inner, path)
-    for field, value in message.ListFields():
-        here = f"{path}.{field.name}"
-        if field.GetOptions().deprecated:
-            found.append(here)
-        if field.message_type is None:
-            continue
-        if field.message_type.GetOptions().map_entry:
-            values = list(value.values())
-        elif field.is_repeated:
-            values = list(value)
-        else:
-            values = [value]
-        for v in values:
-            if hasattr(v, "DESCRIPTOR"):
-                found.extend(_deprecated_fields(v, here))
-    return found
-
-
 def test_no_deprecated_field_is_ever_set() -> None:
     res = translate(rich_graph(), TranslateOptions(access_log=True))
     for msgs in res.by_type().values():
         for m in msgs:
-            assert _deprecated_fields(m) == []
+            assert deprecated_fields(m) == []
     # The checker itself finds a deprecated field when one is set.
     bad = rc.HeaderMatcher(name="x", exact_match="y")
-    assert _deprecated_fields(bad) == [".exact_match"]
+    assert deprecated_fields(bad) == [".exact_match"]
 
 
 # --- HTTPS: TLS termination, SNI filter chains, SDS secrets -------------------------------------
@@ -613,13 +587,6 @@ def unpack_tls_context(chain: Any) -> Any:
     ctx = tls_pb2.DownstreamTlsContext()
     assert chain.transport_socket.typed_config.Unpack(ctx)
     return ctx
-
-
-def chain_hcm(chain: Any) -> Any:
-    (flt,) = chain.filters
-    hcm = hcm_pb2.HttpConnectionManager()
-    assert flt.typed_config.Unpack(hcm)
-    return hcm
 
 
 def test_https_listener_has_a_tls_inspector_and_one_sni_chain_per_host() -> None:
@@ -774,7 +741,7 @@ def test_https_translation_is_deterministic_and_uses_no_deprecated_field() -> No
     ]
     for msgs in first.by_type().values():
         for m in msgs:
-            assert _deprecated_fields(m) == []
+            assert deprecated_fields(m) == []
 
 
 def test_static_bootstrap_points_sds_references_at_static_secrets() -> None:

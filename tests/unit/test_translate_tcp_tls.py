@@ -14,71 +14,33 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 
-from tests.e2e.certs import CA
+from tests.cases.tcp_tls import (
+    APP,
+    CA_BUNDLE,
+    CERT,
+    CRL_BUNDLE,
+    DB,
+    DB2,
+    FALLBACK,
+    ROOT_CA,
+    every_tls_feature_graph,
+    tcp_proxy,
+    tls_graph,
+    vhost,
+)
 from turnout.envoy.translate import translate
 from turnout.envoy.translate.client_validation import validation_secret_name
-from turnout.envoy.validate import static_bootstrap, validate_resources
+from turnout.envoy.validate import static_bootstrap
 from turnout.envoy.xds import _listener_secret_refs
 from turnout.graph.model import (
-    CABundle,
     ClientValidation,
     Cluster,
-    Endpoint,
-    Forward,
-    HostnameMatch,
-    Listener,
-    ListenerProtocol,
-    Route,
-    RouteMatch,
-    RouteSource,
     RoutingGraph,
     TCPHealthCheck,
-    TCPProxy,
-    TLSSecret,
     TLSTermination,
     UpstreamProtocol,
-    VirtualHost,
-    WeightedCluster,
 )
 from turnout.graph.sni import select_sni
-from turnout.objects import ObjectRef
-
-OWNER = ObjectRef("projectcontour.io", "HTTPProxy", "default", "root")
-_CA = CA()
-_LEAF = _CA.issue("a.example.com", "*.example.com")
-CERT = TLSSecret("default/cert/1", "default", "cert", _LEAF.cert_pem, _LEAF.key_pem)
-FALLBACK = TLSSecret("certs/fallback/1", "certs", "fallback", _LEAF.cert_pem, _LEAF.key_pem)
-CA_BUNDLE = CABundle("default/ca/1", "default", "ca", _CA.cert_pem)
-CRL_BUNDLE = CABundle("default/crl/1", "default", "crl", "", crl=_CA.crl())
-DB = Cluster(
-    "default/db/443/x", "default", "db", 443, UpstreamProtocol.TCP, (Endpoint("10.0.0.1", 5432),)
-)
-DB2 = Cluster("default/db2/443/x", "default", "db2", 443, UpstreamProtocol.TCP)
-APP = Cluster("default/app/80/x", "default", "app", 80)
-
-
-def _vhost(host: str, tls: TLSTermination) -> VirtualHost:
-    kind = HostnameMatch.WILDCARD_ONE_LABEL if host.startswith("*.") else HostnameMatch.EXACT
-    route = Route(
-        RouteMatch(), Forward((WeightedCluster(APP.name, 1),)), RouteSource(OWNER, "spec.routes[0]")
-    )
-    return VirtualHost(host, host, (route,), OWNER, kind, tls=tls)
-
-
-def _tcp(host: str, *clusters: tuple[str, int], tls: TLSTermination | None = None) -> TCPProxy:
-    return TCPProxy(host, host, tuple(WeightedCluster(c, w) for c, w in clusters), OWNER, tls)
-
-
-def _graph(
-    vhosts: tuple[VirtualHost, ...] = (), tcp: tuple[TCPProxy, ...] = (), **kw: Any
-) -> RoutingGraph:
-    listener = Listener("ingress_https", "127.0.0.1", 8443, ListenerProtocol.HTTPS, vhosts, tcp)
-    return RoutingGraph(
-        listeners=(listener,),
-        clusters=kw.get("clusters", (APP, DB, DB2)),
-        secrets=kw.get("secrets", (CERT, FALLBACK)),
-        ca_bundles=kw.get("ca_bundles", (CA_BUNDLE, CRL_BUNDLE)),
-    )
 
 
 def _chains(graph: RoutingGraph) -> dict[str, Any]:
@@ -110,7 +72,7 @@ def _hcm(chain: Any) -> Any:
 
 
 def test_passthrough_chain_matches_the_sni_and_has_no_transport_socket() -> None:
-    (listener,) = translate(_graph(tcp=(_tcp("db.example.com", (DB.name, 1)),))).listeners
+    (listener,) = translate(tls_graph(tcp=(tcp_proxy("db.example.com", (DB.name, 1)),))).listeners
     assert [f.name for f in listener.listener_filters] == ["envoy.filters.listener.tls_inspector"]
     (chain,) = listener.filter_chains
     assert chain.name == "tcp/db.example.com"
@@ -123,8 +85,8 @@ def test_passthrough_chain_matches_the_sni_and_has_no_transport_socket() -> None
 
 
 def test_tcp_weights_split_connections_and_zero_weights_are_left_out() -> None:
-    tcp = _tcp("db.example.com", (DB.name, 80), (DB2.name, 20), (APP.name, 0))
-    config = _tcp_config(_chains(_graph(tcp=(tcp,)))["tcp/db.example.com"])
+    tcp = tcp_proxy("db.example.com", (DB.name, 80), (DB2.name, 20), (APP.name, 0))
+    config = _tcp_config(_chains(tls_graph(tcp=(tcp,)))["tcp/db.example.com"])
     assert config.WhichOneof("cluster_specifier") == "weighted_clusters"
     assert [(c.name, c.weight) for c in config.weighted_clusters.clusters] == [
         (DB.name, 80),
@@ -133,13 +95,13 @@ def test_tcp_weights_split_connections_and_zero_weights_are_left_out() -> None:
 
 
 def test_a_tcp_proxy_without_a_usable_cluster_gets_no_chain() -> None:
-    graph = _graph(tcp=(_tcp("db.example.com", (DB.name, 0)),))
+    graph = tls_graph(tcp=(tcp_proxy("db.example.com", (DB.name, 0)),))
     assert translate(graph).listeners == ()  # and a listener without chains is not emitted
 
 
 def test_terminated_tcp_proxy_decrypts_without_offering_alpn() -> None:
     tls = TLSTermination(CERT.name, min_version="1.3")
-    chain = _chains(_graph(tcp=(_tcp("redis.example.com", (DB.name, 1), tls=tls),)))[
+    chain = _chains(tls_graph(tcp=(tcp_proxy("redis.example.com", (DB.name, 1), tls=tls),)))[
         "tcp/redis.example.com"
     ]
     ctx = _tls_context(chain)
@@ -152,9 +114,9 @@ def test_terminated_tcp_proxy_decrypts_without_offering_alpn() -> None:
 
 def test_tcp_proxies_and_tls_hosts_share_the_listener_one_chain_per_name() -> None:
     tls = TLSTermination(CERT.name)
-    graph = _graph(
-        vhosts=(_vhost("a.example.com", tls),),
-        tcp=(_tcp("db.example.com", (DB.name, 1)), _tcp("a.example.com", (DB.name, 1))),
+    graph = tls_graph(
+        vhosts=(vhost("a.example.com", tls),),
+        tcp=(tcp_proxy("db.example.com", (DB.name, 1)), tcp_proxy("a.example.com", (DB.name, 1))),
     )
     chains = _chains(graph)
     # A TCP proxy never takes a name a TLS host has (two chains with one match: Envoy rejects).
@@ -162,9 +124,9 @@ def test_tcp_proxies_and_tls_hosts_share_the_listener_one_chain_per_name() -> No
 
 
 def test_a_wildcard_chain_sends_tcp_hostnames_to_421() -> None:
-    graph = _graph(
-        vhosts=(_vhost("*.example.com", TLSTermination(CERT.name)),),
-        tcp=(_tcp("db.example.com", (DB.name, 1)),),
+    graph = tls_graph(
+        vhosts=(vhost("*.example.com", TLSTermination(CERT.name)),),
+        tcp=(tcp_proxy("db.example.com", (DB.name, 1)),),
     )
     routes = {r.name: r for r in translate(graph).routes}
     wildcard = routes["https/*.example.com"]
@@ -200,8 +162,8 @@ def _fields(obj: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(("optional", "required"), [(False, True), (True, False)])
 def test_client_validation_names_an_sds_validation_secret(optional: bool, required: bool) -> None:
     cv = ClientValidation(ca_bundle=CA_BUNDLE.name, optional=optional)
-    graph = _graph(
-        vhosts=(_vhost("a.example.com", TLSTermination(CERT.name, client_validation=cv)),)
+    graph = tls_graph(
+        vhosts=(vhost("a.example.com", TLSTermination(CERT.name, client_validation=cv)),)
     )
     ctx = _tls_context(_chains(graph)["https/a.example.com"])
     assert ctx.require_client_certificate.value is required
@@ -210,7 +172,7 @@ def test_client_validation_names_an_sds_validation_secret(optional: bool, requir
     assert sds.sds_config.HasField("ads")
     secrets = {s.name: s for s in translate(graph).secrets}
     validation = secrets[sds.name].validation_context
-    assert validation.trusted_ca.inline_string == _CA.cert_pem
+    assert validation.trusted_ca.inline_string == ROOT_CA.cert_pem
     assert not validation.HasField("crl")
     assert validation.trust_chain_verification == (
         common_pb2.CertificateValidationContext.VERIFY_TRUST_CHAIN
@@ -222,10 +184,10 @@ def test_crl_and_skip_verification_go_into_the_validation_secret() -> None:
         ca_bundle=CA_BUNDLE.name, crl_bundle=CRL_BUNDLE.name, crl_only_verify_leaf=True
     )
     skip = ClientValidation(skip_verification=True)
-    graph = _graph(
+    graph = tls_graph(
         vhosts=(
-            _vhost("crl.example.com", TLSTermination(CERT.name, client_validation=crl)),
-            _vhost("skip.example.com", TLSTermination(CERT.name, client_validation=skip)),
+            vhost("crl.example.com", TLSTermination(CERT.name, client_validation=crl)),
+            vhost("skip.example.com", TLSTermination(CERT.name, client_validation=skip)),
         )
     )
     secrets = {s.name: s for s in translate(graph).secrets}
@@ -243,9 +205,9 @@ def test_crl_and_skip_verification_go_into_the_validation_secret() -> None:
 def test_one_validation_secret_for_hosts_that_validate_alike() -> None:
     cv = ClientValidation(ca_bundle=CA_BUNDLE.name)
     tls = TLSTermination(CERT.name, client_validation=cv)
-    graph = _graph(
-        vhosts=(_vhost("a.example.com", tls),),
-        tcp=(_tcp("db.example.com", (DB.name, 1), tls=tls),),
+    graph = tls_graph(
+        vhosts=(vhost("a.example.com", tls),),
+        tcp=(tcp_proxy("db.example.com", (DB.name, 1), tls=tls),),
     )
     names = [s.name for s in translate(graph).secrets]
     assert names == sorted(names)
@@ -255,10 +217,10 @@ def test_one_validation_secret_for_hosts_that_validate_alike() -> None:
 
 def test_a_missing_ca_bundle_leaves_the_host_out_instead_of_unchecked() -> None:
     cv = ClientValidation(ca_bundle="default/gone/1")
-    graph = _graph(
+    graph = tls_graph(
         vhosts=(
-            _vhost("a.example.com", TLSTermination(CERT.name, client_validation=cv)),
-            _vhost("b.example.com", TLSTermination(CERT.name)),
+            vhost("a.example.com", TLSTermination(CERT.name, client_validation=cv)),
+            vhost("b.example.com", TLSTermination(CERT.name)),
         )
     )
     resources = translate(graph)
@@ -268,8 +230,8 @@ def test_a_missing_ca_bundle_leaves_the_host_out_instead_of_unchecked() -> None:
 
 def test_readiness_and_validation_follow_the_validation_secret() -> None:
     cv = ClientValidation(ca_bundle=CA_BUNDLE.name)
-    graph = _graph(
-        vhosts=(_vhost("a.example.com", TLSTermination(CERT.name, client_validation=cv)),)
+    graph = tls_graph(
+        vhosts=(vhost("a.example.com", TLSTermination(CERT.name, client_validation=cv)),)
     )
     resources = translate(graph)
     (listener,) = resources.listeners
@@ -285,12 +247,12 @@ def test_readiness_and_validation_follow_the_validation_secret() -> None:
 
 def test_fallback_chain_serves_the_hosts_that_enable_it() -> None:
     fallback = TLSTermination(CERT.name, fallback_secret=FALLBACK.name)
-    graph = _graph(
+    graph = tls_graph(
         vhosts=(
-            _vhost("*.example.com", fallback),
-            _vhost("a.example.com", fallback),
-            _vhost("b.example.com", TLSTermination(CERT.name)),
-            _vhost("www.example.com", TLSTermination(CERT.name)),
+            vhost("*.example.com", fallback),
+            vhost("a.example.com", fallback),
+            vhost("b.example.com", TLSTermination(CERT.name)),
+            vhost("www.example.com", TLSTermination(CERT.name)),
         )
     )
     chains = _chains(graph)
@@ -315,15 +277,15 @@ def test_fallback_chain_serves_the_hosts_that_enable_it() -> None:
 
 
 def test_no_fallback_chain_without_a_host_that_enables_it() -> None:
-    chains = _chains(_graph(vhosts=(_vhost("a.example.com", TLSTermination(CERT.name)),)))
+    chains = _chains(tls_graph(vhosts=(vhost("a.example.com", TLSTermination(CERT.name)),)))
     assert "fallback-certificate" not in chains
 
 
 def test_sni_selection_mirrors_envoys_chain_choice() -> None:
     fallback = TLSTermination(CERT.name, fallback_secret=FALLBACK.name)
-    graph = _graph(
-        vhosts=(_vhost("*.example.com", fallback), _vhost("a.b.example.com", fallback)),
-        tcp=(_tcp("db.example.com", (DB.name, 1)),),
+    graph = tls_graph(
+        vhosts=(vhost("*.example.com", fallback), vhost("a.b.example.com", fallback)),
+        tcp=(tcp_proxy("db.example.com", (DB.name, 1)),),
     )
     (listener,) = graph.listeners
     assert select_sni(listener, "DB.example.com").tcp_proxy is not None
@@ -333,32 +295,9 @@ def test_sni_selection_mirrors_envoys_chain_choice() -> None:
     assert select_sni(listener, None).fallback
 
 
-def test_everything_passes_envoy_validation_without_deprecations() -> None:
-    cv = ClientValidation(ca_bundle=CA_BUNDLE.name, crl_bundle=CRL_BUNDLE.name)
-    graph = _graph(
-        vhosts=(
-            _vhost("a.example.com", TLSTermination(CERT.name, client_validation=cv)),
-            _vhost("*.example.com", TLSTermination(CERT.name, fallback_secret=FALLBACK.name)),
-            _vhost(
-                "skip.example.com",
-                TLSTermination(
-                    CERT.name, client_validation=ClientValidation(skip_verification=True)
-                ),
-            ),
-        ),
-        tcp=(
-            _tcp("db.example.com", (DB.name, 2), (DB2.name, 3)),
-            _tcp(
-                "redis.example.com",
-                (DB.name, 1),
-                tls=TLSTermination(CERT.name, client_validation=cv),
-            ),
-        ),
-    )
+def test_listener_translation_is_deterministic() -> None:
+    graph = every_tls_feature_graph()
     first, second = translate(graph), translate(graph)
     assert [m.SerializeToString(deterministic=True) for m in first.listeners] == [
         m.SerializeToString(deterministic=True) for m in second.listeners
     ]
-    result = validate_resources(first)
-    assert result.ok, result.output[-2000:]
-    assert result.deprecation_warnings == ()

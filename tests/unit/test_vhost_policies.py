@@ -29,6 +29,7 @@ from turnout.envoy.translate.http_filters import (
 )
 from turnout.graph.model import (
     CorsPolicy,
+    ExactOrigin,
     Forward,
     HeaderValue,
     IPFilter,
@@ -37,6 +38,8 @@ from turnout.graph.model import (
     Listener,
     ListenerProtocol,
     LocalRateLimit,
+    OriginMatch,
+    RegexOrigin,
     Route,
     RouteMatch,
     RoutePolicies,
@@ -86,7 +89,11 @@ def unpack(any_config: Any, message: Any) -> Any:
 
 
 CORS = CorsPolicy(
-    allow_origins=("*", "https://app.example.com", "regex:https://.*\\.example\\.org"),
+    allow_origins=(
+        ExactOrigin("*"),
+        ExactOrigin("https://app.example.com"),
+        RegexOrigin("https://.*\\.example\\.org"),
+    ),
     allow_methods=("GET", "POST"),
     allow_headers=("x-a", "x-b"),
     expose_headers=("x-c",),
@@ -187,7 +194,7 @@ def test_cors_policy_fields() -> None:
     assert out.max_age == "600"
     assert out.allow_credentials.value is True
     assert out.allow_private_network_access.value is True
-    no_cache = cors_policy(CorsPolicy(allow_origins=("*",), max_age_s=None))
+    no_cache = cors_policy(CorsPolicy(allow_origins=(ExactOrigin("*"),), max_age_s=None))
     assert no_cache.max_age == ""  # Envoy's default
 
 
@@ -285,21 +292,21 @@ def test_cors_max_age(max_age: str, expected: int | str | None) -> None:
 @pytest.mark.parametrize(
     ("origin", "expected"),
     [
-        ("*", "*"),
-        ("https://app.example.com", "https://app.example.com"),
-        ("http://localhost:8080", "http://localhost:8080"),
+        ("*", ExactOrigin("*")),
+        ("https://app.example.com", ExactOrigin("https://app.example.com")),
+        ("http://localhost:8080", ExactOrigin("http://localhost:8080")),
         # Not exactly scheme://host: Contour compiles it as a regex.
-        ("https://app.example.com/", "regex:https://app.example.com/"),
-        ("HTTPS://app.example.com", "regex:HTTPS://app.example.com"),
-        ("https://user@app.example.com", "regex:https://user@app.example.com"),
-        ("https://.*\\.example\\.com", "regex:https://.*\\.example\\.com"),
-        ("app.example.com", "regex:app.example.com"),
+        ("https://app.example.com/", RegexOrigin("https://app.example.com/")),
+        ("HTTPS://app.example.com", RegexOrigin("HTTPS://app.example.com")),
+        ("https://user@app.example.com", RegexOrigin("https://user@app.example.com")),
+        ("https://.*\\.example\\.com", RegexOrigin("https://.*\\.example\\.com")),
+        ("app.example.com", RegexOrigin("app.example.com")),
         # Neither: a bare wildcard is no regex.
         ("*.example.com", None),
         ("(unclosed", None),
     ],
 )
-def test_allow_origin_classification(origin: str, expected: str | None) -> None:
+def test_allow_origin_classification(origin: str, expected: OriginMatch | None) -> None:
     assert vp._allow_origin(origin) == expected
 
 

@@ -9,7 +9,6 @@ wording while the checks themselves live in one place.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -196,43 +195,130 @@ class FieldReader:
 
 # --- Go durations --------------------------------------------------------------------------------
 
-_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,  # Go accepts both micro signs (U+00B5 and U+03BC)
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
+_NANOS_PER_UNIT = {
+    b"ns": 1,
+    b"us": 1_000,
+    "µs".encode(): 1_000,  # U+00B5: Go accepts both micro signs
+    "μs".encode(): 1_000,  # U+03BC
+    b"ms": 1_000_000,
+    b"s": 1_000_000_000,
+    b"m": 60_000_000_000,
+    b"h": 3_600_000_000_000,
 }
-_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)([^0-9.]*)")
+_MAX_INT64 = 2**63 - 1
+NANOS_PER_SECOND = 1_000_000_000
 
 
-def parse_go_duration(text: str) -> float | str:
-    """Seconds, or Go's `time.ParseDuration` error message for `text` (no int64 overflow
-    check: callers bound their durations themselves)."""
-    invalid = f'time: invalid duration "{text}"'
-    s = text
-    negative = False
-    if s[:1] in ("+", "-"):
-        negative = s[0] == "-"
+def time_quote(s: bytes) -> str:
+    """The `time` package's own quoting (not strconv.Quote), so that messages match Go's."""
+    out = ['"']
+    for byte in s:
+        if byte >= 0x80 or byte < 0x20:
+            out.append(f"\\x{byte:02x}")
+        else:
+            ch = chr(byte)
+            out.append("\\" + ch if ch in '"\\' else ch)
+    out.append('"')
+    return "".join(out)
+
+
+def parse_go_duration(text: str) -> int:
+    """Go's `time.ParseDuration`: a signed sequence of decimal numbers, each with an optional
+    fraction and a unit (ns, us, µs, ms, s, m, h), or "0". Returns nanoseconds (Go's int64,
+    overflow included); raises ValueError whose message is Go's error text, word for word."""
+    orig = text.encode("utf-8")
+    s = orig
+    neg = False
+    if s[:1] in (b"-", b"+"):
+        neg = s[:1] == b"-"
         s = s[1:]
-    if s == "0":
-        return 0.0
+    if s == b"0":
+        return 0
     if not s:
-        return invalid
-    total = 0.0
+        raise _invalid_duration(orig)
+    total = 0
     while s:
-        match = _DURATION_PART.match(s)
-        assert match is not None  # the pattern matches the empty string
-        number, unit = match.group(1), match.group(2)
-        if number in ("", "."):
-            return invalid
-        if not unit:
-            return f'time: missing unit in duration "{text}"'
-        if unit not in _UNITS:
-            return f'time: unknown unit "{unit}" in duration "{text}"'
-        total += float(number) * _UNITS[unit]
-        s = s[match.end() :]
-    return -total if negative else total
+        value, s = _duration_term(orig, s)
+        total += value
+        if total > 1 << 63:
+            raise _invalid_duration(orig)
+    if neg:
+        return -total
+    if total > _MAX_INT64:
+        raise _invalid_duration(orig)
+    return total
+
+
+def _invalid_duration(orig: bytes) -> ValueError:
+    return ValueError("time: invalid duration " + time_quote(orig))
+
+
+def _duration_term(orig: bytes, s: bytes) -> tuple[int, bytes]:
+    """The nanoseconds of the leading `<number><unit>` of `s`, and the rest of `s`."""
+    if not (s[:1] == b"." or s[:1].isdigit()):
+        raise _invalid_duration(orig)
+    whole, pre, s = _leading_int(orig, s)
+    frac, scale, post = 0, 1.0, False
+    if s[:1] == b".":
+        frac, scale, post, s = _leading_fraction(s[1:])
+    if not pre and not post:
+        raise _invalid_duration(orig)
+    i = 0
+    while i < len(s) and not (s[i] == 0x2E or 0x30 <= s[i] <= 0x39):
+        i += 1
+    if i == 0:
+        raise ValueError("time: missing unit in duration " + time_quote(orig))
+    unit_name, s = s[:i], s[i:]
+    unit = _NANOS_PER_UNIT.get(unit_name)
+    if unit is None:
+        raise ValueError(
+            "time: unknown unit " + time_quote(unit_name) + " in duration " + time_quote(orig)
+        )
+    if whole > (1 << 63) // unit:
+        raise _invalid_duration(orig)
+    value = whole * unit
+    if frac > 0:
+        # Go scales the fraction in float64, so very long fractions round as Go's do.
+        value += int(float(frac) * (float(unit) / scale))
+        if value > 1 << 63:
+            raise _invalid_duration(orig)
+    return value, s
+
+
+def _leading_int(orig: bytes, s: bytes) -> tuple[int, bool, bytes]:
+    """Go's `leadingInt`: the digits at the start of `s` (refused past 2**63), whether there were
+    any, and the rest."""
+    i = 0
+    v = 0
+    while i < len(s) and 0x30 <= s[i] <= 0x39:
+        if v > (1 << 63) // 10:
+            raise _invalid_duration(orig)
+        v = v * 10 + s[i] - 0x30
+        if v > 1 << 63:  # 2**63 itself is allowed: "-9223372036854775808ns"
+            raise _invalid_duration(orig)
+        i += 1
+    return v, i > 0, s[i:]
+
+
+def _leading_fraction(s: bytes) -> tuple[int, float, bool, bytes]:
+    """Go's `leadingFraction`: digits past int64 precision are dropped, not refused."""
+    i = 0
+    frac, scale = 0, 1.0
+    overflow = False
+    while i < len(s) and 0x30 <= s[i] <= 0x39:
+        if not overflow:
+            if frac > _MAX_INT64 // 10:
+                overflow = True
+            else:
+                frac = frac * 10 + s[i] - 0x30
+                scale *= 10
+        i += 1
+    return frac, scale, i > 0, s[i:]
+
+
+def go_duration_seconds(text: str) -> float | None:
+    """`parse_go_duration` in seconds, or None where Go refuses `text`."""
+    try:
+        return parse_go_duration(text) / NANOS_PER_SECOND
+    except ValueError:
+        return None

@@ -372,8 +372,27 @@ class LocalRateLimit:
 
 
 @dataclass(frozen=True, slots=True)
+class ExactOrigin:
+    """An allowed CORS origin compared without case (browsers send scheme and host in lower
+    case); `*` is any origin."""
+
+    origin: str
+
+
+@dataclass(frozen=True, slots=True)
+class RegexOrigin:
+    """An allowed CORS origin as an RE2 regex over the whole Origin header."""
+
+    pattern: str
+
+
+OriginMatch = ExactOrigin | RegexOrigin
+ANY_ORIGIN = ExactOrigin("*")
+
+
+@dataclass(frozen=True, slots=True)
 class CorsPolicy:
-    allow_origins: tuple[str, ...]  # "*", exact origins, or regexes prefixed "regex:"
+    allow_origins: tuple[OriginMatch, ...]
     allow_methods: tuple[str, ...] = ()
     allow_headers: tuple[str, ...] = ()
     expose_headers: tuple[str, ...] = ()

@@ -87,6 +87,7 @@ from turnout.graph.model import (
     CorsPolicy,
     DirectResponse,
     Endpoint,
+    ExactOrigin,
     Forward,
     HashPolicy,
     HashSource,
@@ -102,6 +103,7 @@ from turnout.graph.model import (
     PathMatchKind,
     QueryMatch,
     Redirect,
+    RegexOrigin,
     Route,
     RouteMatch,
     RoutePolicies,
@@ -805,10 +807,12 @@ def _cors_problem(cors: CorsPolicy | None) -> str | None:
     if problem is not None:
         return f"CORS policy {problem}"
     for i, origin in enumerate(cors.allow_origins):
-        if isinstance(origin, str) and origin.startswith("regex:"):
-            problem = _regex_value(origin[len("regex:") :])
+        if isinstance(origin, RegexOrigin):
+            problem = _regex_value(origin.pattern)
+        elif isinstance(origin, ExactOrigin):
+            problem = _no_crlf(origin.origin)
         else:
-            problem = _no_crlf(origin)
+            problem = f"is a {type(origin).__name__}, not an ExactOrigin or a RegexOrigin"
         if problem is not None:
             return f"CORS allowOrigin[{i}] {problem}"
     for what, values in (

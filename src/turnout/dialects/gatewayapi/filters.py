@@ -24,11 +24,15 @@ from turnout.dialects.gatewayapi.conditions import (
     RouteProblem,
 )
 from turnout.graph.model import (
+    ANY_ORIGIN,
     CorsPolicy,
+    ExactOrigin,
     HeaderMatch,
     HeaderPolicy,
     HeaderValue,
+    OriginMatch,
     QueryMatch,
+    RegexOrigin,
     StringMatchKind,
 )
 from turnout.graph.regex import escape, regex_error
@@ -510,8 +514,6 @@ _CORS_ORIGIN = re.compile(
     r"^(?P<scheme>https?)://(?P<host>(\*\.)?[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\*)"
     r"(?P<port>:[0-9]{1,5})?$"
 )
-# CorsPolicy.allow_origins marks a regex with this prefix (turnout.envoy.translate.http_filters).
-_REGEX_ORIGIN = "regex:"
 _CORS_DEFAULT_MAX_AGE = 5
 MAX_CORS_ORIGINS = 64
 MAX_CORS_METHODS = 9
@@ -519,19 +521,19 @@ MAX_CORS_HEADERS = 64
 CORS_METHODS = ("*", "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
 
 
-def cors_origin(origin: str) -> str | None:
-    """A CORSOrigin as a `CorsPolicy` origin (`*`, an exact origin, or a "regex:" for a wildcard
+def cors_origin(origin: str) -> OriginMatch | None:
+    """A CORSOrigin as a `CorsPolicy` origin (`*`, an exact origin, or a regex for a wildcard
     host: `*` is a greedy match to the left, dots included); None when it is not an origin."""
     if origin == "*":
-        return origin
+        return ANY_ORIGIN
     m = _CORS_ORIGIN.fullmatch(origin)
     if m is None:
         return None
     if "*" not in m.group("host"):
-        return origin.lower()
+        return ExactOrigin(origin.lower())
     scheme, host, port = m.group("scheme"), m.group("host"), m.group("port") or ""
     # Origins are compared without case, as browsers send scheme and host in lower case.
-    return f"{_REGEX_ORIGIN}(?i){escape(scheme)}://.+{escape(host[1:] + port)}"
+    return RegexOrigin(f"(?i){escape(scheme)}://.+{escape(host[1:] + port)}")
 
 
 def read_cors(r: SpecReader, value: Any, path: str) -> CorsPolicy | None:
@@ -566,7 +568,7 @@ def read_cors(r: SpecReader, value: Any, path: str) -> CorsPolicy | None:
     expose_headers = _cors_list(r, m, "exposeHeaders", path, MAX_CORS_HEADERS)
     credentials = r.boolean(m, "allowCredentials", path)
     max_age = r.optional_integer(m, "maxAge", path, minimum=1, maximum=2**31 - 1)
-    converted: list[str] = []
+    converted: list[OriginMatch] = []
     for i, origin in enumerate(origins):
         out = cors_origin(origin)
         if out is None:

@@ -32,7 +32,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from turnout.dialects.contour.session_affinity import SESSION_AFFINITY_COOKIE
-from turnout.dialects.fields import MAX_UINT32
+from turnout.dialects.fields import (
+    MAX_UINT32,
+    NANOS_PER_SECOND,
+    parse_go_duration,
+    time_quote,
+)
 from turnout.dialects.httpproxy.status_names import (
     IGNORED_FIELD,
     ROUTE_ERROR,
@@ -460,104 +465,7 @@ def _path_rewrite_policy(r: Reader, value: Any, path: str) -> tuple[ReplacePrefi
     return tuple(out)
 
 
-# --- Go durations --------------------------------------------------------------------------------
-
-_UNITS = {
-    b"ns": 1,
-    b"us": 1_000,
-    "µs".encode(): 1_000,  # U+00B5
-    "μs".encode(): 1_000,  # U+03BC
-    b"ms": 1_000_000,
-    b"s": 1_000_000_000,
-    b"m": 60_000_000_000,
-    b"h": 3_600_000_000_000,
-}
-_MAX_INT64 = 2**63 - 1
-
-
-def _go_quote(s: bytes) -> str:
-    out = ['"']
-    for byte in s:
-        if byte >= 0x80 or byte < 0x20:
-            out.append(f"\\x{byte:02x}")
-        else:
-            ch = chr(byte)
-            out.append("\\" + ch if ch in '"\\' else ch)
-    out.append('"')
-    return "".join(out)
-
-
-def parse_go_duration(text: str) -> int:
-    """Go's `time.ParseDuration`, in nanoseconds, raising ValueError with Go's own message."""
-    orig = text.encode("utf-8")
-    s = orig
-    invalid = ValueError("time: invalid duration " + _go_quote(orig))
-    neg = False
-    if s[:1] in (b"-", b"+"):
-        neg = s[:1] == b"-"
-        s = s[1:]
-    if s == b"0":
-        return 0
-    if not s:
-        raise invalid
-    total = 0
-    while s:
-        if not (s[:1] == b"." or s[:1].isdigit()):
-            raise invalid
-        i = 0
-        v = 0
-        while i < len(s) and 0x30 <= s[i] <= 0x39:
-            if v > _MAX_INT64 // 10:
-                raise invalid
-            v = v * 10 + s[i] - 0x30
-            if v > _MAX_INT64:
-                raise invalid
-            i += 1
-        pre = i > 0
-        s = s[i:]
-        frac, scale, post = 0, 1.0, False
-        if s[:1] == b".":
-            s = s[1:]
-            i = 0
-            overflow = False
-            while i < len(s) and 0x30 <= s[i] <= 0x39:
-                if not overflow:
-                    if frac > _MAX_INT64 // 10:
-                        overflow = True
-                    else:
-                        frac = frac * 10 + s[i] - 0x30
-                        scale *= 10
-                i += 1
-            post = i > 0
-            s = s[i:]
-        if not pre and not post:
-            raise invalid
-        i = 0
-        while i < len(s) and not (s[i] == 0x2E or 0x30 <= s[i] <= 0x39):
-            i += 1
-        if i == 0:
-            raise ValueError("time: missing unit in duration " + _go_quote(orig))
-        unit_name, s = s[:i], s[i:]
-        unit = _UNITS.get(unit_name)
-        if unit is None:
-            raise ValueError(
-                "time: unknown unit " + _go_quote(unit_name) + " in duration " + _go_quote(orig)
-            )
-        if v > (1 << 63) // unit:
-            raise invalid
-        v *= unit
-        if frac > 0:
-            v += int(float(frac) * (float(unit) / scale))
-            if v > 1 << 63:
-                raise invalid
-        total += v
-        if total > 1 << 63:
-            raise invalid
-    if neg:
-        return -total
-    if total > _MAX_INT64:
-        raise invalid
-    return total
+# --- timeouts ------------------------------------------------------------------------------------
 
 
 def timeout_setting(text: str) -> float | None:
@@ -572,13 +480,13 @@ def timeout_setting(text: str) -> float | None:
         nanos = parse_go_duration(text)
     except ValueError as err:
         raise ValueError(
-            f"unable to parse timeout string {_go_quote(text.encode())}: {err}"
+            f"unable to parse timeout string {time_quote(text.encode())}: {err}"
         ) from None
     if nanos < 0:
         raise ValueError(
-            f"unable to parse timeout string {_go_quote(text.encode())}: must not be negative"
+            f"unable to parse timeout string {time_quote(text.encode())}: must not be negative"
         )
-    return nanos / 1e9 if nanos else None
+    return nanos / NANOS_PER_SECOND if nanos else None
 
 
 # --- compiling -----------------------------------------------------------------------------------
@@ -695,7 +603,7 @@ def _retry(spec: RetryPolicySpec | None, st: Status) -> RetryPolicy | None:
                 "Envoy's default",
             )
         elif nanos > 0:
-            per_try = nanos / 1e9
+            per_try = nanos / NANOS_PER_SECOND
     return RetryPolicy(
         count=count,
         per_try_timeout_s=per_try,

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from turnout.dialects.fields import parse_go_duration as parse_go_duration
+from turnout.dialects.fields import NANOS_PER_SECOND, go_duration_seconds, parse_go_duration
 from turnout.dialects.httpproxy.status_names import (
     IGNORED_FIELD,
     SERVICE_ERROR,
@@ -380,9 +380,10 @@ def _detail(unresolved: Unresolved, ref: str) -> str:
 
 
 def _slow_start_config(spec: SlowStartSpec) -> SlowStart | str:
-    window = parse_go_duration(spec.window)
-    if isinstance(window, str):
-        return f"error parsing window: {window}"
+    try:
+        window = parse_go_duration(spec.window) / NANOS_PER_SECOND
+    except ValueError as err:
+        return f"error parsing window: {err}"
     aggression = 1.0
     if spec.aggression:
         try:
@@ -404,10 +405,10 @@ def failure_retry(route: RouteUpstream) -> RetryPolicy | None:
     failure = route.failure_policy
     if failure is None or not failure.retry_policy or route.has_retry_policy:
         return None
-    per_try = parse_go_duration(failure.per_try_timeout) if failure.per_try_timeout else None
+    per_try = go_duration_seconds(failure.per_try_timeout) if failure.per_try_timeout else None
     return RetryPolicy(
         count=0 if failure.count == -1 else max(1, failure.count),
-        per_try_timeout_s=per_try if isinstance(per_try, float) and per_try > 0 else None,
+        per_try_timeout_s=per_try if per_try is not None and per_try > 0 else None,
         retry_on=("5xx",),
     )
 

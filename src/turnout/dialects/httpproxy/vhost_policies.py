@@ -30,12 +30,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from turnout.dialects.fields import MAX_UINT32
+from turnout.dialects.fields import MAX_UINT32, NANOS_PER_SECOND, parse_go_duration
 from turnout.dialects.httpproxy.route_policies import (
     canonical_header_key,
     escape_header_value,
     header_name_problem,
-    parse_go_duration,
 )
 from turnout.dialects.httpproxy.status_names import (
     FIELD_NOT_SUPPORTED,
@@ -46,12 +45,16 @@ from turnout.dialects.httpproxy.status_names import (
 )
 from turnout.dialects.httpproxy.upstream import Reader
 from turnout.graph.model import (
+    ANY_ORIGIN,
     CorsPolicy,
+    ExactOrigin,
     HeaderValue,
     IPFilter,
     IPFilterSource,
     IPRule,
     LocalRateLimit,
+    OriginMatch,
+    RegexOrigin,
     Route,
     VirtualHost,
     VirtualHostPolicies,
@@ -433,7 +436,7 @@ def _cors_policy(spec: CorsSpec) -> CorsPolicy | str:
     """Contour's `toCORSPolicy`: the policy, or the error text."""
     if not spec.allow_origin:
         return "invalid allowed origin configuration with length 0"
-    origins: list[str] = []
+    origins: list[OriginMatch] = []
     for origin in spec.allow_origin:
         match = _allow_origin(origin)
         if match is None:
@@ -453,7 +456,7 @@ def _cors_policy(spec: CorsSpec) -> CorsPolicy | str:
         if nanoseconds < 0:
             return f"invalid max age value {_go_quote(spec.max_age)}"
         # Go's "%.0f": round half to even, as Python's round().
-        max_age = round(nanoseconds / 1_000_000_000)
+        max_age = round(nanoseconds / NANOS_PER_SECOND)
     return CorsPolicy(
         allow_origins=tuple(origins),
         allow_methods=spec.allow_methods,
@@ -470,12 +473,12 @@ _ORIGIN = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://([^/?#]*)")
 _HOST_CHARS = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:\[\]%]+")
 
 
-def _allow_origin(origin: str) -> str | None:
-    """`*`, an exact origin (`scheme://host[:port]`, as written), or `regex:` and an RE2 regex
+def _allow_origin(origin: str) -> OriginMatch | None:
+    """`*`, an exact origin (`scheme://host[:port]`, as written), or an RE2 regex
     (Contour's rule: anything that is not exactly a scheme and a host is a regex). None when it
     is neither."""
     if origin == "*":
-        return origin
+        return ANY_ORIGIN
     m = _ORIGIN.fullmatch(origin)
     # Go lower-cases the scheme and splits off user info, so either makes the URL differ from
     # what was written, and Contour then reads the origin as a regex.
@@ -486,11 +489,11 @@ def _allow_origin(origin: str) -> str | None:
         and "@" not in m.group(2)
         and _HOST_CHARS.fullmatch(m.group(2))
     ):
-        return origin
+        return ExactOrigin(origin)
     # Contour compiles the regex with Go; Envoy also refuses programs above its size limit.
     if regex_error(origin) is not None:
         return None
-    return "regex:" + origin
+    return RegexOrigin(origin)
 
 
 # --- local rate limits --------------------------------------------------------------------------

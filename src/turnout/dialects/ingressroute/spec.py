@@ -26,7 +26,7 @@ from turnout.dialects.fields import (
     MAX_UINT32,
     FieldReader,
     describe,
-    parse_go_duration,
+    go_duration_seconds,
 )
 from turnout.dialects.ingressroute.upstream import VALIDATION_FIELD, ValidationSpec, read_validation
 from turnout.graph.model import PathRewrite, RetryPolicy, RoutePolicies, Timeouts
@@ -566,19 +566,6 @@ def _policies(r: _Reader, m: Mapping[str, Any], path: str) -> RoutePolicies:
     )
 
 
-# Go's time.ParseDuration refuses what overflows int64 nanoseconds (about 292 years).
-_MAX_GO_DURATION_S = (2**63 - 1) / 1e9
-
-
-def _go_duration(value: str) -> float | None:
-    """Seconds, or None when Go's time.ParseDuration (what Contour used) refuses `value`."""
-    seconds = parse_go_duration(value)
-    if isinstance(seconds, str) or abs(seconds) > _MAX_GO_DURATION_S:
-        return None
-    # Whole nanoseconds, as Go counts: "0.1m" is 6 s, not 6.000000000000001.
-    return round(seconds * 1e9) / 1e9
-
-
 def _timeout(r: _Reader, m: Mapping[str, Any], key: str, path: str) -> float | None:
     """Contour v1.0's `parseTimeout`: "" is Envoy's default (None), "infinity" disables the
     timeout (0), and so does anything that is not a positive duration (with a warning here)."""
@@ -587,7 +574,7 @@ def _timeout(r: _Reader, m: Mapping[str, Any], key: str, path: str) -> float | N
         return None
     if value == "infinity":
         return 0.0
-    seconds = _go_duration(value)
+    seconds = go_duration_seconds(value)
     if seconds is None or seconds < 0:
         r.warn(
             f'{path}.{key}: "{value}" is not a duration (such as "30s" or "1m30s") or '
@@ -603,7 +590,7 @@ def _per_try_timeout(r: _Reader, m: Mapping[str, Any], path: str) -> float | Non
     value = r.string(m, "perTryTimeout", path)
     if not value:
         return None
-    seconds = _go_duration(value)
+    seconds = go_duration_seconds(value)
     if seconds is None or seconds < 0:
         r.warn(
             f'{path}.perTryTimeout: "{value}" is not a duration (such as "150ms"); ignored, as '

@@ -73,7 +73,7 @@ from urllib.parse import urlsplit
 import re2
 
 from turnout.compile_inputs import IssuerDiscovery
-from turnout.dialects.fields import parse_go_duration
+from turnout.dialects.fields import go_duration_seconds
 from turnout.dialects.routegroup.eskip import (
     Arg,
     Call,
@@ -90,6 +90,7 @@ from turnout.graph.model import (
     Compression,
     CorsPolicy,
     DirectResponse,
+    ExactOrigin,
     HashPolicy,
     HashSource,
     HeaderPolicy,
@@ -112,7 +113,6 @@ __all__ = [
     "SUPPORTED_FILTERS",
     "FilterTranslation",
     "Unavailable",
-    "go_duration",
     "jwt_issuers",
     "routegroup_issuers",
     "translate_filters",
@@ -390,16 +390,6 @@ def _integer(arg: Arg, what: str, low: int, high: int) -> int:
     return int(n)
 
 
-def go_duration(text: str) -> float | None:
-    """Go's time.ParseDuration in seconds ("1h2m3.5s", "300ms", "-1s"), or None."""
-    seconds = parse_go_duration(text)
-    if isinstance(seconds, str):
-        return None
-    if abs(seconds) * 1e9 > 2**63 - (0 if text.startswith("-") else 1):
-        return None  # Go's int64 nanoseconds overflow: `time: invalid duration`
-    return seconds
-
-
 def _duration(arg: Arg, what: str, *, milliseconds: bool = False) -> float:
     """A duration argument: a Go duration string, or (`milliseconds`) a number of ms."""
     if milliseconds:
@@ -409,7 +399,7 @@ def _duration(arg: Arg, what: str, *, milliseconds: bool = False) -> float:
                 raise _Refused(f"{_INVALID}: {what} must not be negative")
             return n / 1000
     text = string_arg(arg)
-    seconds = go_duration(text) if text is not None else None
+    seconds = go_duration_seconds(text) if text is not None else None
     if seconds is None:
         raise _Refused(f'{_INVALID}: {what} {arg!r} is not a duration like "10s" or "1m"')
     if seconds < 0:
@@ -742,12 +732,12 @@ def _compress(state: _State, call: Call) -> None:
 
 
 def _cors_origin(state: _State, call: Call) -> None:
-    origins: list[str] = []
+    origins: list[ExactOrigin] = []
     for arg in call.args:
         origin = string_arg(arg)
         if origin is None or not origin:
             raise _Refused(f"{_INVALID}: the origins must be non-empty strings")
-        origins.append(origin)
+        origins.append(ExactOrigin(origin))
     if not origins:
         # Skipper always sets `*` here; Envoy's CORS filter would echo the request's Origin and
         # skip responses the route answers itself, so a plain response header is the exact form.

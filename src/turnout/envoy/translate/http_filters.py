@@ -65,6 +65,7 @@ from turnout.graph.model import (
     IPFilterSource,
     JwtValidation,
     LocalRateLimit,
+    RegexOrigin,
     Route,
     RoutingGraph,
     VirtualHost,
@@ -76,8 +77,6 @@ LOCAL_RATELIMIT_FILTER = "envoy.filters.http.local_ratelimit"
 COMPRESSOR_FILTER = "envoy.filters.http.compressor"
 JWT_AUTHN_FILTER = "envoy.filters.http.jwt_authn"
 
-# How `CorsPolicy.allow_origins` marks a regex (anything else is an exact origin, or "*").
-REGEX_ORIGIN_PREFIX = "regex:"
 
 # The name of the one RBAC policy turnout writes; it shows in Envoy's RBAC stats and logs.
 IP_FILTER_POLICY = "ip-filter"
@@ -251,13 +250,11 @@ def cors_policy(policy: CorsPolicy) -> Any:
     if policy.max_age_s is not None:
         out.max_age = str(max(0, policy.max_age_s))
     for origin in policy.allow_origins:
-        if origin.startswith(REGEX_ORIGIN_PREFIX):
+        if isinstance(origin, RegexOrigin):
             matcher = string_pb2.StringMatcher()
-            matcher.safe_regex.CopyFrom(
-                regex_pb2.RegexMatcher(regex=origin[len(REGEX_ORIGIN_PREFIX) :])
-            )
+            matcher.safe_regex.CopyFrom(regex_pb2.RegexMatcher(regex=origin.pattern))
         else:
-            matcher = string_pb2.StringMatcher(exact=origin, ignore_case=True)
+            matcher = string_pb2.StringMatcher(exact=origin.origin, ignore_case=True)
         out.allow_origin_string_match.append(matcher)
     return out
 

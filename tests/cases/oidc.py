@@ -1,0 +1,35 @@
+"""A RouteGroup guarding /secure with jwtValidation("%s") (the OIDC filter tests and
+`turnout discover` serve it)."""
+
+from __future__ import annotations
+
+RG = """\
+    apiVersion: zalando.org/v1
+    kind: RouteGroup
+    metadata: {name: rg, namespace: default}
+    spec:
+      hosts: [a.example.com]
+      backends:
+      - {name: app, type: service, serviceName: app, servicePort: 80}
+      defaultBackends: [{backendName: app}]
+      routes:
+      - pathSubtree: /secure
+        filters: ['jwtValidation("%s")']
+      - pathSubtree: /open
+    ---
+    apiVersion: v1
+    kind: Service
+    metadata: {name: app, namespace: default}
+    spec:
+      ports: [{name: http, port: 80}]
+    ---
+    apiVersion: discovery.k8s.io/v1
+    kind: EndpointSlice
+    metadata:
+      name: app-1
+      namespace: default
+      labels: {kubernetes.io/service-name: app}
+    addressType: IPv4
+    ports: [{name: http, port: 8080}]
+    endpoints: [{addresses: ["10.0.0.1"]}]
+    """
