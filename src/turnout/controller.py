@@ -31,7 +31,7 @@ import logging
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,7 +45,8 @@ from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate import translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.xds import XdsServer
-from turnout.graph.build import CompileResult, build_graph
+from turnout.graph.attribution import rejection_findings
+from turnout.graph.build import CompileResult, build_graph, fold_findings
 from turnout.graph.dialect import Dialects, EnvoyView
 from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
@@ -95,13 +96,12 @@ def now_rfc3339() -> str:
 
 def programmed_counts(statuses: Iterable[ObjectStatus]) -> dict[str, int]:
     """How many objects (Gateways) have a `Programmed` condition of their own True, False and
-    Unknown. Read from the rendered body, which has it whether the status is typed or not."""
+    Unknown."""
     counts = {"True": 0, "False": 0, "Unknown": 0}
     for status in statuses:
-        for c in status.body.get("conditions") or ():
-            if isinstance(c, Mapping) and c.get("type") == "Programmed":
-                value = str(c.get("status"))
-                counts[value] = counts.get(value, 0) + 1
+        programmed = status.condition("Programmed")
+        if programmed is not None:
+            counts[str(programmed.status)] += 1
     return counts
 
 
@@ -277,6 +277,11 @@ class Controller:
 
         objects = snapshot.get_ref if snapshot is not None else (lambda ref: None)
         settled = self.dialects.settle(applied.result.statuses, EnvoyView(probe, objects))
+        refused = [(r.type, r.name, r.message) for r in self.xds.refused_resources()]
+        rejections = rejection_findings(applied.result.graph, refused)
+        if rejections and snapshot is not None:
+            # A resource Envoy refused is reported on the objects that wrote it.
+            settled = fold_findings(settled, rejections, snapshot)
         self._publish_settled(settled)
 
     def _publish_settled(self, settled: Sequence[ObjectStatus]) -> None:

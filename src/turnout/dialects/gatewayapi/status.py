@@ -364,18 +364,6 @@ def programmed_statuses(
     return tuple(out)
 
 
-def programmed_counts(statuses: Iterable[ObjectStatus]) -> dict[str, int]:
-    """How many Gateways have `Programmed` True, False and Unknown (for metrics)."""
-    counts = {str(s): 0 for s in ConditionStatus}
-    for status in statuses:
-        if status.ref.group != GROUP or status.ref.kind != GATEWAY:
-            continue
-        programmed = status.condition(PROGRAMMED)
-        if programmed is not None:
-            counts[str(programmed.status)] += 1
-    return counts
-
-
 def gateway_listener_names(graph: RoutingGraph) -> frozenset[str]:
     """The Envoy listeners of the graph that serve Gateway ports (`gateway_<port>`): Envoy's
     rejection of one of them is reported on the Gateway listeners of that port
