@@ -13,6 +13,7 @@ import pytest
 
 from turnout.app import build_controller
 from turnout.cli import build_parser, main, serve_config
+from turnout.config import ServeConfig
 
 GATEWAY = """\
 apiVersion: gateway.networking.k8s.io/v1
@@ -103,3 +104,63 @@ def test_check_text_names_the_file_and_line_of_each_object(
     out = capsys.readouterr().out
     assert f"{path}:1: GatewayClass turnout: valid" in out
     assert f"{path}:6: Gateway app/gw: " in out
+
+
+NET_REFUSED = """\
+apiVersion: v1
+kind: Service
+metadata: {name: s, namespace: default}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: t, namespace: default}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: projectcontour.io/v1
+kind: HTTPProxy
+metadata: {name: heavy, namespace: default}
+spec:
+  virtualhost: {fqdn: heavy.example.com}
+  routes:
+    # Each weight passes the dialect; their sum is beyond the uint32 Envoy takes.
+    - conditions: [{prefix: /split}]
+      services: [{name: s, port: 80, weight: 3000000000}, {name: t, port: 80, weight: 3000000000}]
+    - services: [{name: s, port: 80}]
+---
+apiVersion: projectcontour.io/v1
+kind: HTTPProxy
+metadata: {name: good, namespace: default}
+spec: {virtualhost: {fqdn: good.example.com}, routes: [{services: [{name: s, port: 80}]}]}
+"""
+
+
+def _errors(status: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(status["conditions"][0].get("errors", []))
+
+
+async def test_a_route_the_envoy_limits_net_refuses_shows_in_its_httpproxy_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "proxies.yaml").write_text(NET_REFUSED)
+    code, doc = _check_json(tmp_path, capsys)
+    assert code == 1
+    checked = {o["metadata"]["name"]: o["status"] for o in doc["objects"]}
+    (error,) = _errors(checked["heavy"])
+    assert (error["type"], error["reason"]) == ("EnvoyLimit", "EnvoyLimit")
+    assert error["message"].startswith("spec.routes[0]: ")
+    assert checked["heavy"]["currentStatus"] == "invalid"
+    assert checked["good"]["currentStatus"] == "valid"
+
+    controller = build_controller(
+        ServeConfig(
+            paths=(tmp_path,), xds_port=0, run_envoy=False, watch=False, demo_backends=False
+        )
+    )
+    await controller.start()
+    try:
+        served = {s.ref.name: controller.status_json(s)["status"] for s in controller.statuses()}
+        assert [e["message"] for e in _errors(served["heavy"])] == [error["message"]]
+        assert served["good"]["currentStatus"] == "valid"
+    finally:
+        await controller.stop()
