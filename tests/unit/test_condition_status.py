@@ -8,9 +8,9 @@ import json
 import time
 from typing import Any
 
-from tests.unit.test_ingress import compile_objects, ingress, path, rule, service
-from tests.unit.test_oidc_filters import ISSUER, compile_rg
-from tests.unit.test_routegroup import routegroup, web_service
+from tests.cases.ingress_objects import compile_objects, ingress, path, rule, service
+from tests.cases.oidc import ISSUER, compile_rg
+from tests.cases.routegroup_objects import routegroup, web_service
 from turnout.app import compile_snapshot
 from turnout.cli import with_discover_hint
 from turnout.dialects.condition_status import ACCEPTED, RESOLVED_REFS, Problem

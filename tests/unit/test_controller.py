@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_xds import AdsClient, FakeEnvoy, until
+from tests.xds_client import AdsClient, FakeEnvoy, until
 from turnout.app import build_controller
 from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
 from turnout.config import ServeConfig

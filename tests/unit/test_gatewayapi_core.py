@@ -14,6 +14,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.cases.gateway_docs import CLASS, compile_docs, gateway_doc, service_doc
 from tests.xds_client import AdsClient, FakeEnvoy, resource_names, until
 from tests.xds_client import refs as xds_refs
 from tests.xds_client import snapshot as xds_snapshot
@@ -92,47 +93,6 @@ def test_a_wildcard_covers_one_or_more_labels_but_not_its_suffix() -> None:
 
 # --- compile: listeners per port ------------------------------------------------------------
 
-CLASS = """
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: turnout}
-spec: {controllerName: turnout.dev/gateway-controller}
-"""
-
-
-def _gateway_doc(name: str, *listeners: str) -> str:
-    """A Gateway `app/name` of the class `turnout` with `listeners` (YAML flow mappings)."""
-    items = "".join(f"  - {listener}\n" for listener in listeners)
-    return (
-        "---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n"
-        f"metadata: {{name: {name}, namespace: app}}\n"
-        f"spec:\n  gatewayClassName: turnout\n  listeners:\n{items}"
-    )
-
-
-def _service_doc(name: str, port_name: str, port: int, target: int, address: str) -> str:
-    """Service `app/name` and its EndpointSlice with the one endpoint `address`."""
-    return f"""\
----
-apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: app}}
-spec: {{ports: [{{name: {port_name}, port: {port}}}]}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: {name}, namespace: app, labels: {{kubernetes.io/service-name: {name}}}}}
-addressType: IPv4
-ports: [{{name: {port_name}, port: {target}}}]
-endpoints: [{{addresses: ["{address}"]}}]
-"""
-
-
-def _compile(text: str, options: CompileOptions | None = None) -> Any:
-    parsed = parse_text(text, "test.yaml")
-    assert not parsed.problems
-    return compile_snapshot(Snapshot.of(parsed.objects), options)
-
 
 def _status(result: Any, kind: str, namespace: str, name: str) -> Mapping[str, Any]:
     for s in result.statuses:
@@ -160,18 +120,18 @@ def _programmed_message(status: Mapping[str, Any]) -> str:
 
 GATEWAYS = (
     CLASS
-    + _gateway_doc(
+    + gateway_doc(
         "a",
         "{name: web, port: 8081, protocol: HTTP, hostname: a.example.com}",
         "{name: secure, port: 9443, protocol: TLS, tls: {mode: Passthrough}}",
         "{name: stream, port: 9000, protocol: TCP}",
     )
-    + _gateway_doc("b", "{name: web, port: 8081, protocol: HTTP, hostname: b.example.com}")
+    + gateway_doc("b", "{name: web, port: 8081, protocol: HTTP, hostname: b.example.com}")
 )
 
 
 def test_one_envoy_listener_per_port_shared_by_gateways_on_the_address() -> None:
-    result = _compile(GATEWAYS, CompileOptions(address="127.0.0.2"))
+    result = compile_docs(GATEWAYS, CompileOptions(address="127.0.0.2"))
     by_name = {lst.name: lst for lst in result.graph.listeners}
     assert sorted(by_name) == ["gateway_8081", "gateway_9000", "gateway_9443", "ingress_http"]
     http = by_name["gateway_8081"]
@@ -187,7 +147,7 @@ def test_one_envoy_listener_per_port_shared_by_gateways_on_the_address() -> None
 
 
 def test_gateway_ports_that_are_turnouts_own_are_refused_with_the_flag_named() -> None:
-    result = _compile(GATEWAYS, CompileOptions(http_port=8081, https_port=9000))
+    result = compile_docs(GATEWAYS, CompileOptions(http_port=8081, https_port=9000))
     for gateway, listener, flag in (("a", 0, "--http-port"), ("b", 0, "--http-port")):
         status = _status(result, "Gateway", "app", gateway)["listeners"][listener]
         accepted = next(c for c in status["conditions"] if c["type"] == "Accepted")
@@ -201,7 +161,7 @@ def test_gateway_ports_that_are_turnouts_own_are_refused_with_the_flag_named() -
 
 
 def test_ports_turnout_itself_listens_on_are_refused() -> None:
-    result = _compile(GATEWAYS, CompileOptions(reserved_ports=((9000, "--admin-port"),)))
+    result = compile_docs(GATEWAYS, CompileOptions(reserved_ports=((9000, "--admin-port"),)))
     stream = _status(result, "Gateway", "app", "a")["listeners"][2]
     accepted = next(c for c in stream["conditions"] if c["type"] == "Accepted")
     assert (accepted["status"], accepted["reason"]) == ("False", "PortUnavailable")
@@ -216,13 +176,13 @@ def test_ports_turnout_itself_listens_on_are_refused() -> None:
 
 
 def test_a_gateway_of_another_controller_name_is_not_turnouts() -> None:
-    result = _compile(GATEWAYS, CompileOptions(gateway_controller_name="example.com/x"))
+    result = compile_docs(GATEWAYS, CompileOptions(gateway_controller_name="example.com/x"))
     assert not [s for s in result.statuses if s.ref.group == "gateway.networking.k8s.io"]
     assert [lst.name for lst in result.graph.listeners] == ["ingress_http"]
 
 
 def test_bad_listener_values_never_raise() -> None:
-    text = CLASS + _gateway_doc(
+    text = CLASS + gateway_doc(
         "odd",
         '"not a listener"',
         '{name: [x], port: "80", protocol: 7, hostname: 5}',
@@ -232,7 +192,7 @@ def test_bad_listener_values_never_raise() -> None:
         '{name: kinds, port: 8082, protocol: HTTP, allowedRoutes: {kinds: ["HTTPRoute"]}}',
         '{name: tls, port: 8443, protocol: HTTPS, tls: {certificateRefs: ["x", {name: 3}]}}',
     )
-    result = _compile(text, CompileOptions(https_port=10443))
+    result = compile_docs(text, CompileOptions(https_port=10443))
     status = _status(result, "Gateway", "app", "odd")
     reasons = [_conditions(lst["conditions"]) for lst in status["listeners"]]
     assert reasons[0]["Accepted"] == ("False", "UnsupportedValue")
@@ -281,7 +241,7 @@ def test_programmed_statuses_turn_only_pending_true() -> None:
     assert _programmed_of(invalid.body) == ("False", "Invalid")
 
 
-GATEWAY_FILE = CLASS + _gateway_doc("gw", "{name: web, port: 18081, protocol: HTTP}")
+GATEWAY_FILE = CLASS + gateway_doc("gw", "{name: web, port: 18081, protocol: HTTP}")
 
 
 def _programmed(controller: Controller) -> tuple[str, str]:
@@ -360,8 +320,8 @@ async def test_controller_settles_programmed_when_envoy_acks_without_a_status_re
 
 EMPTY_STREAM_GATEWAYS = (
     CLASS
-    + _gateway_doc("empty-tcp", "{name: tcp, port: 18095, protocol: TCP}")
-    + _gateway_doc("empty-tls", "{name: tls, port: 18096, protocol: TLS, tls: {mode: Passthrough}}")
+    + gateway_doc("empty-tcp", "{name: tcp, port: 18095, protocol: TCP}")
+    + gateway_doc("empty-tls", "{name: tls, port: 18096, protocol: TLS, tls: {mode: Passthrough}}")
 )
 
 
@@ -393,7 +353,7 @@ async def test_a_gateway_with_nothing_to_serve_is_programmed_once_envoy_acked(
 
 
 UNRELATED_FILE = (
-    _service_doc("other", "http", 80, 8080, "10.0.0.9")
+    service_doc("other", "http", 80, 8080, "10.0.0.9")
     + """\
 ---
 apiVersion: networking.k8s.io/v1
@@ -449,7 +409,7 @@ async def test_controller_reports_envoys_rejection_as_invalid(tmp_path: Path) ->
 
 TWO_GATEWAYS_FILE = (
     CLASS
-    + _gateway_doc(
+    + gateway_doc(
         "good",
         "{name: tcp, port: 18091, protocol: TCP}",
         "{name: idle, port: 18093, protocol: TCP}",
@@ -463,8 +423,8 @@ spec:
   parentRefs: [{name: good, sectionName: tcp}]
   rules: [{backendRefs: [{name: db, port: 5432}]}]
 """
-    + _service_doc("db", "db", 5432, 5432, "10.0.0.7")
-    + _gateway_doc("busy", "{name: web, port: 18092, protocol: HTTP}")
+    + service_doc("db", "db", 5432, 5432, "10.0.0.7")
+    + gateway_doc("busy", "{name: web, port: 18092, protocol: HTTP}")
 )
 BIND_ERROR = (
     "Error adding/updating listener(s) gateway_18092: cannot bind '127.0.0.1:18092': "
@@ -573,9 +533,9 @@ def test_compile_says_when_a_port_gets_no_envoy_listener() -> None:
     """A TCP listener without a TCPRoute and a TLS passthrough listener without a TLSRoute
     have nothing to serve: no Envoy listener, and their Programmed says so (not "Envoy
     acknowledged")."""
-    result = _compile(
+    result = compile_docs(
         CLASS
-        + _gateway_doc(
+        + gateway_doc(
             "gw",
             "{name: tcp, port: 9000, protocol: TCP}",
             "{name: tls, port: 9443, protocol: TLS, tls: {mode: Passthrough}}",
@@ -726,7 +686,7 @@ def test_supported_features_are_sorted_and_match_the_documented_table() -> None:
         else:
             documented.add(name)
     assert documented == set(SUPPORTED_FEATURES)
-    result = _compile(GATEWAYS)
+    result = compile_docs(GATEWAYS)
     features = _status(result, "GatewayClass", "default", "turnout")["supportedFeatures"]
     assert [f["name"] for f in features] == list(SUPPORTED_FEATURES)
 
@@ -775,7 +735,7 @@ def test_check_output_shows_gateway_class_without_namespace(
 
 
 def test_status_json_shows_gateway_class_without_namespace() -> None:
-    result = _compile(GATEWAY_FILE)
+    result = compile_docs(GATEWAY_FILE)
     objects = [default_dialects().status_json(s) for s in result.statuses]
     (gateway_class,) = [o for o in objects if o["kind"] == "GatewayClass"]
     assert gateway_class["metadata"] == {"name": "turnout"}
@@ -815,7 +775,7 @@ def test_listener_hostnames_follow_the_hostname_pattern() -> None:
         f"{{name: l{i}, port: {18100 + i}, protocol: HTTP, hostname: {json.dumps(h)}}}"
         for i, h in enumerate(["localhost", "1.2.3.4", "a" * 250 + ".com"])
     ]
-    result = _compile(CLASS + _gateway_doc("gw", *listeners))
+    result = compile_docs(CLASS + gateway_doc("gw", *listeners))
     local, ip, long = _status(result, "Gateway", "app", "gw")["listeners"]
     assert _conditions(local["conditions"])["Accepted"] == ("True", "Accepted")
     assert _conditions(ip["conditions"])["Accepted"] == ("False", "UnsupportedValue")

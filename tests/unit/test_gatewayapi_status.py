@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.test_gatewayapi_core import CLASS, _compile, _gateway_doc, _service_doc
+from tests.cases.gateway_docs import CLASS, compile_docs, gateway_doc, service_doc
 from turnout.dialects.gatewayapi.conditions import GATEWAY_SHAPE, ROUTE_SHAPE
 from turnout.objects import ObjectRef
 from turnout.status.model import (
@@ -23,13 +23,13 @@ GATEWAY = ObjectRef("gateway.networking.k8s.io", "Gateway", "app", "gw")
 
 TWO_PARENTS = (
     CLASS
-    + _gateway_doc(
+    + gateway_doc(
         "gw",
         "{name: a, port: 18081, protocol: HTTP}",
         "{name: b, port: 18082, protocol: HTTP}",
     )
     # A link-local endpoint (a cloud metadata service) is refused after the dialects ran.
-    + _service_doc("meta", "http", 80, 80, "169.254.169.254")
+    + service_doc("meta", "http", 80, 80, "169.254.169.254")
     + """\
 ---
 apiVersion: gateway.networking.k8s.io/v1
@@ -47,7 +47,7 @@ def _by_type(conditions: Any) -> dict[str, dict[str, Any]]:
 
 
 def test_a_route_whose_backend_endpoint_is_refused_is_partially_invalid_on_each_parent() -> None:
-    result = _compile(TWO_PARENTS)
+    result = compile_docs(TWO_PARENTS)
     (status,) = [s for s in result.statuses if s.ref == ROUTE]
     parents = status.body["parents"]
     assert [p["parentRef"]["sectionName"] for p in parents] == ["a", "b"]

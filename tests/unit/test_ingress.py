@@ -10,7 +10,6 @@ import functools
 import itertools
 import json
 import random
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,15 @@ from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tests import builders
-from tests.builders import kube_object
+from tests.cases.ingress_objects import (
+    backend,
+    compile_objects,
+    ingress,
+    kind_object,
+    path,
+    rule,
+    service,
+)
 from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
 from turnout.app import compile_snapshot
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
@@ -43,71 +49,6 @@ from turnout.store import Snapshot
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ingress"
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def obj(
-    kind: str,
-    name: str,
-    namespace: str = "default",
-    spec: Any = None,
-    created: str | None = None,
-    annotations: dict[str, str] | None = None,
-    api_version: str | None = None,
-    extra: dict[str, Any] | None = None,
-) -> KubeObject:
-    api = api_version or {
-        "Ingress": "networking.k8s.io/v1",
-        "IngressClass": "networking.k8s.io/v1",
-        "HTTPProxy": "projectcontour.io/v1",
-    }.get(kind, "v1")
-    return kube_object(
-        api,
-        kind,
-        name,
-        namespace,
-        spec=spec,
-        created=created,
-        annotations=annotations,
-        **(extra or {}),
-    )
-
-
-def service(name: str, namespace: str = "default", port: int = 80) -> KubeObject:
-    """Ingress backends name their port "http" (the Ingress tests select it by name too)."""
-    return builders.service(name, namespace, port, port_name="http")
-
-
-def backend(name: str, port: int | str = 80) -> dict[str, Any]:
-    key = "number" if isinstance(port, int) else "name"
-    return {"service": {"name": name, "port": {key: port}}}
-
-
-def path(p: str, svc: str = "svc", path_type: str = "Prefix") -> dict[str, Any]:
-    return {"path": p, "pathType": path_type, "backend": backend(svc)}
-
-
-def rule(host: str | None, *paths: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"http": {"paths": list(paths)}}
-    if host is not None:
-        out["host"] = host
-    return out
-
-
-def ingress(
-    name: str,
-    *rules: dict[str, Any],
-    namespace: str = "default",
-    created: str | None = "2024-01-01T00:00:00Z",
-    annotations: dict[str, str] | None = None,
-    class_name: str | None = "turnout",
-    **spec: Any,
-) -> KubeObject:
-    body: dict[str, Any] = dict(spec)
-    if rules:
-        body["rules"] = list(rules)
-    if class_name is not None:
-        body["ingressClassName"] = class_name
-    return obj("Ingress", name, namespace, body, created, annotations)
 
 
 @functools.cache
@@ -137,16 +78,12 @@ def _certificate() -> tuple[str, str]:
 
 def tls_secret(name: str, namespace: str = "default") -> KubeObject:
     crt, key = _certificate()
-    return obj(
+    return kind_object(
         "Secret",
         name,
         namespace,
         extra={"type": "kubernetes.io/tls", "stringData": {"tls.crt": crt, "tls.key": key}},
     )
-
-
-def compile_objects(objects: Iterable[KubeObject], **options: Any) -> CompileResult:
-    return compile_snapshot(Snapshot.of(objects), CompileOptions(**options))
 
 
 def status_of(result: CompileResult, name: str, namespace: str = "default") -> dict[str, Any]:
@@ -195,7 +132,7 @@ def test_ingresses_of_other_classes_get_no_status_at_all() -> None:
                 rule("d.example.com", path("/")),
                 annotations={"kubernetes.io/ingress.class": "nginx"},
             ),
-            obj("IngressClass", "turnout", spec={"controller": CONTROLLER}),
+            kind_object("IngressClass", "turnout", spec={"controller": CONTROLLER}),
         ]
     )
     assert [(s.ref.kind, s.ref.name) for s in result.statuses] == [("Ingress", "mine")]
@@ -207,10 +144,10 @@ def test_a_class_name_is_ours_by_its_ingressclass_controller_first() -> None:
     index = ClassIndex.of(
         Snapshot.of(
             [
-                obj("IngressClass", "turnout", spec={"controller": "k8s.io/ingress-nginx"}),
-                obj("IngressClass", "internal", spec={"controller": CONTROLLER}),
-                obj("IngressClass", "broken", spec={"controller": 42}),
-                obj("IngressClass", "nospec"),
+                kind_object("IngressClass", "turnout", spec={"controller": "k8s.io/ingress-nginx"}),
+                kind_object("IngressClass", "internal", spec={"controller": CONTROLLER}),
+                kind_object("IngressClass", "broken", spec={"controller": 42}),
+                kind_object("IngressClass", "nospec"),
             ]
         ),
         served_name="turnout",
@@ -225,7 +162,7 @@ def test_a_class_name_is_ours_by_its_ingressclass_controller_first() -> None:
 
 def test_default_class_is_the_newest_then_the_first_name() -> None:
     def default(name: str, created: str, controller: str = CONTROLLER) -> KubeObject:
-        return obj(
+        return kind_object(
             "IngressClass",
             name,
             spec={"controller": controller},
@@ -238,7 +175,7 @@ def test_default_class_is_the_newest_then_the_first_name() -> None:
             default("old", "2020-01-01T00:00:00Z"),
             default("zeta", "2024-01-01T00:00:00Z", "other"),
             default("alpha", "2024-01-01T00:00:00Z"),
-            obj(
+            kind_object(
                 "IngressClass",
                 "not-default",
                 created="2025-01-01T00:00:00Z",
@@ -256,7 +193,7 @@ def test_ingressclass_is_cluster_scoped_whatever_namespace_a_file_gives_it() -> 
     result = compile_objects(
         [
             service("svc", "apps"),
-            obj("IngressClass", "edge", "some-namespace", spec={"controller": CONTROLLER}),
+            kind_object("IngressClass", "edge", "some-namespace", spec={"controller": CONTROLLER}),
             ingress("x", rule("x.example.com", path("/")), namespace="apps", class_name="edge"),
         ]
     )
@@ -331,7 +268,7 @@ class _HTTPSClaimer:
 
 
 def test_https_owned_by_another_object_leaves_the_host_plain_http() -> None:
-    other = obj("HTTPProxy", "proxy", created="2000-01-01T00:00:00Z")
+    other = kind_object("HTTPProxy", "proxy", created="2000-01-01T00:00:00Z")
     objects = [
         service("svc"),
         tls_secret("cert"),
@@ -357,7 +294,7 @@ def test_losing_a_host_keeps_the_ingress_other_hosts() -> None:
     result = compile_objects(
         [
             service("svc"),
-            obj(
+            kind_object(
                 "HTTPProxy",
                 "proxy",
                 spec={
@@ -610,7 +547,7 @@ def test_status_is_deterministic_and_summarises_the_first_error() -> None:
     ],
 )
 def test_the_reader_never_raises_and_refuses_what_the_api_server_would(spec: Any) -> None:
-    parsed = parse_ingress(obj("Ingress", "i", spec=spec))
+    parsed = parse_ingress(kind_object("Ingress", "i", spec=spec))
     assert not parsed.admitted
     assert all(p.message for p in parsed.problems)
 
@@ -748,7 +685,7 @@ ANCHOR = [
         tls=[{"hosts": ["anchor.example.com"], "secretName": "cert"}],
         created="2020-01-01T00:00:00Z",
     ),
-    obj(
+    kind_object(
         "HTTPProxy",
         "proxy",
         spec={
@@ -818,7 +755,7 @@ def _assert_envoy_would_accept(result: CompileResult) -> None:
 def test_any_ingress_compiles_and_leaves_other_hosts_alone(
     spec: Any, annotations: dict[str, str] | None
 ) -> None:
-    fuzz = obj(
+    fuzz = kind_object(
         "Ingress", "fuzz", spec=spec, created="2030-01-01T00:00:00Z", annotations=annotations
     )
     result = compile_objects([*ANCHOR, fuzz])
@@ -840,7 +777,7 @@ def test_any_ingress_compiles_and_leaves_other_hosts_alone(
 
 def test_fuzz_template_is_valid() -> None:
     """The mutation template must itself compile cleanly, or the fuzz explores only errors."""
-    result = compile_objects([*ANCHOR, obj("Ingress", "t", spec=TEMPLATE)])
+    result = compile_objects([*ANCHOR, kind_object("Ingress", "t", spec=TEMPLATE)])
     assert [c["status"] for c in status_of(result, "t")["conditions"]] == ["True", "True"]
     assert served_by(result, "fuzz.example.com", "/r/12", HTTPS_LISTENER) == "default/svc"
 

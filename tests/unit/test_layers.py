@@ -1,8 +1,10 @@
 """The layers of docs/architecture.md hold: `lint-imports` keeps the contracts in pyproject.toml,
-and breaking one is caught."""
+and breaking one is caught. No test module imports another: shared helpers live in helper
+modules (tests/builders.py, tests/cases/, tests/xds_client.py)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -97,3 +99,50 @@ def test_no_import_cycles_between_modules() -> None:
 def test_the_cycle_finder_finds_cycles() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _test_module_imports(source: str) -> list[str]:
+    """The modules whose last dotted part starts with `test_` that `source` imports from, with
+    the line of each import (`from x import test_y` counts: it may name a test module too)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            names = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found += [
+            f"line {node.lineno}: {name}"
+            for name in names
+            if name.rpartition(".")[2].startswith("test_")
+        ]
+    return found
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    """A helper two test modules share belongs in a helper module, not in one of the tests."""
+    offenders = [
+        f"{path.relative_to(ROOT)} {entry}"
+        for path in sorted((ROOT / "tests").rglob("test_*.py"))
+        for entry in _test_module_imports(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == [], "test modules importing test modules:\n" + "\n".join(offenders)
+
+
+def test_the_test_import_finder_finds_them() -> None:
+    source = (
+        "import tests.unit.test_a\n"
+        "from tests.unit.test_b import helper\n"
+        "from .test_c import x\n"
+        "from tests.unit import test_d\n"
+        "from tests.builders import service\n"
+        "import tests.xds_client\n"
+    )
+    assert _test_module_imports(source) == [
+        "line 1: tests.unit.test_a",
+        "line 2: tests.unit.test_b",
+        "line 3: .test_c",
+        "line 4: tests.unit.test_d",
+    ]

@@ -9,7 +9,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from tests.cases.oidc import RG
+from tests.cases.oidc import ISSUER, RG, compile_rg
 from turnout.app import compile_snapshot
 from turnout.cli import decision_json
 from turnout.compile_inputs import CompileOptions, IssuerDiscovery
@@ -27,7 +27,6 @@ from turnout.graph.validate import policies_problem
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
 
-ISSUER = "https://issuer.example.org/realm"
 JWKS = "https://keys.example.org/realm/jwks.json"
 
 
@@ -126,11 +125,6 @@ def test_the_issuers_a_snapshot_names() -> None:
 
 
 # --- the dialect and its status ------------------------------------------------------------------
-
-
-def compile_rg(issuer: str, *answers: IssuerDiscovery) -> Any:
-    snapshot = Snapshot.of(parse_text(textwrap.dedent(RG % issuer), "rg.yaml").objects)
-    return compile_snapshot(snapshot, CompileOptions(issuer_discovery=tuple(answers)))
 
 
 def secure_route(result: Any) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import endpoint_slice, kube_object
+from tests.cases.routegroup_objects import routegroup, shop_object, web_service
 from turnout.app import compile_options, compile_snapshot
 from turnout.cli import build_parser, serve_config
 from turnout.compile_inputs import CompileOptions
@@ -30,26 +30,6 @@ from turnout.status.model import State
 from turnout.store import Snapshot
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "routegroup"
-
-
-CREATED = "2024-01-01T00:00:00Z"
-
-
-def obj(kind: str, name: str, body: dict[str, Any], api_version: str = "v1") -> KubeObject:
-    return kube_object(
-        api_version, kind, name, "shop", created=CREATED, origin=Origin("test"), **body
-    )
-
-
-def routegroup(name: str, spec: Any) -> KubeObject:
-    return obj("RouteGroup", name, {"spec": spec}, "zalando.org/v1")
-
-
-def web_service() -> list[KubeObject]:
-    return [
-        obj("Service", "web", {"spec": {"ports": [{"name": "http", "port": 80}]}}),
-        endpoint_slice("web", ["10.0.0.1"], "shop", ports=[("http", 8080)]),
-    ]
 
 
 def test_path_tree_order() -> None:
@@ -147,7 +127,7 @@ _specs = st.fixed_dictionaries(
 def test_any_spec_compiles_without_raising_and_leaves_others_alone(spec: Any) -> None:
     """Whatever a RouteGroup holds, the compile does not raise, the RouteGroup gets a status, the
     translator takes the graph, and an HTTPProxy's host keeps routing."""
-    proxy = obj(
+    proxy = shop_object(
         "HTTPProxy",
         "proxy",
         {
