@@ -62,7 +62,7 @@ async def test_system_ca_certificates_are_the_system_ca_file(
         assert (accepted["status"], accepted["reason"]) == ("True", "Accepted")
         assert harness.controller.applied is not None
         graph = harness.controller.applied.result.graph
-        assert validate_resources(translate(graph, harness.controller.config.translate_options)).ok
+        assert validate_resources(translate(graph, harness.controller.translate_options)).ok
 
         # The same objects with a system file that lacks the backend's CA: the handshake fails.
         await harness.apply(files, options={"system_ca_file": str(untrusted)})
