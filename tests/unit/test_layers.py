@@ -46,6 +46,16 @@ def test_a_dialect_importing_envoy_breaks_the_contracts(tmp_path: Path) -> None:
     assert "turnout.dialects.httpproxy.spec -> turnout.envoy.translate" in run.stdout
 
 
+def test_the_contour_package_importing_a_dialect_breaks_the_contracts(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "src" / "turnout", tmp_path / "src" / "turnout")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    order = tmp_path / "src" / "turnout" / "dialects" / "contour" / "order.py"
+    order.write_text(order.read_text() + "\nimport turnout.dialects.ingress.spec  # noqa\n")
+    run = _lint_imports(tmp_path / "src", tmp_path)
+    assert run.returncode != 0
+    assert "turnout.dialects.contour.order -> turnout.dialects.ingress.spec" in run.stdout
+
+
 def _cycles(imports: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}
