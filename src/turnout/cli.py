@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import ipaddress
 import json
 import logging
 import signal
@@ -146,7 +147,17 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
 def _add_listen_flags(p: argparse.ArgumentParser) -> None:
     """The address and ports of `serve`. `check` and `explain` take them too: a Gateway listener
     on a port turnout or its Envoy uses is refused the same way by all three."""
-    p.add_argument("--address", default="127.0.0.1", help="address Envoy and turnout bind")
+    p.add_argument("--address", default="127.0.0.1", help="address Envoy's listeners bind")
+    p.add_argument(
+        "--admin-address",
+        default="127.0.0.1",
+        help="address turnout's admin API binds (/status shows every object: keep it private)",
+    )
+    p.add_argument(
+        "--xds-address",
+        default="127.0.0.1",
+        help="address turnout's xDS server binds (it serves every certificate to any client)",
+    )
     p.add_argument("--http-port", type=int, default=8080)
     p.add_argument("--https-port", type=int, default=8443)
     p.add_argument("--admin-port", type=int, default=8001, help="turnout's admin server")
@@ -189,6 +200,8 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig(
         paths=tuple(args.paths),
         address=args.address,
+        admin_address=args.admin_address,
+        xds_address=args.xds_address,
         http_port=args.http_port,
         https_port=args.https_port,
         admin_port=args.admin_port,
@@ -565,24 +578,50 @@ def _serve(args: argparse.Namespace) -> int:
 def _busy_ports(config: ServeConfig) -> list[str]:
     """The ports turnout or its Envoy would fail to bind, checked up front so that a taken port
     is one clear line instead of a traceback or an Envoy that silently rejects its listener."""
-    wanted = [("--admin-port", config.admin_port), ("--xds-port", config.xds_port)]
+    wanted = [
+        ("--admin-port", config.admin_address, config.admin_port),
+        ("--xds-port", config.xds_address, config.xds_port),
+    ]
     if config.run_envoy:
         wanted += [
-            ("--http-port", config.http_port),
-            ("--https-port", config.https_port),
-            ("--envoy-admin-port", config.envoy_admin_port),
+            ("--http-port", config.address, config.http_port),
+            ("--https-port", config.address, config.https_port),
+            ("--envoy-admin-port", config.address, config.envoy_admin_port),
         ]
     busy: list[str] = []
-    for flag, port in wanted:
+    for flag, address, port in wanted:
         if port == 0:
             continue
-        with socket.socket(socket.AF_INET6 if ":" in config.address else socket.AF_INET) as s:
+        with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                s.bind((config.address, port))
+                s.bind((address, port))
             except OSError as err:
-                busy.append(f"{config.address}:{port} ({flag}): {err.strerror or err}")
+                busy.append(f"{address}:{port} ({flag}): {err.strerror or err}")
     return busy
+
+
+def _warn_exposed(config: ServeConfig) -> None:
+    """Says so when the admin API or xDS listens beyond this host: both are unauthenticated."""
+    for flag, address, what in (
+        ("--admin-address", config.admin_address, "the admin API (every object and status)"),
+        ("--xds-address", config.xds_address, "xDS (every route, certificate and key)"),
+    ):
+        if not _is_loopback(address):
+            log.warning(
+                "%s %s: %s is reachable from other hosts without authentication; "
+                "keep it on 127.0.0.1 or firewall the port",
+                flag,
+                address,
+                what,
+            )
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
 
 
 async def _run(config: ServeConfig) -> None:
@@ -599,15 +638,16 @@ async def _run(config: ServeConfig) -> None:
         loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(controller.reload()))
     try:
         # The admin server first: while a source is still listing, /readyz says which.
-        await admin.start(config.address, config.admin_port)
+        _warn_exposed(config)
+        await admin.start(config.admin_address, config.admin_port)
         await controller.start()
         log.info(
             "turnout serving: HTTP on %s:%d, admin on %s:%d, xDS on %s:%d%s",
             config.address,
             config.http_port,
-            config.address,
+            config.admin_address,
             config.admin_port,
-            config.address,
+            config.xds_address,
             controller.xds_port,
             "" if config.run_envoy else " (no Envoy child: connect your own)",
         )

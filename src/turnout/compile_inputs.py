@@ -48,6 +48,17 @@ class IssuerDiscovery:
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class DnsAnswer:
+    """What a DNS name of an upstream (an ExternalName Service, a RouteGroup `network` or `lb`
+    backend) resolved to on turnout's host: its `addresses`, or why it did not resolve
+    (`error`). Found by the controller (turnout.sources.local_addresses) outside the compile."""
+
+    name: str
+    addresses: tuple[str, ...] = ()
+    error: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class CompileOptions:
     address: str = "127.0.0.1"
@@ -79,6 +90,19 @@ class CompileOptions:
     # by issuer; an issuer missing here has no answer yet. Part of the compile's input, so the
     # compile stays a pure function of snapshot and options.
     issuer_discovery: tuple[IssuerDiscovery, ...] = ()
+    # Every address of this machine (its interfaces', its host name's), sorted: no upstream may
+    # reach a reserved port on any of them, not only on `address` and loopback. Found by the
+    # controller outside the compile, and refreshed.
+    local_addresses: tuple[str, ...] = ()
+    # What the DNS names of DNS-resolved upstreams resolved to, sorted by name: a name resolving
+    # to this host or a link-local address is refused. A name missing here has no answer yet.
+    dns_answers: tuple[DnsAnswer, ...] = ()
+
+    def dns_answer(self, name: str) -> DnsAnswer | None:
+        for found in self.dns_answers:
+            if found.name == name:
+                return found
+        return None
 
     def discovery(self, issuer: str) -> IssuerDiscovery | None:
         for found in self.issuer_discovery:

@@ -14,7 +14,12 @@ from turnout.compile_inputs import (
 @dataclass(frozen=True, slots=True)
 class ServeConfig:
     paths: tuple[Path, ...]
+    # Where Envoy's listeners bind (the shared HTTP/HTTPS listeners and Gateway listeners).
     address: str = "127.0.0.1"
+    # turnout's admin API and xDS server: loopback unless the operator opens them, since the
+    # admin API shows every object and xDS hands out every certificate.
+    admin_address: str = "127.0.0.1"
+    xds_address: str = "127.0.0.1"
     http_port: int = 8080
     https_port: int = 8443
     admin_port: int = 8001

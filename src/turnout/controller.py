@@ -51,6 +51,7 @@ from turnout.graph.dialect import Dialects, EnvoyView
 from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
 from turnout.sources.base import Source, StoreSink
+from turnout.sources.local_addresses import HostWatcher
 from turnout.sources.oidc import IssuerDiscoverer
 from turnout.status.model import ObjectStatus, State, stamp_transitions
 from turnout.store import Snapshot, SourceProblem, Store, same_content
@@ -88,6 +89,16 @@ class _Input:
             and self.compile_options == other.compile_options
             and self.translate_options == other.translate_options
         )
+
+
+def _connectable(address: str) -> str:
+    """Where the child Envoy reaches a server bound on `address`: this host's loopback for the
+    unspecified address (binding 0.0.0.0 also listens there)."""
+    if address in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if address == "::":
+        return "::1"
+    return address
 
 
 def now_rfc3339() -> str:
@@ -149,16 +160,16 @@ class Controller:
         # OpenID discovery for RouteGroups' jwtValidation: network calls stay out of the compile,
         # whose input the answers become; a changed answer recompiles.
         self.oidc = IssuerDiscoverer(self.recompile)
+        # This host's addresses and the answers for the DNS names upstreams use, found outside
+        # the compile like OpenID discovery and refreshed every 30 s.
+        self.hosts = HostWatcher(self.recompile)
 
     # -- compile -------------------------------------------------------------------------------
 
     def _compile(
-        self, snapshot: Snapshot, discovery: tuple[IssuerDiscovery, ...] = ()
+        self, snapshot: Snapshot, options: CompileOptions
     ) -> tuple[CompileResult, EnvoyResources]:
-        """Pure and thread-safe: it reads only the immutable snapshot and discovery answers."""
-        options = self.compile_options
-        if discovery:
-            options = dataclasses.replace(options, issuer_discovery=discovery)
+        """Pure and thread-safe: it reads only the immutable snapshot and options."""
         result = build_graph(snapshot, options, self.dialects.all)
         return result, translate(result.graph, self.translate_options)
 
@@ -168,6 +179,8 @@ class Controller:
 
         The compile runs in a worker thread so a large one does not stall ADS streams or the
         admin server; compiles are serialized so the newest snapshot is always applied last.
+        A compile that names a DNS upstream not resolved yet is done again once it is, before
+        anything is applied, so a name leading to this host never reaches Envoy's first config.
 
         A failure here is a bug in turnout, not bad input (dialects turn bad input into status).
         It must not take turnout down or change anyone's routing: the last good configuration
@@ -191,8 +204,13 @@ class Controller:
                 if compile_input.same(self._compiled):
                     return self.applied
                 result, resources = await asyncio.to_thread(
-                    self._compile, snapshot, compile_input.discovery
+                    self._compile, snapshot, compile_input.compile_options
                 )
+                if await asyncio.to_thread(self.hosts.track, result.dns_names):
+                    compile_input = self._input(snapshot)
+                    result, resources = await asyncio.to_thread(
+                        self._compile, snapshot, compile_input.compile_options
+                    )
                 version = self.xds.set_resources(resources)
             except Exception as err:
                 self.compile_error = f"compile failed, last good configuration kept: {err!r}"
@@ -204,7 +222,14 @@ class Controller:
             return self.applied
 
     def _input(self, snapshot: Snapshot) -> _Input:
-        return _Input(snapshot, self.oidc.results(), self.compile_options, self.translate_options)
+        discovery = self.oidc.results()
+        options = dataclasses.replace(
+            self.compile_options,
+            issuer_discovery=discovery or self.compile_options.issuer_discovery,
+            local_addresses=self.hosts.addresses,
+            dns_answers=self.hosts.answers,
+        )
+        return _Input(snapshot, discovery, options, self.translate_options)
 
     def _applied(
         self, result: CompileResult, version: str, snapshot: Snapshot, elapsed: float
@@ -334,12 +359,13 @@ class Controller:
     async def start(self) -> None:
         """Starts the xDS server and the sources, and returns once every source has listed
         everything and that was compiled (then starts Envoy, if it runs one)."""
-        self.xds_port = await self.xds.start(self.config.address, self.config.xds_port)
+        self.xds_port = await self.xds.start(self.config.xds_address, self.config.xds_port)
         for index, source in enumerate(self.sources):
             self._tasks.append(
                 asyncio.create_task(self._run_source(index, source), name=f"source-{source.name}")
             )
         self._tasks.append(asyncio.create_task(self._compile_loop(), name="turnout-compile"))
+        self._tasks.append(asyncio.create_task(self.hosts.run(), name="turnout-hosts"))
         await self._first_compile.wait()
         if self.config.demo_backends:
             await self._start_demo_backends()
@@ -356,7 +382,7 @@ class Controller:
 
     def bootstrap(self) -> dict[str, object]:
         return bootstrap_config(
-            xds_address=self.config.address,
+            xds_address=_connectable(self.config.xds_address),
             xds_port=self.xds_port,
             admin_address=self.config.address,
             admin_port=self.config.envoy_admin_port,

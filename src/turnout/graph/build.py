@@ -39,6 +39,7 @@ from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import (
     BackendResolver,
     ForbiddenEndpoint,
+    dns_names,
     drop_forbidden_endpoints,
     endpoint_reserved_ports,
     endpoint_sources,
@@ -64,6 +65,9 @@ class CompileResult:
     graph: RoutingGraph
     statuses: tuple[ObjectStatus, ...]
     problems: tuple[SourceProblem, ...]
+    # The DNS names of the served upstreams, refused ones included: the controller resolves them
+    # for the next compile's `CompileOptions.dns_answers` (a refused name must stay tracked).
+    dns_names: tuple[str, ...] = ()
 
 
 # Core kinds that every dialect may consume.
@@ -212,10 +216,11 @@ def build_graph(
         # A mirror's cluster receives copies of requests without being part of any split.
         used.update(m.cluster for m in route.policies.mirrors)
     used.discard(INVALID_BACKEND)  # a share answered 500, never a cluster (model.py)
+    served = tuple(c for c in backends.clusters() if c.name in used)
     clusters, forbidden = drop_forbidden_endpoints(
-        tuple(c for c in backends.clusters() if c.name in used),
+        served,
         endpoint_reserved_ports(options, declared.values()),
-        options.address,
+        options,
         backends.own_clusters(),
     )
     used_secrets = tls_secret_names(listeners)
@@ -241,6 +246,7 @@ def build_graph(
             *_forbidden_problems(forbidden, snapshot),
             *source_problems(limit_problems, snapshot),
         ),
+        dns_names=dns_names(served),
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -457,26 +457,43 @@ def endpoint_reserved_ports(
     return reserved
 
 
-def forbidden_endpoint(
-    address: str, port: int, reserved: Mapping[int, str], own_address: str | None
-) -> str | None:
-    """Why no tenant's backend may be this IP address and port; None when it may.
+def own_addresses(options: CompileOptions) -> frozenset[str]:
+    """This host's addresses, canonical: the listeners' `address` and every interface's."""
+    found = (_canonical(a) for a in (options.address, *options.local_addresses))
+    return frozenset(a for a in found if a is not None)
 
-    One Envoy serves every tenant, so a backend may not be Envoy's or turnout's own interfaces:
-    a reserved port (`reserved`: turnout's admin and xDS ports, Envoy's admin port, where POST
-    /quitquitquit stops Envoy, and every listener port, which would re-enter the public listener
-    from 127.0.0.1 and pass source-address policies meant for the host itself) on a loopback,
-    unspecified or turnout's own address; nor, whatever the port, a link-local address (cloud
-    metadata services live at 169.254.169.254) or an unspecified one (0.0.0.0 and :: reach this
-    host). Other loopback ports stay allowed: standalone turnout runs its backends there. A DNS
-    name is not checked (Envoy resolves it), the stance Contour takes for ExternalName Services.
-    """
+
+def _canonical(address: str) -> str | None:
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return None
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
+    return str(ip)
+
+
+def forbidden_endpoint(
+    address: str,
+    port: int,
+    reserved: Mapping[int, str],
+    own: str | Collection[str] | None,
+) -> str | None:
+    """Why no tenant's backend may be this IP address and port; None when it may.
+
+    One Envoy serves every tenant, so a backend may not be Envoy's or turnout's own interfaces:
+    a reserved port (`reserved`: turnout's admin and xDS ports, Envoy's admin port, where POST
+    /quitquitquit stops Envoy, and every listener port, which would re-enter the public listener
+    from this host and pass source-address policies meant for the host itself) on a loopback,
+    unspecified or any of this host's own addresses (`own`: `own_addresses`); nor, whatever the
+    port, a link-local address (cloud metadata services live at 169.254.169.254) or an
+    unspecified one (0.0.0.0 and :: reach this host). Other loopback ports stay allowed:
+    standalone turnout runs its backends there. DNS names: see `forbidden_dns_name`.
+    """
+    canonical = _canonical(address)
+    if canonical is None:
+        return None
+    ip = ipaddress.ip_address(canonical)
     if ip.is_unspecified:
         return "the unspecified address reaches this host, which is not allowed"
     if ip.is_link_local:
@@ -484,10 +501,46 @@ def forbidden_endpoint(
     what = reserved.get(port)
     if what is None:
         return None
-    if ip.is_loopback or (own_address is not None and str(ip) == own_address):
+    mine = {own} if isinstance(own, str) else set(own or ())
+    if ip.is_loopback or canonical in {_canonical(a) for a in mine}:
         return (
             f"port {port} on this host is turnout's or Envoy's own ({what}), which is not allowed"
         )
+    return None
+
+
+def forbidden_dns_name(
+    name: str, port: int, reserved: Mapping[int, str], options: CompileOptions | None
+) -> str | None:
+    """Why no tenant's upstream may be this DNS name and port; None when it may.
+
+    Envoy resolves the name, and any name can be made to resolve to this host: a reserved port
+    is refused whatever the name resolves to now. Beyond that, the answer turnout found
+    (`options.dns_answers`) must not be loopback, link-local, unspecified or one of this host's
+    addresses, on any port, as Contour's localhost names are refused. A name without an answer
+    yet is let through; see docs/policies.md for what remains (DNS rebinding between checks).
+    `options` None: the port alone (a dialect checking early leaves the answer to the graph,
+    which keeps tracking the name of a cluster it refuses)."""
+    what = reserved.get(port)
+    if what is not None:
+        return (
+            f"port {port} is turnout's or Envoy's own on this host ({what}); a DNS name can "
+            "resolve to this host, so no DNS-named backend may use that port"
+        )
+    if options is None:
+        return None
+    answer = options.dns_answer(name)
+    own = own_addresses(options)
+    for address in answer.addresses if answer is not None else ():
+        canonical = _canonical(address)
+        if canonical is None:
+            continue
+        ip = ipaddress.ip_address(canonical)
+        if ip.is_loopback or ip.is_link_local or ip.is_unspecified or canonical in own:
+            return (
+                f'"{name}" resolves to {address}, which is this host, a link-local or an '
+                "unspecified address; a DNS-named backend may not lead there"
+            )
     return None
 
 
@@ -525,7 +578,7 @@ class ForbiddenEndpoint:
 def drop_forbidden_endpoints(
     clusters: tuple[Cluster, ...],
     reserved: Mapping[int, str],
-    own_address: str | None,
+    options: CompileOptions,
     exempt: frozenset[str] = frozenset(),
 ) -> tuple[tuple[Cluster, ...], tuple[ForbiddenEndpoint, ...]]:
     """The clusters without the endpoints `forbidden_endpoint` refuses, and what was dropped.
@@ -533,19 +586,28 @@ def drop_forbidden_endpoints(
     It runs on the assembled graph, so it covers every dialect (EndpointSlices and Endpoints
     are tenant-written, and every dialect's Service backends come from them) and knows every
     listener port of the compile. A cluster left with no endpoint answers 503, as a Service
-    without ready endpoints does. `exempt`: turnout's own clusters, by name."""
+    without ready endpoints does; so does a DNS cluster whose name `forbidden_dns_name` refuses
+    (its "endpoint" is the name and port). `exempt`: turnout's own clusters, by name."""
+    own = own_addresses(options)
     kept: list[Cluster] = []
     dropped: list[ForbiddenEndpoint] = []
     for c in clusters:
         if c.name in exempt:
             kept.append(c)
             continue
+        if c.dns_name is not None:
+            reason = _dns_refusal(c, c.dns_name, reserved, options)
+            if reason is not None:
+                dropped.append(ForbiddenEndpoint(c, Endpoint(c.dns_name, c.port), reason))
+                c = replace(c, dns_name=None, endpoints=())
+            kept.append(c)
+            continue
         good: list[Endpoint] = []
         for ep in c.endpoints:
-            reason = forbidden_endpoint(ep.address, ep.port, reserved, own_address)
+            reason = forbidden_endpoint(ep.address, ep.port, reserved, own)
             if reason is None and ep.health_port:
                 # Health checks are requests too, with a path the tenant chooses.
-                reason = forbidden_endpoint(ep.address, ep.health_port, reserved, own_address)
+                reason = forbidden_endpoint(ep.address, ep.health_port, reserved, own)
             if reason is None:
                 good.append(ep)
             else:
@@ -554,3 +616,17 @@ def drop_forbidden_endpoints(
             c = replace(c, endpoints=tuple(good))
         kept.append(c)
     return tuple(kept), tuple(dropped)
+
+
+def _dns_refusal(
+    c: Cluster, name: str, reserved: Mapping[int, str], options: CompileOptions
+) -> str | None:
+    reason = forbidden_dns_name(name, c.port, reserved, options)
+    if reason is None and c.health_port:
+        reason = forbidden_dns_name(name, c.health_port, reserved, options)
+    return reason
+
+
+def dns_names(clusters: Iterable[Cluster]) -> tuple[str, ...]:
+    """The DNS names Envoy would resolve for `clusters`, sorted: what the controller resolves."""
+    return tuple(sorted({c.dns_name for c in clusters if c.dns_name is not None}))

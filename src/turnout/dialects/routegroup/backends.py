@@ -40,7 +40,9 @@ from turnout.graph.services import (
     Unresolved,
     endpoint_reserved_ports,
     external_name_phrase,
+    forbidden_dns_name,
     forbidden_endpoint,
+    own_addresses,
 )
 from turnout.store import Snapshot
 
@@ -157,9 +159,11 @@ def forbidden_address(target: Target, options: CompileOptions) -> str | None:
     the graph's rule for every endpoint (`forbidden_endpoint`) applies here too, with the ports
     known before the Gateway listeners are (the graph checks those once assembled).
     """
-    return forbidden_endpoint(
-        target.host, target.port, endpoint_reserved_ports(options), options.address
-    )
+    reserved = endpoint_reserved_ports(options)
+    if not is_ip(target.host):
+        # The port only: what the name resolves to is checked on the graph (see the function).
+        return forbidden_dns_name(target.host, target.port, reserved, None)
+    return forbidden_endpoint(target.host, target.port, reserved, own_addresses(options))
 
 
 def is_ip(host: str) -> bool:
