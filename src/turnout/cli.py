@@ -601,7 +601,7 @@ def _busy_ports(config: ServeConfig) -> list[str]:
     return busy
 
 
-def _warn_exposed(config: ServeConfig) -> None:
+def warn_exposed(config: ServeConfig) -> None:
     """Says so when the admin API or xDS listens beyond this host: both are unauthenticated."""
     for flag, address, what in (
         ("--admin-address", config.admin_address, "the admin API (every object and status)"),
@@ -638,7 +638,7 @@ async def _run(config: ServeConfig) -> None:
         loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(controller.reload()))
     try:
         # The admin server first: while a source is still listing, /readyz says which.
-        _warn_exposed(config)
+        warn_exposed(config)
         await admin.start(config.admin_address, config.admin_port)
         await controller.start()
         log.info(
