@@ -4,6 +4,8 @@ owned host falling to another namespace's catch-all."""
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 import textwrap
 
 import pytest
@@ -92,3 +94,47 @@ async def test_owned_host_never_falls_to_another_namespaces_catch_all(harness: H
     assert await harness.served_by("good.example.com.", "/") == "team-a/a"
     assert await harness.served_by(f"good.example.com.:{harness.http_port}", "/") == "team-a/a"
     assert await harness.served_by("nobody.example.com", "/") == "team-b/b"
+
+
+def _loopback_name() -> str:
+    """A name this machine's resolver maps to loopback only and that is none of the `localhost`
+    spellings turnout refuses by name (the host name, in /etc/hosts here)."""
+    for name in (socket.gethostname(), "runsc", "ip6-localhost", "ip6-loopback"):
+        try:
+            found = {info[4][0] for info in socket.getaddrinfo(name, None)}
+        except OSError:
+            continue
+        if found and all(ipaddress.ip_address(a).is_loopback for a in found):
+            return name
+    raise AssertionError("no name resolves to loopback on this machine")
+
+
+async def test_dns_named_backend_leading_to_this_host_is_not_reachable(harness: Harness) -> None:
+    """A RouteGroup `network` backend naming a host that resolves to 127.0.0.1 reaches neither
+    Envoy's admin (a reserved port: refused whatever the name) nor, on another port, a server
+    of this host (the controller resolved the name and refused it)."""
+    name = _loopback_name()
+    config = harness.controller.config
+    echo = await harness.backend("team-b", "local")
+    spec = textwrap.dedent(f"""\
+        apiVersion: zalando.org/v1
+        kind: RouteGroup
+        metadata: {{name: dns, namespace: team-b}}
+        spec:
+          hosts: [dns.example.com]
+          backends:
+          - {{name: adm, type: network, address: "http://{name}:{config.envoy_admin_port}"}}
+          - {{name: near, type: network, address: "http://{name}:{echo}"}}
+          routes:
+          - {{path: /server_info, backends: [{{backendName: adm}}]}}
+          - {{pathSubtree: /, backends: [{{backendName: near}}]}}
+        """)
+    await harness.apply({"rg.yaml": spec})
+    admin = await harness.get("dns.example.com", "/server_info")
+    assert admin.status_code == 500, admin.text[:200]
+    assert "command_line_options" not in admin.text
+    near = await harness.get("dns.example.com", "/x")
+    assert near.status_code == 503, near.text[:200]
+    text = str(harness.status_of("RouteGroup", "team-b", "dns"))
+    assert "--envoy-admin-port" in text
+    assert f'"{name}" resolves to 127.0.0.1' in text
