@@ -28,6 +28,7 @@ from turnout.compile_inputs import (
     HTTP_LISTENER,
     HTTPS_LISTENER,
     CompileOptions,
+    EscapedSlashes,
     ListenerProtocol,
 )
 from turnout.config import ServeConfig
@@ -136,6 +137,22 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         "`serve` uses it",
     )
     p.add_argument(
+        "--disable-merge-slashes",
+        action="store_true",
+        help="do not merge repeated slashes in request paths before routing (Contour's "
+        "disableMergeSlashes; default: merged, so `//admin` is `/admin` and meets its policies)",
+    )
+    p.add_argument(
+        "--escaped-slashes",
+        type=EscapedSlashes,
+        choices=list(EscapedSlashes),
+        default=EscapedSlashes.UNESCAPE_AND_REDIRECT,
+        metavar="{" + ",".join(e.value for e in EscapedSlashes) + "}",
+        help="what Envoy does with a path holding %%2F or %%5C: redirect (307) to the path "
+        "with them decoded, reject (400), forward decoded, or keep them as they are "
+        "(default: redirect)",
+    )
+    p.add_argument(
         "--enable-external-name-service",
         action="store_true",
         help="route to ExternalName Services (off by default: such a Service can point Envoy at "
@@ -208,6 +225,8 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         gateway_controller_name=args.gateway_controller_name,
         num_trusted_hops=args.num_trusted_hops,
         system_ca_file=args.system_ca_file,
+        disable_merge_slashes=args.disable_merge_slashes,
+        escaped_slashes=args.escaped_slashes,
         node_id=getattr(args, "node_id", defaults.node_id),
     )
 
@@ -472,9 +491,8 @@ def _explain(args: argparse.Namespace) -> int:
     if isinstance(headers, str):
         print(f"turnout: {headers}", file=sys.stderr)
         return EXIT_UNREADABLE
-    result, error = _load(
-        args.paths, app.compile_options(serve_config(args)), _discover_timeout(args)
-    )
+    config = serve_config(args)
+    result, error = _load(args.paths, app.compile_options(config), _discover_timeout(args))
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
@@ -493,7 +511,7 @@ def _explain(args: argparse.Namespace) -> int:
         on_port = [lst.name for lst in result.graph.listeners if lst.port == args.gateway_port]
         listener = on_port[0] if on_port else f"gateway_{args.gateway_port}"
     request = make_request(args.host, args.path, args.method, headers, listener=listener)
-    decision = evaluate(result.graph, request)
+    decision = evaluate(result.graph, request, app.translate_options(config).paths)
     if args.output != "text":
         text = _dump(decision_json(decision), args.output)
         print(text, end="" if text.endswith("\n") else "\n")
