@@ -479,6 +479,7 @@ def decision_json(decision: Decision) -> dict[str, Any]:
         "route": str(route.source) if route else None,
         "action": _action_text(decision),
         "status": decision.status,
+        **({"location": decision.location} if decision.location is not None else {}),
         "clusters": [{"name": n, "weight": w} for n, w in decision.clusters],
         "passedOver": [
             {"route": str(m.route.source), "reason": m.reason} for m in decision.passed_over
