@@ -58,7 +58,6 @@ def backend(r: RawResponse) -> tuple[str, str] | None:
     """(service, path as the backend received it), or None when Envoy answered itself."""
     if r.status != 200 or not r.body.startswith("{"):
         return None
-
     seen = json.loads(r.body)
     return f"{seen['namespace']}/{seen['service']}", seen["path"]
 
