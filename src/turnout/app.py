@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from turnout.compile_inputs import CompileOptions
+from turnout.compile_inputs import CompileOptions, PathNormalization
 from turnout.config import ServeConfig
 from turnout.dialects.contour_route import ContourRouteDialect
 from turnout.dialects.gatewayapi import GatewayAPIDialect
@@ -69,7 +69,12 @@ def compile_options(config: ServeConfig) -> CompileOptions:
 
 def translate_options(config: ServeConfig) -> TranslateOptions:
     return TranslateOptions(
-        num_trusted_hops=config.num_trusted_hops, system_ca_file=config.system_ca_file
+        num_trusted_hops=config.num_trusted_hops,
+        system_ca_file=config.system_ca_file,
+        paths=PathNormalization(
+            merge_slashes=not config.disable_merge_slashes,
+            escaped_slashes=config.escaped_slashes,
+        ),
     )
 
 

@@ -29,6 +29,7 @@ from turnout.compile_inputs import (
     HTTP_LISTENER,
     HTTPS_LISTENER,
     CompileOptions,
+    EscapedSlashes,
     ListenerProtocol,
 )
 from turnout.config import ServeConfig
@@ -137,6 +138,22 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         "`serve` uses it",
     )
     p.add_argument(
+        "--disable-merge-slashes",
+        action="store_true",
+        help="do not merge repeated slashes in request paths before routing (Contour's "
+        "disableMergeSlashes; default: merged, so `//admin` is `/admin` and meets its policies)",
+    )
+    p.add_argument(
+        "--escaped-slashes",
+        type=EscapedSlashes,
+        choices=list(EscapedSlashes),
+        default=EscapedSlashes.UNESCAPE_AND_REDIRECT,
+        metavar="{" + ",".join(e.value for e in EscapedSlashes) + "}",
+        help="what Envoy does with a path holding %%2F or %%5C: redirect (307) to the path "
+        "with them decoded, reject (400), forward decoded, or keep them as they are "
+        "(default: redirect)",
+    )
+    p.add_argument(
         "--enable-external-name-service",
         action="store_true",
         help="route to ExternalName Services (off by default: such a Service can point Envoy at "
@@ -221,6 +238,8 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         gateway_controller_name=args.gateway_controller_name,
         num_trusted_hops=args.num_trusted_hops,
         system_ca_file=args.system_ca_file,
+        disable_merge_slashes=args.disable_merge_slashes,
+        escaped_slashes=args.escaped_slashes,
         node_id=getattr(args, "node_id", defaults.node_id),
     )
 
@@ -473,6 +492,7 @@ def decision_json(decision: Decision) -> dict[str, Any]:
         "route": str(route.source) if route else None,
         "action": _action_text(decision),
         "status": decision.status,
+        **({"location": decision.location} if decision.location is not None else {}),
         "clusters": [{"name": n, "weight": w} for n, w in decision.clusters],
         "passedOver": [
             {"route": str(m.route.source), "reason": m.reason} for m in decision.passed_over
@@ -485,9 +505,8 @@ def _explain(args: argparse.Namespace) -> int:
     if isinstance(headers, str):
         print(f"turnout: {headers}", file=sys.stderr)
         return EXIT_UNREADABLE
-    result, error = _load(
-        args.paths, app.compile_options(serve_config(args)), _discover_timeout(args)
-    )
+    config = serve_config(args)
+    result, error = _load(args.paths, app.compile_options(config), _discover_timeout(args))
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
@@ -506,7 +525,7 @@ def _explain(args: argparse.Namespace) -> int:
         on_port = [lst.name for lst in result.graph.listeners if lst.port == args.gateway_port]
         listener = on_port[0] if on_port else f"gateway_{args.gateway_port}"
     request = make_request(args.host, args.path, args.method, headers, listener=listener)
-    decision = evaluate(result.graph, request)
+    decision = evaluate(result.graph, request, app.translate_options(config).paths)
     if args.output != "text":
         text = _dump(decision_json(decision), args.output)
         print(text, end="" if text.endswith("\n") else "\n")

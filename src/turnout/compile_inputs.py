@@ -27,6 +27,37 @@ class ListenerProtocol(enum.Enum):
     TCP = "TCP"
 
 
+class EscapedSlashes(enum.Enum):
+    """What Envoy does with `%2F` and `%5C` (any hex case) in a request's path: the values of
+    the HTTP connection manager's `path_with_escaped_slashes_action`, named by the flag's
+    choices."""
+
+    KEEP_UNCHANGED = "keep"
+    REJECT_REQUEST = "reject"
+    UNESCAPE_AND_REDIRECT = "redirect"
+    UNESCAPE_AND_FORWARD = "forward"
+
+
+@dataclass(frozen=True, slots=True)
+class PathNormalization:
+    """How Envoy rewrites a request's path before routing, beyond RFC 3986 normalisation (always
+    on). The translator configures every HTTP connection manager with it and the evaluator
+    follows it, so both read one value.
+
+    `merge_slashes`: `//a` is `/a` (Contour's default; `--disable-merge-slashes` turns it off).
+    `escaped_slashes`: redirect by default, so that a client sending `/%2Fadmin` is sent to
+    `/admin`, where the policies of `/admin` apply, rather than being routed by `/` to a backend
+    that decodes it to `//admin`.
+    """
+
+    merge_slashes: bool = True
+    escaped_slashes: EscapedSlashes = EscapedSlashes.UNESCAPE_AND_REDIRECT
+
+
+# What turnout does unless told otherwise (a module constant: a shared default argument).
+DEFAULT_PATH_NORMALIZATION = PathNormalization()
+
+
 @dataclass(frozen=True, slots=True)
 class ListenerDecl:
     """A listener a dialect brings itself (Gateway API listeners bind their own ports), bound on

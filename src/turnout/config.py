@@ -8,6 +8,7 @@ from pathlib import Path
 from turnout.compile_inputs import (
     DEFAULT_GATEWAY_CONTROLLER_NAME,
     DEFAULT_SYSTEM_CA_FILE,
+    EscapedSlashes,
 )
 
 
@@ -43,6 +44,10 @@ class ServeConfig:
     # The PEM bundle on Envoy's host that stands for the system trust store: BackendTLSPolicy
     # `wellKnownCACertificates: System` and https JWKS servers (jwtValidation) chain to it.
     system_ca_file: str = DEFAULT_SYSTEM_CA_FILE
+    # Path normalisation beyond RFC 3986 (Contour's disableMergeSlashes; the HCM's
+    # path_with_escaped_slashes_action): docs/policies.md, "Path normalisation".
+    disable_merge_slashes: bool = False
+    escaped_slashes: EscapedSlashes = EscapedSlashes.UNESCAPE_AND_REDIRECT
     node_id: str = "turnout-envoy"
     # Where the child Envoy's bootstrap is written; a temporary directory when None.
     work_dir: Path | None = None

@@ -103,6 +103,15 @@ async def backends(namespace: str, *names: str) -> AsyncIterator[list[EchoServer
             await s.close()
 
 
+@dataclass(frozen=True, slots=True)
+class RawResponse:
+    """An answer to `Harness.raw_get`: the status, headers (lower-case names) and body."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: str
+
+
 @dataclass
 class Harness:
     controller: Controller
@@ -196,6 +205,39 @@ class Harness:
                         raise
                     await asyncio.sleep(0.1)
         raise AssertionError("unreachable")
+
+    async def raw_get(self, host: str, target: str) -> RawResponse:
+        """One HTTP/1.1 GET with `target` written byte for byte: httpx would normalise `//a`
+        or `/./a` before sending it, and the tests of Envoy's path normalisation need them."""
+        request = f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        for attempt in range(50):
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection("127.0.0.1", self.http_port), timeout=5.0
+                )
+                break
+            except OSError:
+                if attempt == 49:
+                    raise
+                await asyncio.sleep(0.1)
+        try:
+            writer.write(request.encode("latin-1"))
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5.0)
+            status_line, *lines = head.decode("latin-1").split("\r\n")
+            headers = {}
+            for line in lines:
+                name, sep, value = line.partition(":")
+                if sep:
+                    headers[name.strip().lower()] = value.strip()
+            # Read by Content-Length: waiting for EOF would wait out Envoy's delayed close.
+            length = headers.get("content-length")
+            read = reader.readexactly(int(length)) if length is not None else reader.read()
+            body = await asyncio.wait_for(read, timeout=5.0)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        return RawResponse(int(status_line.split(" ", 2)[1]), headers, body.decode("latin-1"))
 
     async def https_get(
         self,

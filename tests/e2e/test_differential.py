@@ -2,7 +2,8 @@
 
 Hypothesis draws virtual hosts (exact, one-label and any-label wildcards, a long wildcard, `*`)
 with routes of every path, header and query match kind, and requests with dot segments,
-percent-encoding, `+`, backslashes, query strings, fragments, mixed-case hosts and ports. Each
+percent-encoding, repeated and escaped slashes (merged, and redirected: the translator's default
+`PathNormalization`), `+`, backslashes, query strings, fragments, mixed-case hosts and ports. Each
 route set goes through `enforce_envoy_limits` and the translator to ONE Envoy (its own xDS server,
 started once for the module), and each request's answer must be what the evaluator decided:
 every route is a direct response whose body names it, so the answer tells which route matched.
@@ -429,7 +430,9 @@ COVERAGE: Counter[str] = Counter()
 
 def _cover(decision: Decision, target: str) -> None:
     route = decision.route
-    if decision.rejected_status is not None:
+    if decision.location is not None:
+        COVERAGE["escaped slash redirected"] += 1
+    elif decision.rejected_status is not None:
         COVERAGE["rejected before routing"] += 1
     elif route is None:
         COVERAGE["no route"] += 1
@@ -438,7 +441,9 @@ def _cover(decision: Decision, target: str) -> None:
         COVERAGE["header condition matched"] += bool(route.match.headers)
         COVERAGE["query condition matched"] += bool(route.match.query)
         path = target.partition("?")[0]
-        COVERAGE["path normalised, then matched"] += normalize_path(path) != path
+        canonical = normalize_path(path) or ""
+        COVERAGE["path normalised, then matched"] += canonical != path
+        COVERAGE["slashes merged, then matched"] += "//" in canonical
 
 
 def expected(decision: Decision) -> tuple[int, str | None]:
@@ -487,6 +492,7 @@ def test_the_generated_requests_reach_every_kind_of_outcome() -> None:
     assert COVERAGE, "the differential test must run first (same module, file order)"
     for outcome in (
         "rejected before routing",
+        "escaped slash redirected",
         "no route",
         "DirectResponse",
         "Forward",
@@ -494,6 +500,7 @@ def test_the_generated_requests_reach_every_kind_of_outcome() -> None:
         "header condition matched",
         "query condition matched",
         "path normalised, then matched",
+        "slashes merged, then matched",
     ):
         print(COVERAGE)
         assert COVERAGE[outcome] >= 2, (outcome, COVERAGE)

@@ -216,9 +216,9 @@ def test_the_translator_configures_envoy_as_the_evaluator_assumes() -> None:
     hcm = hcm_pb2.HttpConnectionManager()
     listener.filter_chains[0].filters[0].typed_config.Unpack(hcm)
     assert hcm.normalize_path.value is True
-    assert hcm.merge_slashes is False
+    assert hcm.merge_slashes is True
     assert hcm.path_with_escaped_slashes_action == (
-        hcm_pb2.HttpConnectionManager.IMPLEMENTATION_SPECIFIC_DEFAULT
+        hcm_pb2.HttpConnectionManager.UNESCAPE_AND_REDIRECT
     )
     assert not hcm.strip_any_host_port and not hcm.strip_matching_host_port
     [config] = resources.routes

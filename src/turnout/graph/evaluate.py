@@ -11,21 +11,28 @@ translator's configuration, so differential tests can hold Envoy to it
    - A target that does not start with `/` is answered 400, as Envoy answers `\\a` or `*`
      (absolute-form URLs, which Envoy does take, are not modelled: the evaluator answers 400).
    - A `#` anywhere is answered 400: Envoy refuses a fragment in `:path`.
-2. **Path normalisation.** The HTTP connection manager has `normalize_path: true`, no
-   `merge_slashes`, and `path_with_escaped_slashes_action` unset (KEEP_UNCHANGED). Envoy then
-   canonicalises the part before the first `?` with its snapshot of Chromium's URL path
-   canonicaliser (`PathUtil::canonicalPath`); `normalize_path` below is a port of it:
-   - `\\` becomes `/`;
-   - dot segments are removed as RFC 3986 5.2.4 says, `%2e`/`%2E` counting as a dot, and `..`
-     never climbs above the root (`/../a` is `/a`; `/a/.` is `/a/`);
-   - percent-encoded unreserved characters (letters, digits, `-`, `_`, `~`) are decoded; every
-     other escape stays exactly as written, hex case included: `%2F` and `%2f` are not path
-     separators and are not changed (escaped slashes are kept);
-   - `"`, `<`, `>`, `^`, `` ` ``, `{`, `|`, `}` are percent-encoded (upper-case hex);
-   - a `%` that starts no valid escape stays, except that an escape it would form with
-     characters decoded after it is written `%25...` (`/%%300` is `/%2500`);
-   - `%00` is answered 400;
-   - repeated slashes stay (`//a` is not `/a`), and letter case is never changed.
+2. **Path normalisation**, on the part before the first `?`, as the HTTP connection manager
+   configured with `PathNormalization` (`paths`, the translator's `TranslateOptions.paths`) does
+   it, in Envoy's order (`ConnectionManagerUtility::maybeNormalizePath`):
+   - escaped slashes: unless `KEEP_UNCHANGED`, `%2F`, `%2f`, `%5C`, `%5c` are decoded
+     (`unescape_slashes`); when there was one, `REJECT_REQUEST` answers 400 and
+     `UNESCAPE_AND_REDIRECT` answers 307 with the fully normalised path (and the query) as
+     `Location`, after the steps below (a gRPC request would get grpc-status 13 instead: not
+     modelled);
+   - `normalize_path: true`: Envoy canonicalises with its snapshot of Chromium's URL path
+     canonicaliser (`PathUtil::canonicalPath`); `normalize_path` below is a port of it:
+     - `\\` becomes `/`;
+     - dot segments are removed as RFC 3986 5.2.4 says, `%2e`/`%2E` counting as a dot, and `..`
+       never climbs above the root (`/../a` is `/a`; `/a/.` is `/a/`);
+     - percent-encoded unreserved characters (letters, digits, `-`, `_`, `~`) are decoded;
+       every other escape stays exactly as written, hex case included (`%2F` kept here);
+     - `"`, `<`, `>`, `^`, `` ` ``, `{`, `|`, `}` are percent-encoded (upper-case hex);
+     - a `%` that starts no valid escape stays, except that an escape it would form with
+       characters decoded after it is written `%25...` (`/%%300` is `/%2500`);
+     - `%00` is answered 400;
+     - letter case is never changed (`/ADMIN` is not `/admin`);
+   - `merge_slashes` (unless turned off): runs of `/` become one, as `PathUtil::mergeSlashes`
+     does (split at `/` dropping empty pieces, joined, with the leading and trailing `/` kept).
    The query string is passed on exactly as sent.
 3. **Virtual host.** One trailing dot of the Host's name is removed (`strip_trailing_host_dot`;
    the raw `:authority` seen by header and wildcard matches loses it too), the Host is
@@ -70,6 +77,7 @@ from dataclasses import dataclass, field
 
 import re2
 
+from turnout.compile_inputs import DEFAULT_PATH_NORMALIZATION, EscapedSlashes, PathNormalization
 from turnout.graph.model import (
     INVALID_BACKEND,
     DirectResponse,
@@ -94,6 +102,9 @@ NO_BACKEND_STATUS = 503
 
 # What Envoy answers to a request it refuses before routing (codec error, fragment, %00).
 BAD_REQUEST_STATUS = 400
+
+# What Envoy answers to a path with an escaped slash under UNESCAPE_AND_REDIRECT.
+TEMPORARY_REDIRECT_STATUS = 307
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +149,12 @@ class Decision:
     virtual_host: VirtualHost | None
     route: Route | None
     passed_over: tuple[Miss, ...] = field(default=())
-    # Set when Envoy answers before routing (400 for a malformed path); `route` is then None.
+    # Set when Envoy answers before routing (400 for a malformed path, 307 for an escaped
+    # slash it redirects); `route` is then None.
     rejected_status: int | None = None
     rejected_reason: str = ""
+    # The redirect's target when `rejected_status` is Envoy's escaped-slash redirect.
+    location: str | None = None
 
     @property
     def status(self) -> int:
@@ -549,21 +563,64 @@ def _drawn(fraction: float, draw: float | None) -> bool:
     return int(min(max(draw, 0.0), 1.0) * 1_000_000) < numerator
 
 
-def normalize_request(request: Request) -> Request | str:
-    """`request` with its path as Envoy routes on it, or why Envoy answers 400."""
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """What Envoy answers before routing: 400, or 307 to `location` for an escaped slash."""
+
+    status: int
+    reason: str
+    location: str | None = None
+
+
+def unescape_slashes(path: str) -> str:
+    """`path` with `%2F`/`%2f` decoded to `/` and `%5C`/`%5c` to `\\`, as Envoy's
+    `PathUtil::unescapeSlashes` does (one replacement pass per spelling, in this order)."""
+    for escaped, plain in (("%2F", "/"), ("%2f", "/"), ("%5C", "\\"), ("%5c", "\\")):
+        path = path.replace(escaped, plain)
+    return path
+
+
+def merge_slashes(path: str) -> str:
+    """`path` with runs of `/` merged, as Envoy's `PathUtil::mergeSlashes` does it."""
+    if "//" not in path:
+        return path
+    prefix = "/" if path.startswith("/") else ""
+    suffix = "/" if path.endswith("/") else ""
+    return prefix + "/".join(p for p in path.split("/") if p) + suffix
+
+
+def normalize_request(
+    request: Request, paths: PathNormalization = DEFAULT_PATH_NORMALIZATION
+) -> Request | Refusal:
+    """`request` with its path as Envoy routes on it, or what Envoy answers instead."""
     problem = _target_problem(request.path)
     if problem is not None:
-        return problem
+        return Refusal(BAD_REQUEST_STATUS, problem)
     host = strip_trailing_host_dot(request.host)
     if host != request.host:
         request = dataclasses.replace(request, host=host)
     path, sep, query = request.path.partition("?")
-    normalized = normalize_path(path)
+    unescaped = path
+    if paths.escaped_slashes is not EscapedSlashes.KEEP_UNCHANGED:
+        unescaped = unescape_slashes(path)
+    escaped = unescaped != path
+    if escaped and paths.escaped_slashes is EscapedSlashes.REJECT_REQUEST:
+        return Refusal(BAD_REQUEST_STATUS, "the path holds an escaped slash (%2F or %5C)")
+    normalized = normalize_path(unescaped)
     if normalized is None:
-        return "the path holds an encoded NUL (%00), which path normalisation refuses"
+        return Refusal(
+            BAD_REQUEST_STATUS,
+            "the path holds an encoded NUL (%00), which path normalisation refuses",
+        )
+    if paths.merge_slashes:
+        normalized = merge_slashes(normalized)
+    target = normalized + sep + query
+    if escaped and paths.escaped_slashes is EscapedSlashes.UNESCAPE_AND_REDIRECT:
+        reason = f"the path holds an escaped slash (%2F or %5C): redirected to {target}"
+        return Refusal(TEMPORARY_REDIRECT_STATUS, reason, target)
     if normalized == path:
         return request
-    return dataclasses.replace(request, path=normalized + sep + query)
+    return dataclasses.replace(request, path=target)
 
 
 def strip_trailing_host_dot(host: str) -> str:
@@ -576,13 +633,18 @@ def strip_trailing_host_dot(host: str) -> str:
     return name[:-1] + port if name.endswith(".") else host
 
 
-def evaluate(graph: RoutingGraph, request: Request) -> Decision:
+def evaluate(
+    graph: RoutingGraph, request: Request, paths: PathNormalization = DEFAULT_PATH_NORMALIZATION
+) -> Decision:
+    """What Envoy does with `request`; `paths` is the translator's `TranslateOptions.paths`."""
     listener = next((lst for lst in graph.listeners if lst.name == request.listener), None)
     if listener is None:
         return Decision(None, None, None)
-    normalized = normalize_request(request)
-    if isinstance(normalized, str):
-        return Decision(listener, None, None, (), BAD_REQUEST_STATUS, normalized)
+    normalized = normalize_request(request, paths)
+    if isinstance(normalized, Refusal):
+        return Decision(
+            listener, None, None, (), normalized.status, normalized.reason, normalized.location
+        )
     vh = select_virtual_host(listener, normalized.host)
     if vh is None:
         return Decision(listener, None, None)

@@ -57,6 +57,7 @@ from turnout.envoy.translate.tcp import tcp_filter_chain, tcp_proxy_filter
 from turnout.graph.model import Listener, TLSTermination, VirtualHost
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
+ESCAPED_SLASHES_ACTION = hcm_pb2.HttpConnectionManager.PathWithEscapedSlashesAction
 ROUTER_FILTER = "envoy.filters.http.router"
 STDOUT_ACCESS_LOG = "envoy.access_loggers.stdout"
 TLS_INSPECTOR = "envoy.filters.listener.tls_inspector"
@@ -329,7 +330,10 @@ def http_connection_manager(
 ) -> Any:
     """An HCM that loads `route_config_name` over ADS and ends in the router filter.
 
-    `normalize_path` makes `/a/../b` match routes for `/b` as the evaluator assumes;
+    `normalize_path` makes `/a/../b` match routes for `/b`, `merge_slashes` `//b` too, and
+    `path_with_escaped_slashes_action` decides `/%2Fb` (redirected to `/b` by default), so that no
+    spelling of a path reaches a backend through a route other than the one the path names
+    (docs/policies.md, "Path normalisation"; the evaluator follows the same `options.paths`);
     `use_remote_address` because Envoy is the edge: it sets X-Forwarded-For and decides
     internal/external from the peer address rather than from client-supplied headers, unless
     `num_trusted_hops` proxies in front of it are trusted to report the client's. The policy
@@ -339,6 +343,10 @@ def http_connection_manager(
     hcm.rds.config_source.CopyFrom(ads_config_source())
     hcm.rds.route_config_name = route_config_name
     hcm.normalize_path.value = True
+    hcm.merge_slashes = options.paths.merge_slashes
+    hcm.path_with_escaped_slashes_action = ESCAPED_SLASHES_ACTION.Value(
+        options.paths.escaped_slashes.name
+    )
     # `Host: a.example.com.` is the same name as `a.example.com`: without this it would miss the
     # owner's virtual host and fall to another namespace's `*` one (the evaluator strips it too).
     hcm.strip_trailing_host_dot = True

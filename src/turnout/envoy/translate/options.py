@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from turnout.compile_inputs import DEFAULT_SYSTEM_CA_FILE
+from turnout.compile_inputs import (
+    DEFAULT_PATH_NORMALIZATION,
+    DEFAULT_SYSTEM_CA_FILE,
+    PathNormalization,
+)
 
 if TYPE_CHECKING:
     from turnout.graph.model import JwtValidation
@@ -33,6 +37,8 @@ class TranslateOptions:
     JWKS servers must chain to it. Envoy is given the file rather than its own notion of a system
     store, so that the installation decides which CAs that is. The default is Debian's and
     Ubuntu's system bundle.
+    `paths`: how every HTTP connection manager rewrites paths beyond RFC 3986 normalisation
+    (merge slashes, escaped slashes); the evaluator takes the same value.
     `jwt_providers`: set by `translate` from the graph (`http_filters.jwt_providers`), not by
     callers: the JWT providers every HTTP connection manager carries.
     """
@@ -42,6 +48,7 @@ class TranslateOptions:
     access_log: bool = False
     num_trusted_hops: int = 0
     system_ca_file: str = DEFAULT_SYSTEM_CA_FILE
+    paths: PathNormalization = DEFAULT_PATH_NORMALIZATION
     jwt_providers: tuple[JwtValidation, ...] = ()
 
     def __post_init__(self) -> None:
