@@ -230,7 +230,7 @@ class FileSource:
 
     def load_all(self) -> None:
         """Loads every file synchronously: the initial state before anything serves."""
-        self._apply(self._scan(dict(self._seen), frozenset()))
+        self._apply(self._scan(dict(self._seen), self._to_read(frozenset())))
 
     async def run(self, sink: SourceSink) -> None:
         """The `Source` protocol: loads every file into `sink`, says it is synced, then (unless
@@ -334,9 +334,14 @@ class FileSource:
     async def _rescan(self, changed: frozenset[Path]) -> bool:
         while True:
             generation = self._generation
-            scan = await asyncio.to_thread(self._scan, dict(self._seen), changed)
+            scan = await asyncio.to_thread(self._scan, dict(self._seen), self._to_read(changed))
             if generation == self._generation:
                 return self._apply(scan)
+
+    def _to_read(self, changed: frozenset[Path]) -> frozenset[Path]:
+        """`changed` and the held files: a held file must be read again even when it was
+        restored within one timestamp tick, so that its hold ends."""
+        return changed | frozenset(Path(os.path.abspath(p)) for p in self._held)
 
     def _watch_targets(self) -> frozenset[Path]:
         """Directories to watch (non-recursively), plus each file given by name.
