@@ -80,7 +80,14 @@ def translate_options(config: ServeConfig) -> TranslateOptions:
 
 def default_sources(config: ServeConfig) -> list[Source]:
     """Where `serve` reads objects from: the files and directories it was given."""
-    return [FileSource(config.paths, watch=config.watch, debounce_ms=config.debounce_ms)]
+    return [
+        FileSource(
+            config.paths,
+            watch=config.watch,
+            debounce_ms=config.debounce_ms,
+            empty_file_grace_s=config.empty_file_grace_s,
+        )
+    ]
 
 
 def build_controller(

@@ -37,7 +37,7 @@ from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
 from turnout.objects import thaw
-from turnout.sources.files import FileSource
+from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, FileSource
 from turnout.status.model import Condition, ObjectStatus
 from turnout.store import Store
 
@@ -192,6 +192,16 @@ def _discover_seconds(value: str) -> float:
     return seconds
 
 
+def _grace_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:  # NaN fails the comparison too
+        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 3600, got {value!r}")
+    return seconds
+
+
 def _add_discover_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--discover",
@@ -241,6 +251,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         disable_merge_slashes=args.disable_merge_slashes,
         escaped_slashes=args.escaped_slashes,
         node_id=getattr(args, "node_id", defaults.node_id),
+        empty_file_grace_s=getattr(args, "empty_file_grace", defaults.empty_file_grace_s),
     )
 
 
@@ -267,6 +278,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not start an Envoy child process; serve xDS to external Envoys only",
     )
     serve.add_argument("--no-watch", action="store_true", help="do not reload on file changes")
+    serve.add_argument(
+        "--empty-file-grace",
+        type=_grace_seconds,
+        default=DEFAULT_EMPTY_FILE_GRACE_S,
+        metavar="SECONDS",
+        help="a watched file that had objects and now has none (emptied, or cut short by an "
+        "in-place rewrite) keeps them this long before they are removed; 0 removes them at once "
+        "(default: %(default)g)",
+    )
     serve.add_argument(
         "--no-demo-backends",
         action="store_true",

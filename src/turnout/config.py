@@ -10,6 +10,7 @@ from turnout.compile_inputs import (
     DEFAULT_SYSTEM_CA_FILE,
     EscapedSlashes,
 )
+from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,4 +53,6 @@ class ServeConfig:
     # Where the child Envoy's bootstrap is written; a temporary directory when None.
     work_dir: Path | None = None
     debounce_ms: int = 100
+    # A watched file that had objects and yields none keeps them this long (`--empty-file-grace`).
+    empty_file_grace_s: float = DEFAULT_EMPTY_FILE_GRACE_S
     extra_envoy_args: tuple[str, ...] = field(default=())

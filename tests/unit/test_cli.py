@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -9,7 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from turnout.cli import main
+from turnout.app import default_sources
+from turnout.cli import build_parser, main, serve_config
+from turnout.config import ServeConfig
+from turnout.sources.base import StoreSink
+from turnout.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -247,3 +252,35 @@ def test_check_refuses_a_regex_over_envoys_program_size(
         "spec.routes[0].conditions[0].regex: RE2 program size 102 exceeds Envoy's limit of 100"
         in out
     )
+
+
+async def _emptied_keeps_objects(path: Path, *flags: str) -> bool:
+    """Whether `serve`'s files source, with `flags`, still has a file's objects just after the
+    file was emptied."""
+    (path / "a.yaml").write_text(VALID)
+    config = serve_config(build_parser().parse_args(["serve", str(path), *flags]))
+    [source] = default_sources(config)
+    store = Store()
+    synced = asyncio.Event()
+    task = asyncio.create_task(source.run(StoreSink(store, lambda: None, synced.set)))
+    try:
+        await asyncio.wait_for(synced.wait(), 5)
+        assert store.snapshot().objects
+        (path / "a.yaml").write_text("")
+        await source.reload()
+        return bool(store.snapshot().objects)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_serve_empty_file_grace_flag_reaches_the_files_source(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["serve", str(tmp_path)])
+    assert serve_config(args).empty_file_grace_s == ServeConfig(paths=()).empty_file_grace_s == 5
+    assert await _emptied_keeps_objects(tmp_path)
+    assert await _emptied_keeps_objects(tmp_path, "--empty-file-grace", "60")
+    assert not await _emptied_keeps_objects(tmp_path, "--empty-file-grace", "0")
+    assert not await _emptied_keeps_objects(tmp_path, "--no-watch")
+    for bad in ("-1", "nan", "x", "3601"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", str(tmp_path), "--empty-file-grace", bad])

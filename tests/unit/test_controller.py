@@ -242,6 +242,31 @@ async def test_a_file_rewritten_with_the_same_content_is_not_compiled(tmp_path: 
         await controller.stop()
 
 
+async def test_a_file_rewritten_in_place_with_a_pause_compiles_no_removal(tmp_path: Path) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(PROXY)
+    config = dataclasses.replace(_config((tmp_path,), watch=True), empty_file_grace_s=2.0)
+    controller = build_controller(config)
+    await controller.start()
+    try:
+        good = controller.applied
+        await asyncio.sleep(0.3)  # the watcher armed
+        with path.open("w") as f:
+            f.flush()
+            await asyncio.sleep(0.5)  # longer than the debounce: the empty file was seen
+            f.write(PROXY)
+        await asyncio.sleep(0.8)
+        assert controller.applied is good and _compiles(controller) == 1
+        # Left empty, the file's objects go once the grace period is over.
+        path.write_text("")
+        await asyncio.sleep(1.0)
+        assert _compiles(controller) == 1
+        await until(lambda: _compiles(controller) == 2, 5.0)
+        assert not _compiled(controller, "ctl.example.com")
+    finally:
+        await controller.stop()
+
+
 async def test_a_change_undone_before_the_compile_is_not_compiled() -> None:
     source = ListSource("list", _objects(PROXY))
     controller = build_controller(_config(), sources=[source])

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
+from turnout.sources.base import StoreSink
 from turnout.sources.files import FileSource, discover, load_file
 from turnout.store import Store
 
@@ -418,3 +420,184 @@ async def test_load_all_during_watch_never_loses_newer_content(tmp_path: Path) -
         assert names(store) == ["default/v19"]
         write(a, svc("after"))
         await until(lambda: names(store) == ["default/after"], calls)
+
+
+# --- files rewritten in place --------------------------------------------------------------------
+# `open(path, "w")` empties a file before the writer writes it; a rescan may land in between.
+
+
+@pytest.mark.parametrize(
+    "empty", ["", "\n  \n", "# being rewritten\n---\n", "apiVersion: v1\nkind: Serv"]
+)
+def test_emptied_file_keeps_its_objects_for_the_grace_period_then_loses_them(
+    tmp_path: Path, empty: str
+) -> None:
+    a = write(tmp_path / "a.yaml", svc("a"))
+    write(tmp_path / "b.yaml", svc("b"))
+    store = Store()
+    source = FileSource([tmp_path], store, empty_file_grace_s=0.3)
+    source.load_all()
+    write(a, empty)
+    source.load_all()
+    assert names(store) == ["default/a", "default/b"]
+    assert store.snapshot().problems == ()
+    time.sleep(0.35)
+    source.load_all()
+    assert names(store) == ["default/b"]
+    # The file stays a partition of its own; a file cut inside its first object says why.
+    assert f"file:{a}" in store.partitions()
+    cut = "kind" in empty
+    assert [p.source for p in store.snapshot().problems] == ([str(a)] if cut else [])
+
+
+def test_emptied_file_refilled_within_the_grace_period_never_loses_its_objects(
+    tmp_path: Path,
+) -> None:
+    a = write(tmp_path / "a.yaml", svc("a"))
+    store = Store()
+    source = FileSource([tmp_path], store, empty_file_grace_s=5)
+    source.load_all()
+    write(a, "")
+    source.load_all()
+    assert names(store) == ["default/a"]
+    write(a, svc("a"))  # the same content again: nothing changes
+    source.load_all()
+    assert names(store) == ["default/a"]
+    # Held no more: emptying it again starts a new grace period.
+    write(a, "")
+    source.load_all()
+    assert names(store) == ["default/a"]
+    write(a, svc("a2"))
+    source.load_all()
+    assert names(store) == ["default/a2"]
+
+
+def test_emptied_file_is_applied_at_once_without_grace_or_without_a_watcher(
+    tmp_path: Path,
+) -> None:
+    for source_of in (
+        lambda store: FileSource([tmp_path], store, empty_file_grace_s=0),
+        lambda store: FileSource([tmp_path], store, watch=False),
+    ):
+        a = write(tmp_path / "a.yaml", svc("a"))
+        store = Store()
+        source = source_of(store)
+        source.load_all()
+        write(a, "")
+        source.load_all()
+        assert names(store) == []
+
+
+def test_file_that_starts_empty_is_loaded_without_objects(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.yaml", "")
+    store = Store()
+    source = FileSource([tmp_path], store, empty_file_grace_s=5)
+    source.load_all()
+    assert names(store) == [] and store.partitions() == [f"file:{a}"]
+    write(a, svc("a"))
+    source.load_all()
+    assert names(store) == ["default/a"]
+
+
+def test_truncated_file_that_no_longer_parses_keeps_its_last_good_objects(
+    tmp_path: Path,
+) -> None:
+    text = "apiVersion: v1\nkind: Service\nmetadata: {name: a, labels: {app: a}}\n"
+    a = write(tmp_path / "a.yaml", text)
+    store = Store()
+    source = FileSource([tmp_path], store, empty_file_grace_s=0.1)
+    source.load_all()
+    write(a, text[: text.index("labels") + 10])  # cut inside a flow mapping
+    source.load_all()
+    time.sleep(0.15)
+    source.load_all()  # no grace period for a file that does not parse: it keeps them
+    assert names(store) == ["default/a"]
+    [problem] = store.snapshot().problems
+    assert problem.source == str(a) and problem.severity == "unreadable"
+
+
+def test_deleted_file_loses_its_objects_at_once_whatever_the_grace(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.yaml", svc("a"))
+    store = Store()
+    source = FileSource([tmp_path], store, empty_file_grace_s=60)
+    source.load_all()
+    write(a, "")
+    source.load_all()  # held
+    a.unlink()
+    source.load_all()
+    assert names(store) == [] and store.partitions() == []
+
+
+@asynccontextmanager
+async def running(source: FileSource, store: Store) -> AsyncIterator[list[list[str]]]:
+    """Runs `source` as serve does and yields the Service names of every store change."""
+    seen: list[list[str]] = []
+    synced = asyncio.Event()
+    sink = StoreSink(store, lambda: seen.append(names(store)), synced.set)
+    task = asyncio.create_task(source.run(sink))
+    try:
+        await asyncio.wait_for(synced.wait(), 2)
+        await asyncio.sleep(0.2)  # the watcher armed
+        seen.clear()
+        yield seen
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def settled(condition: Callable[[], bool], timeout: float = 3) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.timeout(10)
+async def test_watch_in_place_rewrite_with_a_pause_never_removes_the_objects(
+    tmp_path: Path,
+) -> None:
+    a = write(tmp_path / "a.yaml", svc("a"))
+    write(tmp_path / "b.yaml", svc("b"))
+    store = Store()
+    source = FileSource([tmp_path], debounce_ms=20, empty_file_grace_s=2)
+    async with running(source, store) as seen:
+        with a.open("w") as f:
+            f.flush()
+            # The watcher sees the empty file meanwhile (with no grace the objects would go).
+            await asyncio.sleep(0.5)
+            f.write(svc("a2"))
+        await settled(lambda: names(store) == ["default/a2", "default/b"])
+        await asyncio.sleep(0.3)
+        assert seen == [["default/a2", "default/b"]]
+
+
+@pytest.mark.timeout(10)
+async def test_watch_file_empty_for_longer_than_the_grace_period_loses_its_objects(
+    tmp_path: Path,
+) -> None:
+    a = write(tmp_path / "a.yaml", svc("a"))
+    write(tmp_path / "b.yaml", svc("b"))
+    store = Store()
+    source = FileSource([tmp_path], debounce_ms=20, empty_file_grace_s=0.5)
+    async with running(source, store) as seen:
+        loop = asyncio.get_running_loop()
+        emptied = loop.time()
+        write(a, "")
+        # No further event comes: the end of the grace period alone removes them.
+        await settled(lambda: names(store) == ["default/b"])
+        assert 0.5 <= loop.time() - emptied < 1.5
+        assert seen == [["default/b"]]
+
+
+@pytest.mark.timeout(10)
+async def test_watch_deleted_file_loses_its_objects_at_once(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.yaml", svc("a"))
+    write(tmp_path / "b.yaml", svc("b"))
+    store = Store()
+    source = FileSource([tmp_path], debounce_ms=20, empty_file_grace_s=30)
+    async with running(source, store) as seen:
+        loop = asyncio.get_running_loop()
+        deleted = loop.time()
+        a.unlink()
+        await settled(lambda: names(store) == ["default/b"])
+        assert loop.time() - deleted < 1
+        assert seen == [["default/b"]]

@@ -9,6 +9,14 @@ what was last loaded, and reloads only what differs. That one rule covers editor
 rename, files created inside new directories, and Kubernetes ConfigMap volumes, whose visible
 files are symlinks through a `..data` link that the kubelet swaps atomically: the event lands on
 `..data`, not on the file, but the file's resolved inode changes.
+
+A file rewritten in place (`open(path, "w")`, then write) is empty, or cut short, for a moment,
+and a rescan may land in that moment. So a file that had objects and now yields none (0 bytes,
+only whitespace or comments, or cut inside its first object) is *held*: its objects stay in
+force for the empty-file grace period, and only if it still yields none after that are they
+removed. Content arriving within the grace period simply applies, so nothing was removed in
+between. A file that does not parse keeps its last good objects for as long as it does not
+parse; a deleted file's objects go at once.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import hashlib
 import inspect
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +49,10 @@ PARTITION_PREFIX = "file:"
 _IDLE_RESCAN_MS = 5_000
 # Pause before re-arming the watcher after it failed (a watched directory vanished mid-setup).
 _REARM_DELAY_S = 0.2
+# How long a file that had objects may yield none before they are removed (`--empty-file-grace`).
+DEFAULT_EMPTY_FILE_GRACE_S = 5.0
+# A timer may fire a little before its deadline; waking a bit late avoids a second wake-up.
+_HOLD_MARGIN_S = 0.01
 
 OnChange = Callable[[], Awaitable[None] | None]
 
@@ -185,14 +198,23 @@ class FileSource:
         *,
         watch: bool = True,
         debounce_ms: int = 100,
+        empty_file_grace_s: float = DEFAULT_EMPTY_FILE_GRACE_S,
     ) -> None:
         self._roots = tuple(paths)
         self._sink = sink
         self._watching = watch
         self._debounce_ms = debounce_ms
+        # Only a watcher comes back to end a hold, so without one an empty file applies at once.
+        self._grace_s = empty_file_grace_s if watch else 0.0
         self._seen: dict[Path, _Seen] = {}
         # Partitions with objects in the sink: a file that stops parsing keeps them.
         self._loaded: set[str] = set()
+        # Files whose last applied content had objects: only these are held when they empty.
+        self._with_objects: set[Path] = set()
+        # Held empty files: the `time.monotonic()` at which their emptiness applies. A hold
+        # begun by a SIGHUP reload is seen by the watch loop at its next batch (at most
+        # `_IDLE_RESCAN_MS` later): it may end late, never early.
+        self._held: dict[Path, float] = {}
         # Counts applied scans: a scan computed against an older state (because `load_all` ran
         # while a watcher scan was in its thread) is discarded instead of undoing newer content.
         self._generation = 0
@@ -208,7 +230,7 @@ class FileSource:
 
     def load_all(self) -> None:
         """Loads every file synchronously: the initial state before anything serves."""
-        self._apply(self._scan(dict(self._seen), frozenset()))
+        self._apply(self._scan(dict(self._seen), self._to_read(frozenset())))
 
     async def run(self, sink: SourceSink) -> None:
         """The `Source` protocol: loads every file into `sink`, says it is synced, then (unless
@@ -277,8 +299,13 @@ class FileSource:
                 if await self._rescan(frozenset()):
                     await _call(on_change)
                 while True:
+                    if not await self._wait_for_batch(pending):
+                        # A hold's grace period is over: the held files are read again.
+                        if await self._rescan(frozenset()):
+                            await _call(on_change)
+                        continue
                     try:
-                        changes = await pending
+                        changes = pending.result()
                     except StopAsyncIteration:
                         return
                     changed = frozenset(Path(os.path.abspath(p)) for _, p in changes)
@@ -295,12 +322,26 @@ class FileSource:
                     pending.cancel()
                     await asyncio.wait([pending])
 
+    async def _wait_for_batch(self, pending: asyncio.Future[set[tuple[Change, str]]]) -> bool:
+        """Waits for the watcher's next batch or the end of the earliest hold; True when the
+        batch came."""
+        timeout = None
+        if self._held:
+            timeout = max(0.0, min(self._held.values()) - time.monotonic()) + _HOLD_MARGIN_S
+        await asyncio.wait((pending,), timeout=timeout)
+        return pending.done()
+
     async def _rescan(self, changed: frozenset[Path]) -> bool:
         while True:
             generation = self._generation
-            scan = await asyncio.to_thread(self._scan, dict(self._seen), changed)
+            scan = await asyncio.to_thread(self._scan, dict(self._seen), self._to_read(changed))
             if generation == self._generation:
                 return self._apply(scan)
+
+    def _to_read(self, changed: frozenset[Path]) -> frozenset[Path]:
+        """`changed` and the held files: a held file must be read again even when it was
+        restored within one timestamp tick, so that its hold ends."""
+        return changed | frozenset(Path(os.path.abspath(p)) for p in self._held)
 
     def _watch_targets(self) -> frozenset[Path]:
         """Directories to watch (non-recursively), plus each file given by name.
@@ -380,11 +421,16 @@ class FileSource:
         key = partition_key(update.path)
         if update.seen is None:
             log.info("%s: removed", update.path)
-            self._seen.pop(update.path, None)
+            self._forget(update.path)
             self._loaded.discard(key)
             return sink.remove_partition(key)
-        self._seen[update.path] = update.seen
         result = update.result
+        if result is not None and self._holding(update.path, result):
+            # Its last signature stays, so every rescan reads the file again until it has
+            # content or the hold ends.
+            return False
+        self._held.pop(update.path, None)
+        self._seen[update.path] = update.seen
         if result is None:
             return False
         for problem in result.problems:
@@ -395,7 +441,35 @@ class FileSource:
             return sink.set_problems(key, result.problems)
         log.info("%s: loaded %d object(s)", update.path, len(result.objects))
         self._loaded.add(key)
+        if result.objects:
+            self._with_objects.add(update.path)
+        else:
+            self._with_objects.discard(update.path)
         return sink.replace_partition(key, result.objects, result.problems)
+
+    def _forget(self, path: Path) -> None:
+        self._seen.pop(path, None)
+        self._held.pop(path, None)
+        self._with_objects.discard(path)
+
+    def _holding(self, path: Path, result: ParseResult) -> bool:
+        """Whether `result`, a file that had objects now yielding none, is held back for now:
+        most likely a writer truncated the file and has not written it yet."""
+        if result.failed or result.objects or path not in self._with_objects:
+            return False
+        if self._grace_s <= 0:
+            return False
+        now = time.monotonic()
+        deadline = self._held.get(path)
+        if deadline is None:
+            log.info(
+                "%s: no objects in it; its last objects stay for %gs unless content comes",
+                path,
+                self._grace_s,
+            )
+            self._held[path] = now + self._grace_s
+            return True
+        return now < deadline
 
 
 class _StopFlag(asyncio.Event):
