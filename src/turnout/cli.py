@@ -126,7 +126,8 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="proxies in front of Envoy trusted to append to X-Forwarded-For: `Remote` IP "
         "filters see the client address they report (default: 0, the peer address). Only "
-        "`serve` uses it; `check` and `explain` accept it so that one set of flags fits all",
+        "`serve` and `translate` use it; `check` and `explain` accept it so that one set of "
+        "flags fits all",
     )
     p.add_argument(
         "--system-ca-file",
@@ -135,7 +136,7 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         help="PEM CA bundle, where Envoy runs, that stands for the system trust store: backends "
         "of a BackendTLSPolicy with wellKnownCACertificates: System and the https servers of JWKS "
         "key sets (RouteGroup jwtValidation) must chain to it (default: %(default)s). Only "
-        "`serve` uses it",
+        "`serve` and `translate` use it",
     )
     p.add_argument(
         "--disable-merge-slashes",

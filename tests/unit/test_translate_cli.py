@@ -55,11 +55,16 @@ def test_translate_prints_every_type_with_its_type_url_as_yaml_by_default(
     assert any(name.startswith("marketing/blog/80/") for name in clusters), clusters
 
 
-def test_translate_takes_the_port_flags_of_serve(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _translate(capsys, str(QUICKSTART), "--http-port", "9080", "-o", "json")
+def test_translate_takes_the_port_and_translate_flags_of_serve(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = _translate(
+        capsys, str(QUICKSTART), "--http-port", "9080", "--num-trusted-hops", "2", "-o", "json"
+    )
     assert code == 0
     listeners = {lst["name"]: lst for lst in json.loads(out)["listeners"]["resources"]}
     assert listeners["ingress_http"]["address"]["socket_address"]["port_value"] == 9080
+    assert '"xff_num_trusted_hops": 2' in out
 
 
 def test_translate_type_shows_only_that_type(capsys: pytest.CaptureFixture[str]) -> None:
