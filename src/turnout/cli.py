@@ -1,4 +1,4 @@
-"""The `turnout` command: serve, check, explain, bootstrap.
+"""The `turnout` command: serve, check, explain, translate, bootstrap.
 
 Output is for people by default and `-o json|yaml` for scripts. The flags of `serve` and the exit
 codes of `check` are a stable contract: test suites outside this repository drive turnout by them.
@@ -126,7 +126,8 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="proxies in front of Envoy trusted to append to X-Forwarded-For: `Remote` IP "
         "filters see the client address they report (default: 0, the peer address). Only "
-        "`serve` uses it; `check` and `explain` accept it so that one set of flags fits all",
+        "`serve` and `translate` use it; `check` and `explain` accept it so that one set of "
+        "flags fits all",
     )
     p.add_argument(
         "--system-ca-file",
@@ -135,7 +136,7 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         help="PEM CA bundle, where Envoy runs, that stands for the system trust store: backends "
         "of a BackendTLSPolicy with wellKnownCACertificates: System and the https servers of JWKS "
         "key sets (RouteGroup jwtValidation) must chain to it (default: %(default)s). Only "
-        "`serve` uses it",
+        "`serve` and `translate` use it",
     )
     p.add_argument(
         "--disable-merge-slashes",
@@ -324,6 +325,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
 
+    tr = sub.add_parser("translate", help="print the xDS resources turnout would send Envoy")
+    _add_compile_flags(tr)
+    _add_listen_flags(tr)
+    _add_discover_flags(tr)
+    tr.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+    tr.add_argument(
+        "--type",
+        choices=["listeners", "routes", "clusters", "endpoints", "secrets", "all"],
+        default="all",
+        help="only the resources of this xDS type (default: all); private keys are redacted",
+    )
+
     boot = sub.add_parser("bootstrap", help="write the bootstrap for an external Envoy")
     boot.add_argument("output", nargs="?", default="-", help="file to write (default: stdout)")
     boot.add_argument("--xds-address", default="127.0.0.1")
@@ -344,6 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check(args)
     if command == "explain":
         return _explain(args)
+    if command == "translate":
+        return _translate(args)
     return _bootstrap(args)
 
 
@@ -568,6 +583,28 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"route: {decision.route.source}")
     print(f"action: {_action_text(decision)}")
     return EXIT_OK if decision.route else EXIT_INVALID
+
+
+# -- translate ---------------------------------------------------------------------------------
+
+
+def _translate(args: argparse.Namespace) -> int:
+    """The xDS resources `serve` would send for the files, as Envoy's JSON or YAML (stdout: one
+    document; problems on stderr). Exit 2 when a file could not be read, else 0."""
+    # Imported here: `check` and `explain` never load the Envoy protos.
+    from turnout.envoy.dump import render, resources_document
+    from turnout.envoy.translate import translate
+
+    config = serve_config(args)
+    result, error = _load(args.paths, app.compile_options(config), _discover_timeout(args))
+    if result is None:
+        print(f"turnout: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    for problem in result.problems:
+        print(f"{problem}", file=sys.stderr)
+    resources = translate(result.graph, app.translate_options(config))
+    sys.stdout.write(render(resources_document(resources, args.type), args.output))
+    return EXIT_UNREADABLE if any(p.severity == "unreadable" for p in result.problems) else EXIT_OK
 
 
 # -- bootstrap ---------------------------------------------------------------------------------

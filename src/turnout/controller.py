@@ -70,6 +70,7 @@ class Applied:
     version: str
     compiled_at: float
     snapshot: Snapshot | None = None  # the compiled input (Gateway listeners name their ports)
+    resources: EnvoyResources | None = None  # what went to the xDS server (admin /debug/xds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +219,7 @@ class Controller:
                 log.exception("compile failed; the last good configuration stays in force")
                 return self.applied
             self._compiled = compile_input
-            self._applied(result, version, snapshot, time.perf_counter() - started)
+            self._applied(result, version, snapshot, time.perf_counter() - started, resources)
             return self.applied
 
     def _input(self, snapshot: Snapshot) -> _Input:
@@ -232,12 +233,17 @@ class Controller:
         return _Input(snapshot, discovery, options, self.translate_options)
 
     def _applied(
-        self, result: CompileResult, version: str, snapshot: Snapshot, elapsed: float
+        self,
+        result: CompileResult,
+        version: str,
+        snapshot: Snapshot,
+        elapsed: float,
+        resources: EnvoyResources,
     ) -> None:
         self.compile_error = None
         self.metrics.compile_seconds.observe(elapsed)
         self.metrics.compiles.inc()
-        self.applied = Applied(result, version, time.time(), snapshot)
+        self.applied = Applied(result, version, time.time(), snapshot, resources)
         self._publish(result)
         self._settle()
         log.debug(
@@ -334,6 +340,10 @@ class Controller:
 
     def problems(self) -> tuple[SourceProblem, ...]:
         return self.applied.result.problems if self.applied else ()
+
+    def xds_resources(self) -> EnvoyResources | None:
+        """The resources of the last compile handed to the xDS server (None before the first)."""
+        return self.applied.resources if self.applied else None
 
     @property
     def watch_error(self) -> str | None:

@@ -497,6 +497,10 @@ async def test_admin_endpoints(harness: Harness) -> None:
             assert 'turnout_objects{kind="HTTPProxy",state="valid"} 1.0' in metrics
             assert "turnout_xds_acks_total" in metrics
             assert "turnout_compile_duration_seconds_count" in metrics
+            xds = await client.get("/debug/xds", params={"type": "clusters"})
+            assert xds.status_code == 200, xds.text
+            clusters = xds.json()["clusters"]["resources"]
+            assert any(c["name"].startswith("default/app/80/") for c in clusters), clusters
     finally:
         await admin.stop()
     await asyncio.sleep(0)

@@ -1,13 +1,16 @@
-"""The admin HTTP server: /healthz, /readyz, /status and /metrics."""
+"""The admin HTTP server: /healthz, /readyz, /status, /metrics and /debug/xds."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from turnout.envoy.dump import render, resources_document
+from turnout.envoy.resources import EnvoyResources
 from turnout.metrics import Metrics
 from turnout.status.model import ObjectStatus
 from turnout.store import SourceProblem
@@ -26,6 +29,8 @@ class AdminSource(Protocol):
 
     def status_json(self, status: ObjectStatus) -> dict[str, Any]: ...
 
+    def xds_resources(self) -> EnvoyResources | None: ...
+
 
 def status_document(source: AdminSource) -> str:
     return json.dumps(
@@ -36,6 +41,36 @@ def status_document(source: AdminSource) -> str:
         indent=2,
         sort_keys=False,
     )
+
+
+def is_loopback_peer(remote: str | None) -> bool:
+    """Whether a request came from this host (IPv4-mapped loopback included)."""
+    try:
+        address = ipaddress.ip_address(remote or "")
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+def debug_xds_response(source: AdminSource, request: web.Request) -> web.Response:
+    """The running xDS resources, as `turnout translate` prints them. Only for this host's
+    peers, even when --admin-address is not loopback: they name every backend and certificate."""
+    if not is_loopback_peer(request.remote):
+        return web.Response(status=403, text="/debug/xds answers only loopback peers\n")
+    fmt = request.query.get("format", "json")
+    if fmt not in ("json", "yaml"):
+        return web.Response(status=400, text=f"unknown format {fmt!r}: expected json or yaml\n")
+    resources = source.xds_resources()
+    if resources is None:
+        return web.Response(status=503, text="no configuration applied yet\n")
+    try:
+        document = resources_document(resources, request.query.get("type", "all"))
+    except ValueError as err:
+        return web.Response(status=400, text=f"{err}\n")
+    content_type = "application/json" if fmt == "json" else "application/yaml"
+    return web.Response(text=render(document, fmt), content_type=content_type)
 
 
 def make_app(source: AdminSource) -> web.Application:
@@ -56,11 +91,15 @@ def make_app(source: AdminSource) -> web.Application:
         body = generate_latest(source.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    async def debug_xds(request: web.Request) -> web.Response:
+        return debug_xds_response(source, request)
+
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/status", status)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/debug/xds", debug_xds)
     return app
 
 
