@@ -520,7 +520,12 @@ def forbidden_dns_name(
     addresses, on any port, as Contour's localhost names are refused. A name without an answer
     yet is let through; see docs/policies.md for what remains (DNS rebinding between checks).
     `options` None: the port alone (a dialect checking early leaves the answer to the graph,
-    which keeps tracking the name of a cluster it refuses)."""
+    which keeps tracking the name of a cluster it refuses). An IP address written where a name
+    goes resolves to itself: it is held to the endpoint rule (`forbidden_endpoint`), like the
+    same address in an EndpointSlice."""
+    if _canonical(name) is not None:
+        own = own_addresses(options) if options is not None else ()
+        return forbidden_endpoint(name, port, reserved, own)
     what = reserved.get(port)
     if what is not None:
         return (
