@@ -50,6 +50,7 @@ table { border-collapse: collapse; margin: .3em 0 .8em; }
 th, td { border: 1px solid #ccc; padding: .2em .5em; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; } code { font-size: .95em; }
 details { margin: .2em 0 .2em 1em; } summary { cursor: pointer; }
+details.tree > .leaf { margin-left: 1.6em; }
 .state-valid { color: #1a7f37; } .state-invalid { color: #c62828; font-weight: bold; }
 .state-orphaned { color: #b26a00; } .state-unknown { color: #666; }
 .muted { color: #666; } .error { color: #c62828; } .warning { color: #b26a00; }
