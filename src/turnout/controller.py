@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from turnout.compile_inputs import CompileOptions, IssuerDiscovery
+from turnout.compile_inputs import CompileOptions, IssuerDiscovery, PathNormalization
 from turnout.config import ServeConfig
 from turnout.envoy.bootstrap import bootstrap_config, write_bootstrap
 from turnout.envoy.process import EnvoyProcess
@@ -344,6 +344,14 @@ class Controller:
     def xds_resources(self) -> EnvoyResources | None:
         """The resources of the last compile handed to the xDS server (None before the first)."""
         return self.applied.resources if self.applied else None
+
+    def applied_result(self) -> CompileResult | None:
+        """The compile Envoy was last given (the admin web view draws its graph)."""
+        return self.applied.result if self.applied else None
+
+    def path_normalization(self) -> PathNormalization:
+        """How Envoy normalizes request paths, so the admin view explains what Envoy does."""
+        return self.translate_options.paths
 
     @property
     def watch_error(self) -> str | None:

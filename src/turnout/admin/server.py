@@ -1,16 +1,21 @@
-"""The admin HTTP server: /healthz, /readyz, /status, /metrics and /debug/xds."""
+"""The admin HTTP server: /healthz, /readyz, /status, /metrics, /debug/xds and the web view /ui."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+from importlib import resources
 from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from turnout.admin import ui
+from turnout.compile_inputs import HTTP_LISTENER, PathNormalization
 from turnout.envoy.dump import render, resources_document
 from turnout.envoy.resources import EnvoyResources
+from turnout.graph.build import CompileResult
+from turnout.graph.evaluate import evaluate, make_request
 from turnout.metrics import Metrics
 from turnout.status.model import ObjectStatus
 from turnout.store import SourceProblem
@@ -30,6 +35,9 @@ class AdminSource(Protocol):
     def status_json(self, status: ObjectStatus) -> dict[str, Any]: ...
 
     def xds_resources(self) -> EnvoyResources | None: ...
+    def applied_result(self) -> CompileResult | None: ...
+
+    def path_normalization(self) -> PathNormalization: ...
 
 
 def status_document(source: AdminSource) -> str:
@@ -100,7 +108,60 @@ def make_app(source: AdminSource) -> web.Application:
     app.router.add_get("/status", status)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/debug/xds", debug_xds)
+    add_ui_routes(app, source)
     return app
+
+
+# The web view is unauthenticated like the rest of the admin API; no inline script runs, so
+# markup a tenant managed to slip past the escaping could not execute either.
+UI_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'",
+    "Cache-Control": "no-store",
+}
+
+
+def ui_graph_body(source: AdminSource) -> str:
+    waiting = "" if source.applied_result() else source.readiness()[1]
+    return ui.graph_body(source.applied_result(), source.statuses(), source.problems(), waiting)
+
+
+def add_ui_routes(app: web.Application, source: AdminSource) -> None:
+    htmx = resources.files("turnout.admin").joinpath("static/htmx.min.js").read_bytes()
+
+    def html(text: str) -> web.Response:
+        return web.Response(text=text, content_type="text/html", headers=UI_HEADERS)
+
+    async def page(_: web.Request) -> web.Response:
+        return html(ui.page(ui.graph_fragment(ui_graph_body(source))))
+
+    async def graph(request: web.Request) -> web.Response:
+        body = ui_graph_body(source)
+        if request.query.get("seen") == ui.body_token(body):
+            return web.Response(status=204, headers=UI_HEADERS)  # htmx swaps nothing
+        return html(ui.graph_fragment(body))
+
+    async def explain(request: web.Request) -> web.Response:
+        result = source.applied_result()
+        q = request.query
+        headers = ui.parse_headers(q.get("headers", ""))
+        if result is None or isinstance(headers, str):
+            return html(ui.esc(headers if isinstance(headers, str) else "nothing compiled yet"))
+        req = make_request(
+            q.get("host", ""),
+            q.get("path", "/") or "/",
+            q.get("method", "GET") or "GET",
+            headers,
+            listener=q.get("listener", "") or HTTP_LISTENER,
+        )
+        return html(ui.explain_html(req, evaluate(result.graph, req, source.path_normalization())))
+
+    async def script(_: web.Request) -> web.Response:
+        return web.Response(body=htmx, content_type="text/javascript")
+
+    app.router.add_get("/ui", page)
+    app.router.add_get("/ui/graph", graph)
+    app.router.add_get("/ui/explain", explain)
+    app.router.add_get("/ui/htmx.min.js", script)
 
 
 class AdminServer:
