@@ -77,6 +77,8 @@ def _trusted_hops(value: str) -> int:
 
 
 def _collector(value: str) -> str:
+    if not value:  # argparse passes the default through too: no tracing
+        return value
     try:
         split_host_port(value)
     except ValueError as err:
