@@ -12,14 +12,19 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from turnout.compile_inputs import CompileOptions, PathNormalization
-from turnout.config import ServeConfig
+from turnout.config import ServeConfig, split_host_port
 from turnout.dialects.contour_route import ContourRouteDialect
 from turnout.dialects.gatewayapi import GatewayAPIDialect
 from turnout.dialects.httpproxy import HTTPProxyDialect
 from turnout.dialects.ingress import IngressDialect
 from turnout.dialects.ingressroute import IngressRouteDialect
 from turnout.dialects.routegroup import RouteGroupDialect
-from turnout.envoy.translate.options import TranslateOptions
+from turnout.envoy.translate.options import (
+    AccessLog,
+    AccessLogFormat,
+    Tracing,
+    TranslateOptions,
+)
 from turnout.graph.build import CompileResult, build_graph
 from turnout.graph.dialect import Dialect, Dialects
 from turnout.metrics import Metrics
@@ -75,6 +80,29 @@ def translate_options(config: ServeConfig) -> TranslateOptions:
             merge_slashes=not config.disable_merge_slashes,
             escaped_slashes=config.escaped_slashes,
         ),
+        access_log=access_log(config),
+        tracing=tracing(config),
+    )
+
+
+def access_log(config: ServeConfig) -> AccessLog | None:
+    """`--access-log off|stdout|PATH` and `--access-log-format` as the translator takes them."""
+    if config.access_log == "off":
+        return None
+    path = None if config.access_log == "stdout" else config.access_log
+    return AccessLog(path=path, format=AccessLogFormat(config.access_log_format))
+
+
+def tracing(config: ServeConfig) -> Tracing | None:
+    """The `--tracing-*` flags as the translator takes them; None without a collector."""
+    if not config.tracing_collector:
+        return None
+    host, port = split_host_port(config.tracing_collector)
+    return Tracing(
+        collector_host=host,
+        collector_port=port,
+        service_name=config.tracing_service_name,
+        sampling_percent=config.tracing_sampling_rate,
     )
 
 

@@ -32,7 +32,7 @@ from turnout.compile_inputs import (
     EscapedSlashes,
     ListenerProtocol,
 )
-from turnout.config import ServeConfig
+from turnout.config import ServeConfig, split_host_port
 from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
@@ -74,6 +74,74 @@ def _trusted_hops(value: str) -> int:
     if not 0 <= hops <= 2**32 - 1:  # Envoy's xff_num_trusted_hops is a uint32
         raise argparse.ArgumentTypeError(f"expected a whole number from 0, got {value!r}")
     return hops
+
+
+def _collector(value: str) -> str:
+    if not value:  # argparse passes the default through too: no tracing
+        return value
+    try:
+        split_host_port(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
+
+
+def _percent(value: str) -> float:
+    try:
+        percent = float(value)
+    except ValueError:
+        percent = -1.0
+    if not 0 <= percent <= 100:  # NaN fails the comparison too
+        raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {value!r}")
+    return percent
+
+
+def _access_log(value: str) -> str:
+    if not value:
+        raise argparse.ArgumentTypeError("expected off, stdout or a file path")
+    return value
+
+
+def _add_telemetry_flags(p: argparse.ArgumentParser) -> None:
+    """Access log and tracing (docs/observability.md). Only `serve` uses them."""
+    p.add_argument(
+        "--access-log",
+        type=_access_log,
+        default="stdout",
+        metavar="off|stdout|PATH",
+        help="where Envoy writes one line per request and TCP connection: off, stdout (copied "
+        "to turnout's stdout; turnout's own log is on stderr) or a file on Envoy's host "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--access-log-format",
+        choices=["json", "text"],
+        default="json",
+        help="json: one object per line with Contour's field names; text: Envoy's default "
+        "line (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tracing-collector",
+        type=_collector,
+        default="",
+        metavar="HOST:PORT",
+        help="OpenTelemetry collector (OTLP over gRPC, usually port 4317) Envoy sends spans to "
+        "(default: no tracing)",
+    )
+    p.add_argument(
+        "--tracing-service-name",
+        default="turnout",
+        metavar="NAME",
+        help="the service.name of Envoy's spans (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tracing-sampling-rate",
+        type=_percent,
+        default=100.0,
+        metavar="PERCENT",
+        help="percentage of requests traced, unless the client already decided (default: "
+        "%(default)g)",
+    )
 
 
 def _add_compile_flags(p: argparse.ArgumentParser) -> None:
@@ -160,6 +228,7 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         help="route to ExternalName Services (off by default: such a Service can point Envoy at "
         "any address, its own admin port included)",
     )
+    _add_telemetry_flags(p)
 
 
 def _add_listen_flags(p: argparse.ArgumentParser) -> None:
@@ -251,6 +320,11 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         system_ca_file=args.system_ca_file,
         disable_merge_slashes=args.disable_merge_slashes,
         escaped_slashes=args.escaped_slashes,
+        access_log=args.access_log,
+        access_log_format=args.access_log_format,
+        tracing_collector=args.tracing_collector,
+        tracing_service_name=args.tracing_service_name,
+        tracing_sampling_rate=args.tracing_sampling_rate,
         node_id=getattr(args, "node_id", defaults.node_id),
         empty_file_grace_s=getattr(args, "empty_file_grace", defaults.empty_file_grace_s),
     )

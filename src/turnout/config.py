@@ -49,6 +49,15 @@ class ServeConfig:
     # path_with_escaped_slashes_action): docs/policies.md, "Path normalisation".
     disable_merge_slashes: bool = False
     escaped_slashes: EscapedSlashes = EscapedSlashes.UNESCAPE_AND_REDIRECT
+    # Envoy's access log on every HTTP connection manager and TCP proxy: "off", "stdout" (the
+    # child Envoy's stdout is copied to turnout's stdout; turnout logs to stderr) or a file
+    # path; "json" (Contour's field names) or "text" (docs/observability.md).
+    access_log: str = "stdout"
+    access_log_format: str = "json"
+    # OpenTelemetry tracing: the OTLP/gRPC collector as HOST:PORT; "" traces nothing.
+    tracing_collector: str = ""
+    tracing_service_name: str = "turnout"
+    tracing_sampling_rate: float = 100.0  # percent of the requests
     node_id: str = "turnout-envoy"
     # Where the child Envoy's bootstrap is written; a temporary directory when None.
     work_dir: Path | None = None
@@ -56,3 +65,13 @@ class ServeConfig:
     # A watched file that had objects and yields none keeps them this long (`--empty-file-grace`).
     empty_file_grace_s: float = DEFAULT_EMPTY_FILE_GRACE_S
     extra_envoy_args: tuple[str, ...] = field(default=())
+
+
+def split_host_port(value: str) -> tuple[str, int]:
+    """`host:port` or `[v6]:port` -> (host, port); ValueError when it is neither."""
+    host, sep, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return host, int(port)

@@ -14,6 +14,7 @@ import pytest
 
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate import TranslateOptions, translate, wildcard_authority_regex
+from turnout.envoy.translate.options import AccessLog, AccessLogFormat, Tracing
 from turnout.envoy.validate import envoy_binary, static_bootstrap, validate_resources
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import (
@@ -143,7 +144,7 @@ def rich_graph() -> RoutingGraph:
 
 
 def test_rich_graph_is_valid_without_deprecations() -> None:
-    resources = translate(rich_graph(), TranslateOptions(access_log=True))
+    resources = translate(rich_graph(), TranslateOptions(access_log=AccessLog()))
     # Guard against the graph silently losing coverage.
     assert {lst.name for lst in resources.listeners} == {"ingress_http", "other_http"}
     assert len(resources.clusters) == 3
@@ -151,6 +152,19 @@ def test_rich_graph_is_valid_without_deprecations() -> None:
     assert result.ok, result.output
     assert result.deprecation_warnings == (), result.output
     assert "deprecated" not in result.output.lower()
+
+
+@pytest.mark.parametrize("fmt", list(AccessLogFormat))
+def test_access_logs_and_tracing_are_valid_without_deprecations(
+    fmt: AccessLogFormat, tmp_path: Path
+) -> None:
+    options = TranslateOptions(
+        access_log=AccessLog(path=str(tmp_path / "access.log"), format=fmt),
+        tracing=Tracing(collector_host="collector.example", collector_port=4317),
+    )
+    result = validate_resources(translate(rich_graph(), options))
+    assert result.ok, result.output
+    assert result.deprecation_warnings == (), result.output
 
 
 def test_long_wildcard_suffix_uses_the_compact_regex() -> None:

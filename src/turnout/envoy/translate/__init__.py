@@ -16,7 +16,10 @@ What is translated today:
 - every cluster -> an EDS Cluster and its ClusterLoadAssignment, or a DNS cluster for an
   ExternalName Service (see `clusters`);
 - every (issuer, JWKS URI) that routes validate tokens with -> a provider of the JWT filter on
-  every HTTP connection manager and a cluster for the JWKS host (see `http_filters`).
+  every HTTP connection manager and a cluster for the JWKS host (see `http_filters`);
+- the access log and OpenTelemetry tracing options -> a logger on every HTTP connection manager
+  and TCP proxy, the tracer on every HTTP connection manager and a cluster for the collector
+  (see `telemetry`).
 
 `translate` never raises. `graph.validate.enforce_envoy_limits` keeps values Envoy would reject out
 of the graph, and each piece is translated under a guard in case one still makes protobuf raise:
@@ -41,6 +44,7 @@ from turnout.envoy.translate.client_validation import (
 from turnout.envoy.translate.clusters import (
     has_load_assignment,
     jwks_cluster,
+    tracing_cluster,
     translate_cluster,
     translate_load_assignment,
 )
@@ -110,6 +114,11 @@ def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> E
             clusters.append(jwks_cluster(tls, host, port, opts))
         except Exception as err:
             log_translation_failure(f"JWKS cluster for {host}:{port}", err)
+    if opts.tracing is not None:
+        try:
+            clusters.append(tracing_cluster(opts.tracing, opts))
+        except Exception as err:
+            log_translation_failure("tracing collector cluster", err)
     secrets: list[Any] = []
     for secret in sorted(graph.secrets, key=lambda s: str(s.name)):
         try:

@@ -59,10 +59,11 @@ from envoy.type.v3 import http_pb2
 from turnout.compile_inputs import DEFAULT_SYSTEM_CA_FILE
 from turnout.envoy.translate.common import ads_config_source, duration, pack
 from turnout.envoy.translate.http_filters import jwks_cluster_name
-from turnout.envoy.translate.options import TranslateOptions
+from turnout.envoy.translate.options import Tracing, TranslateOptions
 from turnout.envoy.translate.route_policies import apply_idle_connection_timeout
 from turnout.envoy.translate.secrets import transport_socket
 from turnout.envoy.translate.tcp import add_tcp_health_check
+from turnout.envoy.translate.telemetry import tracing_cluster_name
 from turnout.graph.model import (
     CABundle,
     Cluster,
@@ -358,16 +359,7 @@ def jwks_cluster(tls: bool, host: str, port: int, options: TranslateOptions) -> 
     static for an IP address, DNS otherwise. Over https the server's certificate must chain to
     `options.system_ca_file` and name `host` (a DNS SAN, or an IP SAN for an address): a key set
     from an unauthenticated server would let whoever answers in its place mint valid tokens."""
-    name = jwks_cluster_name(tls, host, port)
-    out = cluster_pb2.Cluster(name=name, connect_timeout=duration(options.connect_timeout_s))
-    if _is_ip(host):
-        out.type = cluster_pb2.Cluster.STATIC
-        out.load_assignment.cluster_name = name
-        lb = out.load_assignment.endpoints.add().lb_endpoints.add()
-        lb.endpoint.address.socket_address.address = host
-        lb.endpoint.address.socket_address.port_value = port
-    else:
-        _dns_discovery(out, Cluster(name, "", "", port, dns_name=host))
+    out = _host_port_cluster(jwks_cluster_name(tls, host, port), host, port, options)
     if tls:
         ctx = tls_pb2.UpstreamTlsContext()
         common = ctx.common_tls_context
@@ -382,4 +374,30 @@ def jwks_cluster(tls: bool, host: str, port: int, options: TranslateOptions) -> 
             san_type = common_pb2.SubjectAltNameMatcher.DNS
         vc.match_typed_subject_alt_names.add(san_type=san_type).matcher.exact = host
         out.transport_socket.CopyFrom(transport_socket(ctx))
+    return out
+
+
+def tracing_cluster(tracing: Tracing, options: TranslateOptions) -> Any:
+    """The cluster Envoy's OpenTelemetry tracer exports spans through: OTLP/gRPC, so HTTP/2
+    (in clear text, as collectors listen on 4317 by default)."""
+    name = tracing_cluster_name(tracing)
+    out = _host_port_cluster(name, tracing.collector_host, tracing.collector_port, options)
+    out.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].CopyFrom(
+        pack(_http2_protocol_options())
+    )
+    return out
+
+
+def _host_port_cluster(name: str, host: str, port: int, options: TranslateOptions) -> Any:
+    """A cluster of one `host`:`port` that turnout's settings name: static for an IP address,
+    DNS otherwise."""
+    out = cluster_pb2.Cluster(name=name, connect_timeout=duration(options.connect_timeout_s))
+    if _is_ip(host):
+        out.type = cluster_pb2.Cluster.STATIC
+        out.load_assignment.cluster_name = name
+        lb = out.load_assignment.endpoints.add().lb_endpoints.add()
+        lb.endpoint.address.socket_address.address = host
+        lb.endpoint.address.socket_address.port_value = port
+    else:
+        _dns_discovery(out, Cluster(name, "", "", port, dns_name=host))
     return out

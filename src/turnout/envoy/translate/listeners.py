@@ -34,11 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.core.v3 import address_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
-from envoy.extensions.access_loggers.stream.v3 import stream_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -54,12 +52,12 @@ from turnout.envoy.translate.route_policies import lua_http_filter
 from turnout.envoy.translate.routes import translate_route_configuration
 from turnout.envoy.translate.secrets import transport_socket
 from turnout.envoy.translate.tcp import tcp_filter_chain, tcp_proxy_filter
+from turnout.envoy.translate.telemetry import access_logs, hcm_tracing
 from turnout.graph.model import Listener, TLSTermination, VirtualHost
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
 ESCAPED_SLASHES_ACTION = hcm_pb2.HttpConnectionManager.PathWithEscapedSlashesAction
 ROUTER_FILTER = "envoy.filters.http.router"
-STDOUT_ACCESS_LOG = "envoy.access_loggers.stdout"
 TLS_INSPECTOR = "envoy.filters.listener.tls_inspector"
 
 # Contour's names for the chain and the route table serving clients without SNI.
@@ -358,12 +356,9 @@ def http_connection_manager(
     hcm.http_filters.append(
         hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=pack(router_pb2.Router()))
     )
-    if options.access_log:
-        hcm.access_log.append(
-            accesslog_pb2.AccessLog(
-                name=STDOUT_ACCESS_LOG, typed_config=pack(stream_pb2.StdoutAccessLog())
-            )
-        )
+    hcm.access_log.extend(access_logs(options.access_log))
+    if options.tracing is not None:
+        hcm.tracing.CopyFrom(hcm_tracing(options.tracing))
     return hcm
 
 

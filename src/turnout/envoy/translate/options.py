@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from turnout.compile_inputs import (
@@ -16,6 +17,49 @@ if TYPE_CHECKING:
 
 # `xff_num_trusted_hops` is a uint32.
 MAX_TRUSTED_HOPS = 2**32 - 1
+DEFAULT_TRACING_SERVICE_NAME = "turnout"
+DEFAULT_TRACING_SAMPLING_PERCENT = 100.0
+
+
+class AccessLogFormat(StrEnum):
+    """How an access log line is written (docs/observability.md lists the fields)."""
+
+    TEXT = "text"  # Envoy's default format, one line per request or connection
+    JSON = "json"  # one JSON object per line, with Contour's field names
+
+
+@dataclass(frozen=True, slots=True)
+class AccessLog:
+    """Where Envoy writes its access log: `path` None is Envoy's stdout, anything else a file
+    on Envoy's host (opened and appended to by Envoy)."""
+
+    path: str | None = None
+    format: AccessLogFormat = AccessLogFormat.JSON
+
+    def __post_init__(self) -> None:
+        if self.path is not None and not self.path:
+            raise ValueError("an access log path must not be empty")
+
+
+@dataclass(frozen=True, slots=True)
+class Tracing:
+    """OpenTelemetry tracing: spans exported over OTLP/gRPC to `collector_host`:`collector_port`
+    as `service_name`, for `sampling_percent` of the requests without a sampling decision."""
+
+    collector_host: str
+    collector_port: int
+    service_name: str = DEFAULT_TRACING_SERVICE_NAME
+    sampling_percent: float = DEFAULT_TRACING_SAMPLING_PERCENT
+
+    def __post_init__(self) -> None:
+        if not self.collector_host:
+            raise ValueError("a tracing collector needs a host")
+        if not 0 < self.collector_port < 65536:
+            raise ValueError(f"collector port must be in 1-65535, got {self.collector_port}")
+        if not 0 <= self.sampling_percent <= 100:  # NaN fails the comparison too
+            raise ValueError(f"sampling_percent must be in 0-100, got {self.sampling_percent}")
+        if not self.service_name:
+            raise ValueError("a tracing service name must not be empty")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,8 +70,10 @@ class TranslateOptions:
     which is long for a failed pod).
     `stat_prefix`: prepended to the listener name to form the HTTP connection manager's stat
     prefix, so several turnout deployments can share one metrics backend.
-    `access_log`: add a stdout access log to every HTTP connection manager (handy in tests and
-    standalone mode; off by default because a fleet usually logs elsewhere).
+    `access_log`: where every HTTP connection manager and TCP proxy writes its access log, and
+    in which format; None: no access log (`serve` defaults to JSON on stdout, see `ServeConfig`).
+    `tracing`: the OpenTelemetry collector every HTTP connection manager reports spans to (over
+    a cluster of its own, `clusters.tracing_cluster`); None: no tracing.
     `num_trusted_hops`: how many proxies in front of Envoy are trusted to append to
     X-Forwarded-For (the HTTP connection manager's `xff_num_trusted_hops`); the client address
     that `Remote` IP filters see is the one they reported. 0: the peer address, whatever the
@@ -45,7 +91,8 @@ class TranslateOptions:
 
     connect_timeout_s: float = 2.0
     stat_prefix: str = ""
-    access_log: bool = False
+    access_log: AccessLog | None = None
+    tracing: Tracing | None = None
     num_trusted_hops: int = 0
     system_ca_file: str = DEFAULT_SYSTEM_CA_FILE
     paths: PathNormalization = DEFAULT_PATH_NORMALIZATION

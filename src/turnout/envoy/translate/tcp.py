@@ -17,20 +17,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.core.v3 import health_check_pb2
 from envoy.config.listener.v3 import listener_components_pb2
-from envoy.extensions.access_loggers.stream.v3 import stream_pb2
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 
 from turnout.envoy.translate.client_validation import downstream_context
 from turnout.envoy.translate.common import duration, pack
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.secrets import transport_socket
+from turnout.envoy.translate.telemetry import access_logs
 from turnout.graph.model import TCPHealthCheck, TCPProxy
 
 TCP_PROXY_FILTER = "envoy.filters.network.tcp_proxy"
-STDOUT_ACCESS_LOG = "envoy.access_loggers.stdout"
 TCP_IDLE_TIMEOUT_S = 9001.0
 _MAX_UINT32 = 2**32 - 1
 _MIN_SECONDS = 0.001
@@ -57,12 +55,7 @@ def tcp_proxy_filter(proxy: TCPProxy, stat_prefix: str, options: TranslateOption
                 name=wc.cluster, weight=min(wc.weight, _MAX_UINT32)
             )
     config.idle_timeout.CopyFrom(duration(TCP_IDLE_TIMEOUT_S))
-    if options.access_log:
-        config.access_log.append(
-            accesslog_pb2.AccessLog(
-                name=STDOUT_ACCESS_LOG, typed_config=pack(stream_pb2.StdoutAccessLog())
-            )
-        )
+    config.access_log.extend(access_logs(options.access_log))
     return listener_components_pb2.Filter(name=TCP_PROXY_FILTER, typed_config=pack(config))
 
 
