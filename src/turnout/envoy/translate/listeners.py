@@ -25,7 +25,10 @@ for `www.example.com` even when `www.example.com` has its own chain; such more s
 of the same listener are listed on the 421 virtual host too, and Envoy's domain precedence (exact,
 then the longest wildcard) sends them to it. Unlike Contour, a wildcard chain serves every host
 its virtual host matches, not only the SNI itself: that is the same virtual host with the same
-certificate and policies, so nothing is crossed.
+certificate and policies, so nothing is crossed. A Gateway listener's chain follows the Gateway
+API's `Listener.hostname` rules instead: 421 only for a Host another listener of the port matches,
+the listener's own answer (404) for a Host none does. Which domains get 421 is decided in
+`graph.sni` (`misdirected_domains`, `fallback_table`), which the evaluator reads too.
 """
 
 from __future__ import annotations
