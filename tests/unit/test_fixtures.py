@@ -6,13 +6,14 @@ Each case directory holds
   as a subset of the compiled status body (mappings: listed keys only; lists: same length,
   element by element); `{kind, namespace, name, absent: true}` asserts that the object gets no
   status at all (e.g. it belongs to another ingress class);
-- `requests.yaml` (optional): a list of `{host, path, method, headers, listener, expect}` checked
-  through the evaluator; `expect` may hold `status` (int), `cluster` (the one cluster with weight,
-  as a `ns/service/port` prefix), `clusters` (a list of `{cluster, weight}`, in order), `route`
-  (the field of the chosen route, e.g. `spec.routes[1]`), `source` (`ns/name` of the object
-  that wrote the chosen route) and `tls` (null: the chosen virtual host has no TLS; or a subset
-  of `{secret: ns/name, min_version, max_version}` of its TLS termination; `listener:
-  ingress_https` asks the HTTPS listener, assuming the SNI equals the host) and `upstream` (a
+- `requests.yaml` (optional): a list of `{host, path, method, headers, listener, sni, expect}`
+  checked through the evaluator (`sni`: the server name of the request's TLS connection, `""`
+  for none; absent: the Host's); `expect` may hold `status` (int), `cluster` (the one cluster
+  with weight, as a `ns/service/port` prefix), `clusters` (a list of `{cluster, weight}`, in
+  order), `route` (the field of the chosen route, e.g. `spec.routes[1]`), `source` (`ns/name`
+  of the object that wrote the chosen route) and `tls` (null: the chosen virtual host has no
+  TLS; or a subset of `{secret: ns/name, min_version, max_version}` of its TLS termination;
+  `listener: ingress_https` asks the HTTPS listener) and `upstream` (a
   subset of `{protocol, lb_strategy, health_check, outlier_detection, validation, slow_start,
   connect_timeout_s, idle_connection_timeout_s, dns_name, endpoints}` of every chosen cluster
   with weight, with the graph's field names and enum values; `validation.ca_secret` is the
@@ -157,6 +158,7 @@ def check_request(result: CompileResult, req: dict[str, Any]) -> list[str]:
         method=req.get("method", "GET"),
         headers={str(k): str(v) for k, v in (req.get("headers") or {}).items()},
         listener=req.get("listener", "ingress_http"),
+        sni=req.get("sni"),
     )
     decision = evaluate(result.graph, request)
     expect = req.get("expect") or {}

@@ -65,8 +65,14 @@ translator's configuration, so differential tests can hold Envoy to it
    effective cluster, `invalid_share` gives its fraction of a mixed split and `invalid_status`
    what that fraction answers.
 
+**Server name.** On a TLS listener a request may carry the SNI its connection was made with
+(`Request.sni`): the filter chain that SNI selects (`graph.sni.select_sni`) has a route table of
+its own (`graph.sni.chain_table`), and the Host is looked up there, among the chain's hosts and
+the domains it answers 421 (misdirected: a Host another chain serves). Without `sni` the SNI is
+assumed to equal the Host, and the Host is looked up among all the listener's hosts.
+
 Not modelled: headers Envoy adds or rewrites before routing (`x-forwarded-*`, `x-request-id`,
-`x-envoy-*`), `:scheme`, and the HTTPS listener's SNI (the SNI is assumed to equal the host).
+`x-envoy-*`) and `:scheme`.
 """
 
 from __future__ import annotations
@@ -74,10 +80,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import re2
 
-from turnout.compile_inputs import DEFAULT_PATH_NORMALIZATION, EscapedSlashes, PathNormalization
+from turnout.compile_inputs import (
+    DEFAULT_PATH_NORMALIZATION,
+    EscapedSlashes,
+    ListenerProtocol,
+    PathNormalization,
+)
 from turnout.graph.model import (
     INVALID_BACKEND,
     DirectResponse,
@@ -96,6 +108,9 @@ from turnout.graph.model import (
     invalid_backend_status,
 )
 from turnout.graph.regex import ENVOY_MAX_PROGRAM_SIZE, envoy_program_size, envoy_regex
+from turnout.graph.sni import MISDIRECTED_STATUS, chain_table
+
+T = TypeVar("T")
 
 # What a route answers when it has nowhere to send traffic (every weight is zero, or none).
 NO_BACKEND_STATUS = 503
@@ -114,6 +129,8 @@ class Request:
     method: str = "GET"
     headers: tuple[tuple[str, str], ...] = ()
     listener: str = "ingress_http"
+    # The server name of the TLS connection the request came on (None: the Host's own name).
+    sni: str | None = None
     # The request's random value in [0, 1) that routes with a runtime fraction compare with
     # (Envoy draws one per request). None: a draw no fraction below 1 takes.
     draw: float | None = None
@@ -149,8 +166,9 @@ class Decision:
     virtual_host: VirtualHost | None
     route: Route | None
     passed_over: tuple[Miss, ...] = field(default=())
-    # Set when Envoy answers before routing (400 for a malformed path, 307 for an escaped
-    # slash it redirects); `route` is then None.
+    # Set when Envoy answers without a route of the graph (400 for a malformed path, 307 for an
+    # escaped slash it redirects, 421 for a Host the connection's server name does not serve);
+    # `route` is then None.
     rejected_status: int | None = None
     rejected_reason: str = ""
     # The redirect's target when `rejected_status` is Envoy's escaped-slash redirect.
@@ -399,22 +417,29 @@ def _strip_port(host: str) -> str:
 
 def select_virtual_host(listener: Listener, host: str) -> VirtualHost | None:
     """Envoy's order: exact domain, then the longest `*suffix` wildcard, then `*`."""
+    return select_domain([(vh.hostname, vh) for vh in listener.virtual_hosts], host)
+
+
+def select_domain(domains: Sequence[tuple[str, T]], host: str) -> T | None:
+    """What Envoy picks for `host` among `(domain, value)` pairs of one route table: the exact
+    domain, then the longest `*suffix` wildcard, then `*`; the first of equals."""
     host = _strip_port(host)
-    best: VirtualHost | None = None
+    best: T | None = None
     best_len = -1
-    catch_all: VirtualHost | None = None
-    for vh in listener.virtual_hosts:
-        name = vh.hostname.lower()
+    catch_all: T | None = None
+    found_catch_all = False
+    for domain, value in domains:
+        name = domain.lower()
         if name == "*":
-            if catch_all is None:
-                catch_all = vh
+            if not found_catch_all:
+                catch_all, found_catch_all = value, True
         elif name.startswith("*"):
             suffix = name[1:]
             if host.endswith(suffix) and len(host) > len(suffix) and len(suffix) > best_len:
-                best, best_len = vh, len(suffix)
+                best, best_len = value, len(suffix)
         elif name == host:
-            return vh
-    return best or catch_all
+            return value
+    return best if best_len >= 0 else catch_all
 
 
 _PORT_SUFFIX = "(:[0-9]+)?"
@@ -645,7 +670,13 @@ def evaluate(
         return Decision(
             listener, None, None, (), normalized.status, normalized.reason, normalized.location
         )
-    vh = select_virtual_host(listener, normalized.host)
+    if normalized.sni is not None and listener.protocol in _TLS_PROTOCOLS:
+        chosen = _select_on_chain(listener, normalized.sni, normalized.host)
+        if isinstance(chosen, Decision):
+            return chosen
+        vh = chosen
+    else:
+        vh = select_virtual_host(listener, normalized.host)
     if vh is None:
         return Decision(listener, None, None)
     misses: list[Miss] = []
@@ -657,12 +688,36 @@ def evaluate(
     return Decision(listener, vh, None, tuple(misses))
 
 
+_TLS_PROTOCOLS = (ListenerProtocol.HTTPS, ListenerProtocol.TLS_PASSTHROUGH)
+
+
+def _select_on_chain(listener: Listener, sni: str, host: str) -> VirtualHost | Decision | None:
+    """The virtual host the route table of the chain `sni` selects gives `host`, or Envoy's
+    answer when that is no host of the graph: 421 for a misdirected Host."""
+    table = chain_table(listener, sni)
+    if table is None:
+        return Decision(
+            listener, None, None, rejected_reason=f"no HTTP filter chain takes server name {sni!r}"
+        )
+    # The 421 virtual host is no host of the graph: its domains stand for themselves.
+    entries: list[tuple[str, VirtualHost | str]] = [(vh.hostname, vh) for vh in table.hosts]
+    entries.extend((domain, domain) for domain in table.misdirected)
+    chosen = select_domain(entries, host)
+    if isinstance(chosen, str):
+        reason = f"misdirected: the connection's server name {sni!r} does not serve Host {host!r}"
+        return Decision(listener, None, None, (), MISDIRECTED_STATUS, reason)
+    return chosen
+
+
 def make_request(
     host: str,
     path: str = "/",
     method: str = "GET",
     headers: Sequence[tuple[str, str]] | dict[str, str] = (),
     listener: str = "ingress_http",
+    sni: str | None = None,
 ) -> Request:
     pairs = tuple(headers.items()) if isinstance(headers, dict) else tuple(headers)
-    return Request(host=host, path=path, method=method.upper(), headers=pairs, listener=listener)
+    return Request(
+        host=host, path=path, method=method.upper(), headers=pairs, listener=listener, sni=sni
+    )

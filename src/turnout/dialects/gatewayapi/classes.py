@@ -38,6 +38,7 @@ SUPPORTED_FEATURES = tuple(
             "GRPCRouteNamedRouteRule",
             "Gateway",
             "GatewayHTTPListenerIsolation",
+            "GatewayHTTPSListenerDetectMisdirectedRequests",
             "GatewayPort8080",
             "HTTPRoute",
             "HTTPRoute303RedirectStatusCode",

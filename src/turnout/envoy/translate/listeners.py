@@ -25,7 +25,10 @@ for `www.example.com` even when `www.example.com` has its own chain; such more s
 of the same listener are listed on the 421 virtual host too, and Envoy's domain precedence (exact,
 then the longest wildcard) sends them to it. Unlike Contour, a wildcard chain serves every host
 its virtual host matches, not only the SNI itself: that is the same virtual host with the same
-certificate and policies, so nothing is crossed.
+certificate and policies, so nothing is crossed. A Gateway listener's chain follows the Gateway
+API's `Listener.hostname` rules instead: 421 only for a Host another listener of the port matches,
+the listener's own answer (404) for a Host none does. Which domains get 421 is decided in
+`graph.sni` (`misdirected_domains`, `fallback_table`), which the evaluator reads too.
 """
 
 from __future__ import annotations
@@ -54,6 +57,13 @@ from turnout.envoy.translate.secrets import transport_socket
 from turnout.envoy.translate.tcp import tcp_filter_chain, tcp_proxy_filter
 from turnout.envoy.translate.telemetry import access_logs, hcm_tracing
 from turnout.graph.model import Listener, TLSTermination, VirtualHost
+from turnout.graph.sni import (
+    MISDIRECTED_STATUS,
+    fallback_table,
+    misdirected_domains,
+    more_specific_hostnames,
+    tls_virtual_hosts,
+)
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
 ESCAPED_SLASHES_ACTION = hcm_pb2.HttpConnectionManager.PathWithEscapedSlashesAction
@@ -64,12 +74,9 @@ TLS_INSPECTOR = "envoy.filters.listener.tls_inspector"
 FALLBACK_CHAIN = "fallback-certificate"
 FALLBACK_ROUTE_CONFIG = "ingress_fallbackcert"
 
-MISDIRECTED_STATUS = 421
 # Virtual host and route names contain "/" so they can never be mistaken for a hostname.
 MISDIRECTED_VHOST = "turnout/misdirected"
 MISDIRECTED_ROUTE = "turnout/misdirected-request"
-OTHER_LISTENER_VHOST = "turnout/other-listener"
-OTHER_LISTENER_ROUTE = "turnout/other-listener-host"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +124,7 @@ def https_route_name(hostname: str, listener: str = "ingress_https") -> str:
 def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerResources | None:
     """The TLS listener: one filter chain per SNI name (a TLS virtual host, or a TCP proxy with
     or without termination), and the fallback-certificate chain when some host enables it."""
-    vhosts = _tls_virtual_hosts(listener)
+    vhosts = tls_virtual_hosts(listener)
     # One chain per server name: each TLS host (Contour), or each Gateway listener's hosts.
     groups: dict[str, list[VirtualHost]] = {}
     for vh in vhosts:
@@ -144,7 +151,7 @@ def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerRe
         )
     )
     # TCP hosts have chains of their own too: a wildcard chain's Host check must send them to 421.
-    shadowing = _more_specific_hostnames(sorted(taken))
+    shadowing = more_specific_hostnames(sorted(taken))
     served_names = taken | {vh.hostname.lower() for vh in vhosts}
     route_configs = []
     fallback = _fallback_chain(vhosts, shadowing, stat_prefix, options)
@@ -157,10 +164,9 @@ def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerRe
         name = https_route_name(sni, listener.name)
         chain = _http_tls_chain(name, tls, stat_prefix, options)
         config = translate_route_configuration(name, tuple(members))
-        if members[0].sni is None:
-            config.virtual_hosts.append(misdirected_virtual_host(shadowing.get(sni, ())))
-        else:
-            config.virtual_hosts.extend(_other_listener_hosts(sni, members, served_names))
+        misdirected = misdirected_domains(sni, members, shadowing, served_names)
+        if misdirected:
+            config.virtual_hosts.append(misdirected_virtual_host(misdirected))
         if sni == "*":
             # A Gateway HTTPS listener without hostname: the chain for every SNI (or none) that
             # no other chain names.
@@ -177,26 +183,6 @@ def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerRe
         out.filter_chains.append(fallback[0])
         route_configs.append(fallback[1])
     return ListenerResources(listener=out, route_configurations=tuple(route_configs))
-
-
-def _other_listener_hosts(
-    sni: str, members: list[VirtualHost], served_names: set[str]
-) -> list[Any]:
-    """What a Gateway listener's chain answers for hosts that are not its own. A listener with
-    a hostname answers 421 for every other host (misdirected: the client must connect again with
-    that host as SNI). The listener without hostname (SNI `*`) takes every other host, but hosts
-    that other listeners of the port serve answer 404 there: they are not its hosts, and the
-    conformance test HTTPRouteHTTPSListener asks 404 for them."""
-    own = {vh.hostname.lower() for vh in members}
-    others = tuple(sorted(served_names - own - {"*"}))
-    if sni != "*":
-        return [misdirected_virtual_host(others)]
-    if not others:
-        return []
-    route = rc.Route(name=OTHER_LISTENER_ROUTE)
-    route.match.prefix = "/"
-    route.direct_response.status = 404
-    return [rc.VirtualHost(name=OTHER_LISTENER_VHOST, domains=list(others), routes=[route])]
 
 
 def _http_tls_chain(
@@ -228,73 +214,28 @@ def _fallback_chain(
     The installation has one fallback certificate; should hosts name several (a graph built by
     hand), the first host's wins and the hosts naming another are left out of the chain.
     """
-    enabled = [vh for vh in vhosts if vh.tls is not None and vh.tls.fallback_secret]
-    if not enabled:
+    table = fallback_table(vhosts, shadowing)
+    if table is None:
         return None
-    assert enabled[0].tls is not None and enabled[0].tls.fallback_secret is not None
-    secret = enabled[0].tls.fallback_secret
-    served = [vh for vh in enabled if vh.tls is not None and vh.tls.fallback_secret == secret]
+    first = table.hosts[0].tls
+    assert first is not None and first.fallback_secret is not None
     chain = _http_tls_chain(
-        FALLBACK_ROUTE_CONFIG, TLSTermination(secret=secret), stat_prefix, options
+        FALLBACK_ROUTE_CONFIG, TLSTermination(secret=first.fallback_secret), stat_prefix, options
     )
     chain.name = FALLBACK_CHAIN
     chain.filter_chain_match.transport_protocol = "tls"
-    names = {vh.hostname.lower() for vh in served}
-    elsewhere = sorted({h for name in names for h in shadowing.get(name, ()) if h not in names})
-    config = translate_route_configuration(FALLBACK_ROUTE_CONFIG, served)
-    config.virtual_hosts.append(misdirected_virtual_host(tuple(elsewhere)))
+    config = translate_route_configuration(FALLBACK_ROUTE_CONFIG, table.hosts)
+    config.virtual_hosts.append(misdirected_virtual_host(table.misdirected))
     return chain, config
 
 
-def _tls_virtual_hosts(listener: Listener) -> list[VirtualHost]:
-    """The virtual hosts that can have a filter chain, in the graph's order.
-
-    A host without TLS has no certificate to present and is dropped (the graph builder never
-    puts one here). `*` (a Gateway HTTPS listener without hostname) is no SNI name: it gets the
-    chain without server names, unless the fallback certificate has that chain. A repeated
-    hostname would make Envoy reject the
-    listener for two chains with one match; like a repeated domain in a route table, the first
-    one stays.
-    """
-    seen: set[str] = set()
-    out = []
-    for vh in listener.virtual_hosts:
-        hostname = vh.hostname.lower()
-        if vh.tls is None or hostname in seen:
-            continue
-        seen.add(hostname)
-        out.append(vh)
-    return out
-
-
-def _more_specific_hostnames(hostnames: list[str]) -> dict[str, tuple[str, ...]]:
-    """For each wildcard `*.suffix`, the other hostnames that Envoy would match against a more
-    specific domain (exact, or a longer wildcard) than it: they belong to other chains.
-
-    Indexed by suffix, so the cost grows with the number of labels, not hosts times wildcards.
-    """
-    under: dict[str, list[str]] = {}
-    for hostname in hostnames:
-        labels = hostname.split(".")
-        for i in range(1, len(labels)):
-            under.setdefault(".".join(labels[i:]), []).append(hostname)
-    out: dict[str, tuple[str, ...]] = {}
-    for hostname in hostnames:
-        if not hostname.startswith("*."):
-            continue
-        others = tuple(sorted(h for h in under.get(hostname[2:], ()) if h != hostname))
-        if others:
-            out[hostname] = others
-    return out
-
-
-def misdirected_virtual_host(domains: tuple[str, ...] = ()) -> Any:
-    """A virtual host answering 421 for every Host it is chosen for: `*` plus `domains`."""
+def misdirected_virtual_host(domains: tuple[str, ...] = ("*",)) -> Any:
+    """A virtual host answering 421 for every Host it is chosen for (`domains`)."""
     route = rc.Route(name=MISDIRECTED_ROUTE)
     route.match.prefix = "/"
     route.direct_response.status = MISDIRECTED_STATUS
     route.direct_response.body.inline_string = "Misdirected Request"
-    return rc.VirtualHost(name=MISDIRECTED_VHOST, domains=["*", *domains], routes=[route])
+    return rc.VirtualHost(name=MISDIRECTED_VHOST, domains=list(domains), routes=[route])
 
 
 def _tcp_listener(listener: Listener, options: TranslateOptions) -> ListenerResources | None:
