@@ -130,7 +130,7 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         default="",
         metavar="NS/NAME",
         help="TLS Secret served to clients without SNI, for hosts that enable the fallback "
-        "certificate (tls.enableFallbackCertificate)",
+        "certificate (tls.enableFallbackCertificate; default: none)",
     )
     p.add_argument(
         "--num-trusted-hops",
@@ -397,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="PORT",
         help="ask the Gateway API listener on PORT instead (for an HTTPS one, the SNI is taken "
-        "to equal --host)",
+        "to equal --host; default: the HTTP listener, or HTTPS with --https)",
     )
     explain.add_argument(
         "-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format"
