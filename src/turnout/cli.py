@@ -740,8 +740,15 @@ def _serve(args: argparse.Namespace) -> int:
         for line in busy:
             print(f"turnout: cannot listen on {line}", file=sys.stderr)
         return EXIT_UNREADABLE
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_run(config))
+    from turnout.envoy.process import EnvoyNotFoundError
+
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_run(config))
+    except (OSError, EnvoyNotFoundError) as err:
+        # A port taken between the check above and the bind, an Envoy that cannot be run.
+        print(f"turnout: {err}", file=sys.stderr)
+        return EXIT_UNREADABLE
     return EXIT_OK
 
 
