@@ -10,12 +10,15 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import importlib.metadata
 import ipaddress
 import json
 import logging
 import signal
 import socket
 import sys
+import time
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -64,6 +67,16 @@ def _secret_reference(value: str) -> str:
     if not (sep and namespace and name) or "/" in name:
         raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {value!r}")
     return value
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {value!r}")
+    return port
 
 
 def _trusted_hops(value: str) -> int:
@@ -185,7 +198,7 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         default="",
         metavar="NS/NAME",
         help="TLS Secret served to clients without SNI, for hosts that enable the fallback "
-        "certificate (tls.enableFallbackCertificate)",
+        "certificate (tls.enableFallbackCertificate; default: none)",
     )
     p.add_argument(
         "--num-trusted-hops",
@@ -245,11 +258,25 @@ def _add_listen_flags(p: argparse.ArgumentParser) -> None:
         default="127.0.0.1",
         help="address turnout's xDS server binds (it serves every certificate to any client)",
     )
-    p.add_argument("--http-port", type=int, default=8080)
-    p.add_argument("--https-port", type=int, default=8443)
-    p.add_argument("--admin-port", type=int, default=8001, help="turnout's admin server")
-    p.add_argument("--xds-port", type=int, default=18000)
-    p.add_argument("--envoy-admin-port", type=int, default=9901)
+    p.add_argument(
+        "--http-port", type=_port, metavar="PORT", default=8080, help="Envoy's HTTP listener"
+    )
+    p.add_argument(
+        "--https-port", type=_port, metavar="PORT", default=8443, help="Envoy's HTTPS listener"
+    )
+    p.add_argument(
+        "--admin-port", type=_port, metavar="PORT", default=8001, help="turnout's admin server"
+    )
+    p.add_argument(
+        "--xds-port", type=_port, metavar="PORT", default=18000, help="turnout's xDS server"
+    )
+    p.add_argument(
+        "--envoy-admin-port",
+        type=_port,
+        metavar="PORT",
+        default=9901,
+        help="the child Envoy's admin interface",
+    )
 
 
 def _discover_seconds(value: str) -> float:
@@ -330,17 +357,59 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
     )
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Every flag's help ends with its default, unless it already names it (a flag that is off
+    unless given has none to show)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, "", argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return text if "default" in text else f"{text} (default: %(default)s)".lstrip()
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one `turnout: ...` line (exit 2), like every other error of turnout; help
+    shows every default."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _DefaultsFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_UNREADABLE, f"turnout: {message} (see `{self.prog} --help`)\n")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("turnout")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="turnout",
         description="A control plane that lets many teams share one Envoy-based ingress.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="compile routing files and program Envoy over xDS")
     _add_compile_flags(serve)
     _add_listen_flags(serve)
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="turnout's log level",
+    )
+    serve.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text lines, or JSON lines with time, level, logger and message",
+    )
     serve.add_argument(
         "--envoy-log-level",
         default="warning",
@@ -373,17 +442,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compile_flags(check)
     _add_listen_flags(check)
     _add_discover_flags(check)
-    check.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    check.add_argument(
+        "-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format"
+    )
 
     explain = sub.add_parser("explain", help="show which route serves a request, and why")
     _add_compile_flags(explain)
     _add_listen_flags(explain)
     _add_discover_flags(explain)
-    explain.add_argument("--host", required=True)
-    explain.add_argument("--path", default="/")
-    explain.add_argument("--method", default="GET")
+    explain.add_argument("--host", required=True, help="the request's Host (and SNI)")
+    explain.add_argument("--path", default="/", help="the request's path")
+    explain.add_argument("--method", default="GET", help="the request's method")
     explain.add_argument(
-        "-H", "--header", action="append", default=[], metavar="'Name: value'", dest="headers"
+        "-H",
+        "--header",
+        action="append",
+        default=[],
+        metavar="'Name: value'",
+        dest="headers",
+        help="a request header (repeatable; default: none)",
     )
     explain.add_argument(
         "--https",
@@ -395,9 +472,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="PORT",
         help="ask the Gateway API listener on PORT instead (for an HTTPS one, the SNI is taken "
-        "to equal --host)",
+        "to equal --host; default: the HTTP listener, or HTTPS with --https)",
     )
-    explain.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    explain.add_argument(
+        "-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format"
+    )
 
     tr = sub.add_parser("translate", help="print the xDS resources turnout would send Envoy")
     _add_compile_flags(tr)
@@ -412,13 +491,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     boot = sub.add_parser("bootstrap", help="write the bootstrap for an external Envoy")
-    boot.add_argument("output", nargs="?", default="-", help="file to write (default: stdout)")
-    boot.add_argument("--xds-address", default="127.0.0.1")
-    boot.add_argument("--xds-port", type=int, default=18000)
-    boot.add_argument("--admin-address", default="127.0.0.1")
-    boot.add_argument("--admin-port", type=int, default=9901)
-    boot.add_argument("--node-id", default="turnout-envoy")
-    boot.add_argument("-o", "--format", choices=["yaml", "json"], default="yaml")
+    boot.add_argument(
+        "file", metavar="OUTPUT", nargs="?", default="-", help="file to write (default: stdout)"
+    )
+    boot.add_argument("--xds-address", default="127.0.0.1", help="where turnout's xDS listens")
+    boot.add_argument("--xds-port", type=_port, default=18000, help="turnout's xDS port")
+    boot.add_argument("--admin-address", default="127.0.0.1", help="Envoy's admin address")
+    boot.add_argument("--admin-port", type=_port, default=9901, help="Envoy's admin port")
+    boot.add_argument("--node-id", default="turnout-envoy", help="Envoy's node id")
+    # `-o` is the output format in every command; `--format` is its old, deprecated name here.
+    boot.add_argument(
+        "-o",
+        "--output",
+        "--format",
+        dest="format",
+        choices=["yaml", "json"],
+        default="yaml",
+        help="output format (--format is a deprecated alias)",
+    )
     return parser
 
 
@@ -522,6 +612,10 @@ def _status_lines(status: ObjectStatus) -> list[str]:
     return lines
 
 
+def _nothing_found(paths: Sequence[Path]) -> str:
+    return f"no routing objects found in {', '.join(str(p) for p in paths)}"
+
+
 def _check(args: argparse.Namespace) -> int:
     result, error = _load(
         args.paths, app.compile_options(serve_config(args)), _discover_timeout(args)
@@ -531,6 +625,10 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     unreadable = [p for p in result.problems if p.severity == "unreadable"]
     statuses = result.statuses
+    if not statuses and not result.problems:
+        # Nothing to check is not an error (a fresh directory), but silence would look like
+        # success with content: stderr, so that -o json|yaml stays one document.
+        print(f"turnout: warning: {_nothing_found(args.paths)}", file=sys.stderr)
     if not args.discover:
         statuses = tuple(with_discover_hint(s, "check") for s in statuses)
     if args.output == "text":
@@ -619,6 +717,8 @@ def _explain(args: argparse.Namespace) -> int:
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
+    if not result.statuses and not result.problems:
+        print(f"turnout: warning: {_nothing_found(args.paths)}", file=sys.stderr)
     if not args.discover:
         for status in result.statuses:
             hinted = with_discover_hint(status, "explain")
@@ -695,21 +795,52 @@ def _bootstrap(args: argparse.Namespace) -> int:
         node_id=args.node_id,
     )
     text = _dump(config, args.format)
-    if args.output == "-":
+    if args.file == "-":
         sys.stdout.write(text)
-    else:
-        Path(args.output).write_text(text)
+        return EXIT_OK
+    try:
+        Path(args.file).write_text(text)
+    except OSError as err:
+        print(f"turnout: cannot write {args.file}: {err.strerror or err}", file=sys.stderr)
+        return EXIT_UNREADABLE
     return EXIT_OK
 
 
 # -- serve -------------------------------------------------------------------------------------
 
 
-def _serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object a line: time (RFC 3339, UTC), level, logger, message; Envoy's own
+    logger name and a traceback when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        line: dict[str, Any] = {
+            "time": f"{stamp}.{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        envoy_logger = getattr(record, "envoy_logger", None)
+        if envoy_logger:
+            line["envoy_logger"] = envoy_logger
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def _setup_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        JsonLogFormatter()
+        if fmt == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
+
+
+def _serve(args: argparse.Namespace) -> int:
+    _setup_logging(args.log_level, args.log_format)
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         print(f"turnout: no such file or directory: {', '.join(missing)}", file=sys.stderr)
@@ -720,8 +851,15 @@ def _serve(args: argparse.Namespace) -> int:
         for line in busy:
             print(f"turnout: cannot listen on {line}", file=sys.stderr)
         return EXIT_UNREADABLE
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_run(config))
+    from turnout.envoy.process import EnvoyNotFoundError
+
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_run(config))
+    except (OSError, EnvoyNotFoundError) as err:
+        # A port taken between the check above and the bind, an Envoy that cannot be run.
+        print(f"turnout: {err}", file=sys.stderr)
+        return EXIT_UNREADABLE
     return EXIT_OK
 
 
@@ -791,6 +929,8 @@ async def _run(config: ServeConfig) -> None:
         warn_exposed(config)
         await admin.start(config.admin_address, config.admin_port)
         await controller.start()
+        if not controller.statuses() and not controller.problems():
+            log.warning("%s", _nothing_found(config.paths))
         log.info(
             "turnout serving: HTTP on %s:%d, admin on %s:%d, xDS on %s:%d%s",
             config.address,

@@ -25,6 +25,7 @@ while the condition's status stays the same, across compiles too.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -60,6 +61,11 @@ log = logging.getLogger("turnout")
 
 # The longest a change waits for its compile while more changes keep coming.
 MAX_DELAY_S = 1.0
+# Versions waiting for every Envoy's ACK to time their change: bounded, as with no Envoy
+# connected none is ever acknowledged.
+MAX_UNACKED_CHANGES = 64
+# A cold start that takes longer than this says how far it got, every this often.
+PROGRESS_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +159,12 @@ class Controller:
         self._synced: set[int] = set()  # indexes of the sources that listed everything
         self._all_synced = asyncio.Event()
         self._first_compile = asyncio.Event()
+        # When the first source change not yet compiled was seen (monotonic), and the versions
+        # holding changes not yet acknowledged by every Envoy: turnout_change_to_ack_seconds.
+        self._change_seen: float | None = None
+        self._unacked: collections.deque[tuple[str, float]] = collections.deque(
+            maxlen=MAX_UNACKED_CHANGES
+        )
         # The published statuses: compiled, settled by Envoy's answers, stamped with transition
         # times; and the settled-but-unstamped ones they came from, to skip unchanged work.
         self._published: tuple[ObjectStatus, ...] = ()
@@ -189,6 +201,7 @@ class Controller:
         """
         async with self._compile_lock:
             started = time.perf_counter()
+            change_seen, self._change_seen = self._change_seen, None
             snapshot = self.store.snapshot()
             compiled = self._compiled
             # The store unchanged since then: no need to look for external inputs again.
@@ -212,6 +225,7 @@ class Controller:
                     result, resources = await asyncio.to_thread(
                         self._compile, snapshot, compile_input.compile_options
                     )
+                previous = self.xds.version
                 version = self.xds.set_resources(resources)
             except Exception as err:
                 self.compile_error = f"compile failed, last good configuration kept: {err!r}"
@@ -219,6 +233,8 @@ class Controller:
                 log.exception("compile failed; the last good configuration stays in force")
                 return self.applied
             self._compiled = compile_input
+            if change_seen is not None and version != previous:
+                self._unacked.append((version, change_seen))
             self._applied(result, version, snapshot, time.perf_counter() - started, resources)
             return self.applied
 
@@ -291,6 +307,7 @@ class Controller:
         """Settles the compiled statuses with what Envoy answered, stamps transition times and
         publishes them. Called by the xDS server whenever an Envoy answered (or connected, or
         went away), and after each compile."""
+        self._time_acked_changes()
         applied = self.applied
         if applied is None or applied.version != self.xds.version:
             # Between a snapshot's installation and its Applied: the next call settles it.
@@ -314,6 +331,19 @@ class Controller:
             # A resource Envoy refused is reported on the objects that wrote it.
             settled = fold_findings(settled, rejections, snapshot)
         self._publish_settled(settled)
+
+    def _time_acked_changes(self) -> None:
+        """Observes change -> ACK for every version every connected Envoy now has; a later
+        version acknowledged covers the earlier ones."""
+        if not self._unacked:
+            return
+        acked = [i for i, (version, _) in enumerate(self._unacked) if self.xds.acked(version)]
+        if not acked:
+            return
+        now = time.monotonic()
+        for _ in range(acked[-1] + 1):
+            _, seen = self._unacked.popleft()
+            self.metrics.change_to_ack_seconds.observe(now - seen)
 
     def _publish_settled(self, settled: Sequence[ObjectStatus]) -> None:
         if len(settled) == len(self._published) and all(
@@ -384,7 +414,7 @@ class Controller:
             )
         self._tasks.append(asyncio.create_task(self._compile_loop(), name="turnout-compile"))
         self._tasks.append(asyncio.create_task(self.hosts.run(), name="turnout-hosts"))
-        await self._first_compile.wait()
+        await self._wait_first_compile()
         if self.config.demo_backends:
             await self._start_demo_backends()
         if self.config.run_envoy:
@@ -397,6 +427,24 @@ class Controller:
                 extra_args=self.config.extra_envoy_args,
             )
             await self.envoy.start()
+
+    async def _wait_first_compile(self) -> None:
+        """Waits for the first compile, saying every `PROGRESS_INTERVAL_S` how far it got once
+        it takes longer than that (a large input can take a while, and silence looks hung)."""
+        started = time.monotonic()
+        while True:
+            try:
+                await asyncio.wait_for(self._first_compile.wait(), PROGRESS_INTERVAL_S)
+                return
+            except TimeoutError:
+                log.info("starting (%.0f s): %s", time.monotonic() - started, self.progress())
+
+    def progress(self) -> str:
+        """How far the cold start got: the sources still listing, or the objects compiling."""
+        waiting = [s.name for i, s in enumerate(self.sources) if i not in self._synced]
+        if waiting:
+            return f"loading objects, waiting for source(s) {', '.join(waiting)}"
+        return f"compiling {len(self.store.snapshot().objects)} objects"
 
     def bootstrap(self) -> dict[str, object]:
         return bootstrap_config(
@@ -414,6 +462,8 @@ class Controller:
         return await self.recompile()
 
     def _changed(self) -> None:
+        if self._change_seen is None and self._first_compile.is_set():
+            self._change_seen = time.monotonic()
         self._dirty.set()
 
     def _source_synced(self, index: int) -> None:

@@ -1,8 +1,25 @@
-"""Prometheus metrics. One `Metrics` per running turnout, holding its own registry."""
+"""Prometheus metrics. One `Metrics` per running turnout, holding its own registry.
+
+Every labelled series a dashboard or alert names exists at 0 from the start: a rate over a
+series that appears only with its first event (the first NACK) hides that event.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+# The `type` label of the xDS counters (envoy/xds.py SHORT_TYPE_NAMES, which this layer cannot
+# import).
+XDS_TYPES = ("cluster", "endpoint", "listener", "route", "secret")
+PROGRAMMED_VALUES = ("True", "False", "Unknown")
 
 
 class Metrics:
@@ -62,3 +79,27 @@ class Metrics:
             "Restarts of the supervised Envoy child process",
             registry=self.registry,
         )
+        self.change_to_ack_seconds = Histogram(
+            "turnout_change_to_ack_seconds",
+            "From a source change seen to every connected Envoy acknowledging the configuration "
+            "holding it (coalescing, compile, push and Envoy's apply)",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30, 60),
+            registry=self.registry,
+        )
+        self._register_runtime_collectors()
+        self._initialise_labels()
+
+    def _register_runtime_collectors(self) -> None:
+        """process_* (CPU, memory, open files) and python_* (GC, version), as on the default
+        registry, which turnout does not use so that several turnouts in one process (tests)
+        keep their own counts."""
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+
+    def _initialise_labels(self) -> None:
+        for xds_type in XDS_TYPES:
+            for counter in (self.xds_pushes, self.xds_acks, self.xds_nacks):
+                counter.labels(type=xds_type)
+        for value in PROGRAMMED_VALUES:
+            self.gateways.labels(programmed=value)

@@ -214,7 +214,9 @@ class EnvoyProcess:
             started = loop.time()
             assert proc.stdout is not None and proc.stderr is not None
             await asyncio.gather(
-                self._copy_stdout(proc.stdout), self._forward_logs(proc.stderr), proc.wait()
+                self._copy_stdout(proc.stdout),
+                self._forward_logs(proc.stderr, self._stopping),
+                proc.wait(),
             )
             if self._stopping.is_set():
                 log.info("Envoy (pid %d) exited with code %s", proc.pid, proc.returncode)
@@ -264,7 +266,10 @@ class EnvoyProcess:
             sys.stdout.flush()
 
     @staticmethod
-    async def _forward_logs(stream: asyncio.StreamReader) -> None:
+    async def _forward_logs(stream: asyncio.StreamReader, stopping: asyncio.Event) -> None:
+        """Forwards Envoy's lines at their level, except that once turnout stops it, what Envoy
+        warns about its own shutdown (`caught ENVOY_SIGTERM`, its xDS stream closing) is INFO:
+        a clean stop is not a problem."""
         level, logger_name = logging.INFO, ""
         while True:
             try:
@@ -284,7 +289,8 @@ class EnvoyProcess:
             else:
                 # A continuation of a multi-line message (config dumps) keeps that message's level.
                 message = line
-            envoy_log.log(level, "%s", message, extra={"envoy_logger": logger_name})
+            shown = logging.INFO if stopping.is_set() and level == logging.WARNING else level
+            envoy_log.log(shown, "%s", message, extra={"envoy_logger": logger_name})
 
     # A last resort for interpreter exit without stop() on platforms without PDEATHSIG.
     def _kill_at_exit(self) -> None:

@@ -959,6 +959,10 @@ class XdsServer:
             except TimeoutError:
                 return self._acked(version)
 
+    def acked(self, version: str) -> bool:
+        """Has every connected Envoy (at least one) acknowledged `version` or a later snapshot?"""
+        return self._acked(version)
+
     def _acked(self, version: str) -> bool:
         seq = self._versions.get(version)
         if seq is None or not self._streams:
