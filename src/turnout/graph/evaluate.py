@@ -129,11 +129,11 @@ class Request:
     method: str = "GET"
     headers: tuple[tuple[str, str], ...] = ()
     listener: str = "ingress_http"
-    # The server name of the TLS connection the request came on (None: the Host's own name).
-    sni: str | None = None
     # The request's random value in [0, 1) that routes with a runtime fraction compare with
     # (Envoy draws one per request). None: a draw no fraction below 1 takes.
     draw: float | None = None
+    # The server name of the TLS connection the request came on (None: the Host's own name).
+    sni: str | None = None
 
     def header_values(self, name: str) -> list[str]:
         name = name.lower()
