@@ -53,7 +53,7 @@ from turnout.objects import ObjectRef
 from turnout.sources.base import Source, StoreSink
 from turnout.sources.local_addresses import HostWatcher
 from turnout.sources.oidc import IssuerDiscoverer
-from turnout.status.model import ObjectStatus, State, stamp_transitions
+from turnout.status.model import IgnoredObject, ObjectStatus, State, stamp_transitions
 from turnout.store import Snapshot, SourceProblem, Store, same_content
 
 log = logging.getLogger("turnout")
@@ -334,6 +334,12 @@ class Controller:
 
     def problems(self) -> tuple[SourceProblem, ...]:
         return self.applied.result.problems if self.applied else ()
+
+    def ignored(self) -> tuple[IgnoredObject, ...]:
+        return self.applied.result.ignored if self.applied else ()
+
+    def ignored_json(self, ignored: IgnoredObject) -> dict[str, Any]:
+        return self.dialects.ignored_json(ignored)
 
     @property
     def watch_error(self) -> str | None:
