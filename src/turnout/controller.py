@@ -144,6 +144,7 @@ class Controller:
         self._demo: list[object] = []
         self._last_states: dict[ObjectRef, tuple[State, str]] = {}
         self.applied_problems: tuple[SourceProblem, ...] = ()
+        self._last_ignored: frozenset[IgnoredObject] = frozenset()
         self.compile_error: str | None = None
         self._source_errors: dict[int, str] = {}  # a failed source until it listed again
         self._compile_lock = asyncio.Lock()
@@ -272,6 +273,11 @@ class Controller:
             if problem not in previous and problem.severity != "unreadable":
                 log.warning("input problem: %s", problem)
         self.applied_problems = result.problems
+        # Another controller's objects are normal: info, once each, so nothing is ignored silently.
+        for ignored in result.ignored:
+            if ignored not in self._last_ignored:
+                log.info("%s: ignored: %s", ignored.ref, ignored.reason)
+        self._last_ignored = frozenset(result.ignored)
 
     def statuses(self) -> tuple[ObjectStatus, ...]:
         """The published statuses (see `_settle`): each Gateway listener Programmed once every
