@@ -60,6 +60,8 @@ def compile_options(config: ServeConfig) -> CompileOptions:
         root_namespaces=config.root_namespaces,
         disable_permit_insecure=config.disable_permit_insecure,
         ingress_class_name=config.ingress_class_name,
+        # Every source is a files source: nothing else could take a classless Ingress.
+        classless_ingress_is_ours=True,
         routegroup_class=config.routegroup_class,
         fallback_certificate=config.fallback_certificate,
         enable_external_name_service=config.enable_external_name_service,
@@ -114,6 +116,7 @@ def default_sources(config: ServeConfig) -> list[Source]:
             watch=config.watch,
             debounce_ms=config.debounce_ms,
             empty_file_grace_s=config.empty_file_grace_s,
+            exclude=config.exclude,
         )
     ]
 

@@ -41,7 +41,7 @@ from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
 from turnout.objects import thaw
 from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, FileSource
-from turnout.status.model import Condition, ObjectStatus
+from turnout.status.model import Condition, IgnoredObject, ObjectStatus
 from turnout.store import Store
 
 EXIT_OK = 0
@@ -159,6 +159,14 @@ def _add_telemetry_flags(p: argparse.ArgumentParser) -> None:
 
 def _add_compile_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", type=Path, help="YAML/JSON files or directories")
+    p.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="skip the files and directories this glob matches, by path relative to a given "
+        "directory or by name (e.g. 'kustomization.yaml', 'charts/*'); repeatable",
+    )
     p.add_argument(
         "--root-namespaces",
         type=_namespaces,
@@ -354,6 +362,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         tracing_sampling_rate=args.tracing_sampling_rate,
         node_id=getattr(args, "node_id", defaults.node_id),
         empty_file_grace_s=getattr(args, "empty_file_grace", defaults.empty_file_grace_s),
+        exclude=tuple(args.exclude),
     )
 
 
@@ -530,7 +539,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _load(
-    paths: Sequence[Path], options: CompileOptions, discover_timeout_s: float | None = None
+    paths: Sequence[Path],
+    options: CompileOptions,
+    discover_timeout_s: float | None = None,
+    exclude: Sequence[str] = (),
 ) -> tuple[CompileResult | None, str]:
     """Compiles `paths`; with `discover_timeout_s`, after OpenID discovery of the issuers the
     RouteGroups' jwtValidation filters name, as the controller runs it for `serve`."""
@@ -541,7 +553,7 @@ def _load(
     if missing:
         return None, f"no such file or directory: {', '.join(missing)}"
     store = Store()
-    FileSource(list(paths), store).load_all()
+    FileSource(list(paths), store, exclude=exclude).load_all()
     snapshot = store.snapshot()
     if discover_timeout_s is not None:
         from turnout.sources.oidc import discover_once
@@ -616,9 +628,37 @@ def _nothing_found(paths: Sequence[Path]) -> str:
     return f"no routing objects found in {', '.join(str(p) for p in paths)}"
 
 
+def _ignored_line(ignored: IgnoredObject) -> str:
+    """`file:line: Kind ns/name: ignored: reason`, as a status line."""
+    meta = DIALECTS.ignored_json(ignored)["metadata"]
+    where = f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"]
+    origin = ignored.origin
+    at = ""
+    if origin is not None:
+        at = f"{origin.source}:{origin.line}: " if origin.line else f"{origin.source}: "
+    return f"{at}{ignored.ref.kind} {where}: ignored: {ignored.reason}"
+
+
+def check_summary(result: CompileResult, statuses: Sequence[ObjectStatus]) -> dict[str, int]:
+    """The counts of `check`'s last line: objects with a status (valid or not), objects refused
+    before any dialect read them (invalid), ignored objects, and warning problems."""
+    valid = sum(1 for s in statuses if s.state.ok)
+    invalid = len(statuses) - valid + len(result.rejected)
+    ignored = len(result.ignored)
+    warnings = sum(1 for p in result.problems if p.severity == "warning")
+    return {
+        "objects": valid + invalid + ignored,
+        "valid": valid,
+        "invalid": invalid,
+        "ignored": ignored,
+        "warnings": warnings,
+    }
+
+
 def _check(args: argparse.Namespace) -> int:
+    config = serve_config(args)
     result, error = _load(
-        args.paths, app.compile_options(serve_config(args)), _discover_timeout(args)
+        args.paths, app.compile_options(config), _discover_timeout(args), config.exclude
     )
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
@@ -631,15 +671,24 @@ def _check(args: argparse.Namespace) -> int:
         print(f"turnout: warning: {_nothing_found(args.paths)}", file=sys.stderr)
     if not args.discover:
         statuses = tuple(with_discover_hint(s, "check") for s in statuses)
+    summary = check_summary(result, statuses)
     if args.output == "text":
         for status in statuses:
             print("\n".join(_status_lines(status)))
+        for ignored in result.ignored:
+            print(_ignored_line(ignored))
         for problem in result.problems:
             print(f"{problem}", file=sys.stderr)
+        print(
+            f"{summary['objects']} objects: {summary['valid']} valid, {summary['invalid']} "
+            f"invalid, {summary['ignored']} ignored, {summary['warnings']} warnings"
+        )
     else:
         doc = {
             "objects": [thaw(DIALECTS.status_json(s)) for s in statuses],
             "problems": [p.to_json() for p in result.problems],
+            "ignored": [DIALECTS.ignored_json(i) for i in result.ignored],
+            "summary": summary,
         }
         print(_dump(doc, args.output), end="" if args.output == "yaml" else "\n")
     if unreadable:
@@ -713,7 +762,9 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"turnout: {headers}", file=sys.stderr)
         return EXIT_UNREADABLE
     config = serve_config(args)
-    result, error = _load(args.paths, app.compile_options(config), _discover_timeout(args))
+    result, error = _load(
+        args.paths, app.compile_options(config), _discover_timeout(args), config.exclude
+    )
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
         return EXIT_UNREADABLE

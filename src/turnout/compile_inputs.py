@@ -101,6 +101,11 @@ class CompileOptions:
     disable_permit_insecure: bool = False
     # The Ingress class this turnout serves (Ingress, HTTPProxy and IngressRoute class fields).
     ingress_class_name: str = "turnout"
+    # Files mode: no other controller reads these objects, so an Ingress without any class is
+    # turnout's (as Contour with no class configured takes it) unless a default IngressClass
+    # decides otherwise or `ingress_class_name` names another class. Off for a cluster, where
+    # only the default IngressClass gives a classless Ingress to a controller.
+    classless_ingress_is_ours: bool = False
     # Contour's fallback certificate, "namespace/name" of a TLS Secret ("" for none): served to
     # TLS clients without SNI (or with a name no host serves) for the hosts that enable it.
     fallback_certificate: str = ""

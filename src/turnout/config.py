@@ -65,6 +65,8 @@ class ServeConfig:
     # A watched file that had objects and yields none keeps them this long (`--empty-file-grace`).
     empty_file_grace_s: float = DEFAULT_EMPTY_FILE_GRACE_S
     extra_envoy_args: tuple[str, ...] = field(default=())
+    # `--exclude` globs: paths under the given directories (or names) that are not read at all.
+    exclude: tuple[str, ...] = ()
 
 
 def split_host_port(value: str) -> tuple[str, int]:

@@ -54,7 +54,7 @@ from turnout.objects import ObjectRef
 from turnout.sources.base import Source, StoreSink
 from turnout.sources.local_addresses import HostWatcher
 from turnout.sources.oidc import IssuerDiscoverer
-from turnout.status.model import ObjectStatus, State, stamp_transitions
+from turnout.status.model import IgnoredObject, ObjectStatus, State, stamp_transitions
 from turnout.store import Snapshot, SourceProblem, Store, same_content
 
 log = logging.getLogger("turnout")
@@ -151,6 +151,7 @@ class Controller:
         self._demo: list[object] = []
         self._last_states: dict[ObjectRef, tuple[State, str]] = {}
         self.applied_problems: tuple[SourceProblem, ...] = ()
+        self._last_ignored: frozenset[IgnoredObject] = frozenset()
         self.compile_error: str | None = None
         self._source_errors: dict[int, str] = {}  # a failed source until it listed again
         self._compile_lock = asyncio.Lock()
@@ -294,6 +295,11 @@ class Controller:
             if problem not in previous and problem.severity != "unreadable":
                 log.warning("input problem: %s", problem)
         self.applied_problems = result.problems
+        # Another controller's objects are normal: info, once each, so nothing is ignored silently.
+        for ignored in result.ignored:
+            if ignored not in self._last_ignored:
+                log.info("%s: ignored: %s", ignored.ref, ignored.reason)
+        self._last_ignored = frozenset(result.ignored)
 
     def statuses(self) -> tuple[ObjectStatus, ...]:
         """The published statuses (see `_settle`): each Gateway listener Programmed once every
@@ -382,6 +388,12 @@ class Controller:
     def path_normalization(self) -> PathNormalization:
         """How Envoy normalizes request paths, so the admin view explains what Envoy does."""
         return self.translate_options.paths
+
+    def ignored(self) -> tuple[IgnoredObject, ...]:
+        return self.applied.result.ignored if self.applied else ()
+
+    def ignored_json(self, ignored: IgnoredObject) -> dict[str, Any]:
+        return self.dialects.ignored_json(ignored)
 
     @property
     def watch_error(self) -> str | None:

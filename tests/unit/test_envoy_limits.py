@@ -14,7 +14,7 @@ import pytest
 from turnout.app import compile_snapshot
 from turnout.compile_inputs import CompileOptions
 from turnout.envoy.translate import translate
-from turnout.graph.dialect import CompileContext, DialectOutput, HostClaim
+from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import (
     Cluster,
@@ -354,7 +354,7 @@ def test_translating_the_enforced_graph_never_raises_where_the_raw_one_would() -
 # --- wired into compile_snapshot -----------------------------------------------------------------
 
 
-class RawDialect:
+class RawDialect(Dialect):
     """A dialect that copies graph pieces straight from its objects, validating nothing: it
     stands for any dialect check that was forgotten."""
 

@@ -710,9 +710,13 @@ def test_check_and_explain_the_example(capsys: pytest.CaptureFixture[str]) -> No
     assert "store/api-canary/80/" in out
     # The shared HTTP port knows nothing of the Gateway's routes.
     assert main(args) == 1
-    # Another controller name: nothing is turnout's, nothing routes.
+    # Another controller name: nothing is turnout's, nothing routes, nothing has a status; each
+    # object is listed as ignored (issue 13: nothing ignored silently).
     assert main(["check", str(EXAMPLE), "--gateway-controller-name", "example.com/x"]) == 0
-    assert "Gateway" not in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    assert not [line for line in lines if ": valid: " in line or ": invalid: " in line]
+    ignored = [line.split(": ")[1] for line in lines if ": ignored: " in line]
+    assert ignored == ["Gateway infra/demo", "GatewayClass turnout", "HTTPRoute store/shop"]
 
 
 @pytest.mark.parametrize("output", ["json", "yaml"])

@@ -28,7 +28,7 @@ from turnout.dialects.httpproxy.conditions import (
 from turnout.dialects.httpproxy.processor import MAX_VISITS_PER_ROOT
 from turnout.dialects.httpproxy.spec import HeaderCondition, MatchCondition
 from turnout.graph.build import CompileResult
-from turnout.graph.dialect import CompileContext, DialectOutput, HostClaim
+from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import (
     DirectResponse,
@@ -312,7 +312,7 @@ def test_claims_skip_roots_that_may_not_own_a_hostname() -> None:
     ]
 
 
-class _OlderIngress:
+class _OlderIngress(Dialect):
     """A stand-in for another dialect whose root is older and claims the same hostname."""
 
     name = "fake"

@@ -39,7 +39,7 @@ from turnout.dialects.ingress.classes import CONTROLLER, ClassIndex
 from turnout.dialects.ingress.spec import parse_ingress
 from turnout.dialects.ingress.status import load_balancer_entry
 from turnout.graph.build import CompileResult
-from turnout.graph.dialect import CompileContext, DialectOutput, HostClaim
+from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import HostnameMatch, PathMatchKind, VirtualHost
 from turnout.graph.regex import regex_error
@@ -251,7 +251,7 @@ def test_a_tls_entry_claims_https_only_for_hosts_of_its_own_ingress() -> None:
     ]
 
 
-class _HTTPSClaimer:
+class _HTTPSClaimer(Dialect):
     """A stand-in for a dialect that claims a hostname on the HTTPS listener only."""
 
     name = "fake"

@@ -25,7 +25,7 @@ from turnout.dialects.ingressroute.processor import MAX_VISITS_PER_ROOT, contain
 from turnout.dialects.ingressroute.spec import parse_ingressroute
 from turnout.envoy.translate import translate
 from turnout.graph.build import CompileResult
-from turnout.graph.dialect import CompileContext, DialectOutput, HostClaim
+from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, PathMatchKind, VirtualHost
 from turnout.objects import KubeObject, freeze
@@ -195,7 +195,7 @@ def test_claims_cover_aliases_and_the_https_listener_for_tls_roots() -> None:
     ]
 
 
-class _OlderIngress:
+class _OlderIngress(Dialect):
     """A stand-in for another dialect whose older root claims a hostname."""
 
     name = "fake"

@@ -17,7 +17,7 @@ from turnout.envoy.resources import EnvoyResources
 from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import evaluate, make_request
 from turnout.metrics import Metrics
-from turnout.status.model import ObjectStatus
+from turnout.status.model import IgnoredObject, ObjectStatus
 from turnout.store import SourceProblem
 
 
@@ -39,12 +39,18 @@ class AdminSource(Protocol):
 
     def path_normalization(self) -> PathNormalization: ...
 
+    def ignored(self) -> tuple[IgnoredObject, ...]: ...
+
+    def ignored_json(self, ignored: IgnoredObject) -> dict[str, Any]: ...
+
 
 def status_document(source: AdminSource) -> str:
     return json.dumps(
         {
             "objects": [source.status_json(s) for s in source.statuses()],
             "problems": [p.to_json() for p in source.problems()],
+            # Objects turnout leaves to another controller, or does not read, with the reason.
+            "ignored": [source.ignored_json(i) for i in source.ignored()],
         },
         indent=2,
         sort_keys=False,

@@ -6,6 +6,7 @@ A pure function: the same snapshot and options give the same graph and statuses.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -52,7 +53,7 @@ from turnout.graph.validate import (
     source_problems,
 )
 from turnout.objects import KubeObject, ObjectRef, group_of
-from turnout.status.model import Finding, ObjectStatus
+from turnout.status.model import Finding, IgnoredObject, ObjectStatus
 from turnout.store import Snapshot, SourceProblem
 
 # Reasons of the findings folded into statuses after the dialects ran.
@@ -68,6 +69,12 @@ class CompileResult:
     # The DNS names of the served upstreams, refused ones included: the controller resolves them
     # for the next compile's `CompileOptions.dns_answers` (a refused name must stay tracked).
     dns_names: tuple[str, ...] = ()
+    # The objects turnout leaves alone (another class or controller, a kind it does not read),
+    # with the reason; they have no status.
+    ignored: tuple[IgnoredObject, ...] = ()
+    # The objects refused before any dialect read them, each with an error problem (a kind
+    # turnout reads at another apiVersion, a misspelled kind); they have no status either.
+    rejected: tuple[ObjectRef, ...] = ()
 
 
 # Core kinds that every dialect may consume.
@@ -83,56 +90,90 @@ CORE_KINDS: frozenset[tuple[str, str]] = frozenset(
 )
 
 
-def check_kinds(
-    snapshot: Snapshot, known: frozenset[tuple[str, str]]
-) -> tuple[Snapshot, tuple[SourceProblem, ...]]:
+@dataclass(frozen=True, slots=True)
+class KindCheck:
+    """What `check_kinds` found: the snapshot without the objects no dialect may read, the
+    problems, the objects of kinds turnout does not read (ignored) and those it refused with an
+    error (a kind it reads at another apiVersion, a misspelled kind of a group it reads)."""
+
+    snapshot: Snapshot
+    problems: tuple[SourceProblem, ...]
+    ignored: tuple[IgnoredObject, ...]
+    rejected: tuple[ObjectRef, ...]
+
+
+def _timestamp_problem(obj: KubeObject) -> SourceProblem | None:
+    if not obj.creation_timestamp or obj.created_at is not None:
+        return None
+    return SourceProblem(
+        obj.origin.source,
+        obj.origin.line,
+        f"metadata.creationTimestamp {obj.creation_timestamp!r} is not an RFC 3339 "
+        "time; the object counts as the newest when hostnames are shared",
+        f"{obj.kind} {obj.namespace}/{obj.name}",
+        severity="warning",
+    )
+
+
+# How close a kind must be to one turnout reads in its group to be taken for a misspelling of it:
+# a typo of one letter in a kind of eight passes, a real kind turnout does not read (UDPRoute
+# beside TCPRoute, NetworkPolicy beside Ingress) does not.
+MISSPELLING_CUTOFF = 0.8
+
+
+def misspelled_kind(kind: str, group_kinds: Iterable[str]) -> str | None:
+    """The kind among `group_kinds` that `kind` is a misspelling of, if one is close enough."""
+    by_lower = {k.lower(): k for k in group_kinds}
+    close = difflib.get_close_matches(kind.lower(), by_lower, n=1, cutoff=MISSPELLING_CUTOFF)
+    return by_lower[close[0]] if close else None
+
+
+def check_kinds(snapshot: Snapshot, known: frozenset[tuple[str, str]]) -> KindCheck:
     """Reports objects turnout does not read, and drops those whose kind turnout reads at another
-    apiVersion (e.g. `projectcontour.io/v2 HTTPProxy`) so no dialect misreads them."""
+    apiVersion (e.g. `projectcontour.io/v2 HTTPProxy`) so no dialect misreads them. A kind
+    turnout does not read is an error when it is close to a kind turnout reads in its group (a
+    typo must fail CI: `HTTPProxxy`), else a warning, and the object is listed as ignored (a
+    Deployment in the same directory)."""
     by_group_kind: dict[tuple[str, str], list[str]] = {}
+    by_group: dict[str, list[str]] = {}
     for api_version, kind in known:
         by_group_kind.setdefault((group_of(api_version), kind), []).append(api_version)
+        by_group.setdefault(group_of(api_version), []).append(kind)
     problems: list[SourceProblem] = []
-    dropped: set[int] = set()
+    ignored: list[IgnoredObject] = []
+    rejected: list[ObjectRef] = []
     for obj in snapshot.objects:
-        if obj.creation_timestamp and obj.created_at is None:
-            problems.append(
-                SourceProblem(
-                    obj.origin.source,
-                    obj.origin.line,
-                    f"metadata.creationTimestamp {obj.creation_timestamp!r} is not an RFC 3339 "
-                    "time; the object counts as the newest when hostnames are shared",
-                    f"{obj.kind} {obj.namespace}/{obj.name}",
-                    severity="warning",
-                )
-            )
+        stamp = _timestamp_problem(obj)
+        if stamp is not None:
+            problems.append(stamp)
         if (obj.api_version, obj.kind) in known:
             continue
         served = by_group_kind.get((obj.group, obj.kind))
         where = (obj.origin.source, obj.origin.line, f"{obj.kind} {obj.namespace}/{obj.name}")
         if served is not None:
-            dropped.add(id(obj))
-            problems.append(
-                SourceProblem(
-                    *where[:2],
-                    f"apiVersion {obj.api_version!r} is not supported for kind {obj.kind}; "
-                    f"turnout reads {', '.join(sorted(served))}",
-                    where[2],
-                )
+            reason = (
+                f"apiVersion {obj.api_version!r} is not supported for kind {obj.kind}; "
+                f"turnout reads {', '.join(sorted(served))}"
+            )
+        elif (meant := misspelled_kind(obj.kind, by_group.get(obj.group, ()))) is not None:
+            reason = (
+                f"kind {obj.kind} is not a kind of {obj.group or 'v1'} that turnout reads; "
+                f"did you mean {meant}?"
             )
         else:
+            reason = f"kind {obj.kind} of apiVersion {obj.api_version!r} is not read by turnout"
             problems.append(
-                SourceProblem(
-                    *where[:2],
-                    f"kind {obj.kind} of apiVersion {obj.api_version!r} is not read by turnout; "
-                    "ignored",
-                    where[2],
-                    severity="warning",
-                )
+                SourceProblem(*where[:2], f"{reason}; ignored", where[2], severity="warning")
             )
-    if dropped:
-        kept = [o for o in snapshot.objects if id(o) not in dropped]
+            ignored.append(IgnoredObject.of(obj, reason))
+            continue
+        rejected.append(obj.ref)
+        problems.append(SourceProblem(*where[:2], reason, where[2]))
+    if rejected:
+        dropped = set(rejected)
+        kept = [o for o in snapshot.objects if o.ref not in dropped]
         snapshot = Snapshot.of(kept, snapshot.problems)
-    return snapshot, tuple(problems)
+    return KindCheck(snapshot, tuple(problems), tuple(ignored), tuple(rejected))
 
 
 def build_graph(
@@ -140,7 +181,8 @@ def build_graph(
 ) -> CompileResult:
     """The graph, statuses and problems of `snapshot` as `dialects` read it."""
     known = CORE_KINDS.union(*(d.kinds for d in dialects))
-    snapshot, kind_problems = check_kinds(snapshot, known)
+    kinds = check_kinds(snapshot, known)
+    snapshot = kinds.snapshot
     claims: list[HostClaim] = []
     for dialect in dialects:
         claims.extend(dialect.claims(snapshot, options))
@@ -242,12 +284,25 @@ def build_graph(
         statuses=fold_findings(statuses, findings, snapshot),
         problems=(
             *snapshot.problems,
-            *kind_problems,
+            *kinds.problems,
             *_forbidden_problems(forbidden, snapshot),
             *source_problems(limit_problems, snapshot),
         ),
         dns_names=dns_names(served),
+        ignored=_ignored(kinds.ignored, dialects, snapshot, options),
+        rejected=kinds.rejected,
     )
+
+
+def _ignored(
+    unknown: Iterable[IgnoredObject],
+    dialects: Sequence[Dialect],
+    snapshot: Snapshot,
+    options: CompileOptions,
+) -> tuple[IgnoredObject, ...]:
+    out = [*unknown, *(i for d in dialects for i in d.ignored(snapshot, options))]
+    out.sort(key=lambda i: (i.ref.group, i.ref.kind, i.ref.namespace, i.ref.name))
+    return tuple(out)
 
 
 def _hold_owned_hosts(graph: RoutingGraph, ownership: Ownership) -> RoutingGraph:

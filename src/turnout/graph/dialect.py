@@ -19,7 +19,7 @@ from turnout.graph.model import RoutingGraph, TCPProxy, VirtualHost
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
 from turnout.objects import KubeObject, ObjectRef
-from turnout.status.model import ObjectStatus
+from turnout.status.model import IgnoredObject, ObjectStatus
 from turnout.store import Snapshot
 
 
@@ -115,6 +115,11 @@ class Dialect(Protocol):
         port), so that it need not fail the whole controller's readiness."""
         return frozenset()
 
+    def ignored(self, snapshot: Snapshot, options: CompileOptions) -> Iterable[IgnoredObject]:
+        """The objects of this dialect's kinds that are not turnout's (another class or
+        controller), with the reason: they get no status, but `check` and `/status` list them."""
+        return ()
+
 
 @dataclass(frozen=True, slots=True)
 class Dialects:
@@ -150,6 +155,10 @@ class Dialects:
     def status_json(self, status: ObjectStatus) -> dict[str, Any]:
         scoped = (status.ref.group, status.ref.kind) in self.cluster_scoped
         return status.to_json(cluster_scoped=scoped)
+
+    def ignored_json(self, ignored: IgnoredObject) -> dict[str, Any]:
+        scoped = (ignored.ref.group, ignored.ref.kind) in self.cluster_scoped
+        return ignored.to_json(cluster_scoped=scoped)
 
 
 def ownership_from_claims(claims: Iterable[HostClaim]) -> Ownership:

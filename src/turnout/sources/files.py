@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import hashlib
 import inspect
 import logging
@@ -69,8 +70,16 @@ def _wanted(name: str) -> bool:
     return Path(name).suffix.lower() in SUFFIXES
 
 
-def _walk(root: Path) -> tuple[list[Path], list[Path]]:
-    """Wanted files and visible directories under `root` (itself included), following symlinks.
+def excluded(relative: str, exclude: Sequence[str]) -> bool:
+    """Whether a path (relative to the directory it was found under, with `/`) matches one of the
+    `--exclude` globs, whole or by its last name (`fnmatch`: `*` also crosses `/`)."""
+    name = relative.rpartition("/")[2]
+    return any(fnmatch.fnmatchcase(relative, g) or fnmatch.fnmatchcase(name, g) for g in exclude)
+
+
+def _walk(root: Path, exclude: Sequence[str] = ()) -> tuple[list[Path], list[Path]]:
+    """Wanted files and visible directories under `root` (itself included), following symlinks,
+    without those the `exclude` globs match (`excluded`).
 
     Hidden entries are skipped below the root: editors keep swap and lock files there
     (`.x.yaml.swp`, `.#x.yaml`), and ConfigMap volumes keep their real files in `..<timestamp>`
@@ -92,9 +101,13 @@ def _walk(root: Path) -> tuple[list[Path], list[Path]]:
         seen.add(real)
         here = Path(current)
         dirs.append(here)
-        subdirs[:] = sorted(d for d in subdirs if not _hidden(d))
+        base = here.relative_to(root).as_posix()
+        prefix = "" if base == "." else f"{base}/"
+        subdirs[:] = sorted(
+            d for d in subdirs if not _hidden(d) and not excluded(prefix + d, exclude)
+        )
         for name in names:
-            if _hidden(name) or not _wanted(name):
+            if _hidden(name) or not _wanted(name) or excluded(prefix + name, exclude):
                 continue
             path = here / name
             # Skips dangling symlinks, FIFOs and sockets: reading a FIFO would block forever.
@@ -103,15 +116,16 @@ def _walk(root: Path) -> tuple[list[Path], list[Path]]:
     return files, dirs
 
 
-def discover(paths: Sequence[Path]) -> list[Path]:
-    """The files to load: wanted files under each directory (recursively, hidden entries skipped),
-    plus every path given as a file, whatever its name, as `kubectl apply -f` does. Missing paths
-    are left out; `FileSource` reports them."""
+def discover(paths: Sequence[Path], exclude: Sequence[str] = ()) -> list[Path]:
+    """The files to load: wanted files under each directory (recursively, hidden entries and
+    `exclude` matches skipped), plus every path given as a file, whatever its name, as `kubectl
+    apply -f` does, unless its name matches `exclude`. Missing paths are left out; `FileSource`
+    reports them."""
     found: set[Path] = set()
     for root in paths:
         if root.is_dir():
-            found.update(_walk(root)[0])
-        elif root.is_file():
+            found.update(_walk(root, exclude)[0])
+        elif root.is_file() and not excluded(root.name, exclude):
             found.add(root)
     return sorted(found)
 
@@ -199,8 +213,10 @@ class FileSource:
         watch: bool = True,
         debounce_ms: int = 100,
         empty_file_grace_s: float = DEFAULT_EMPTY_FILE_GRACE_S,
+        exclude: Sequence[str] = (),
     ) -> None:
         self._roots = tuple(paths)
+        self._exclude = tuple(exclude)
         self._sink = sink
         self._watching = watch
         self._debounce_ms = debounce_ms
@@ -354,7 +370,7 @@ class FileSource:
         for root in self._roots:
             absolute = Path(os.path.abspath(root))
             if absolute.is_dir():
-                targets.update(_walk(absolute)[1])
+                targets.update(_walk(absolute, self._exclude)[1])
             elif absolute.exists():
                 targets.update((absolute, absolute.parent))
             else:
@@ -368,7 +384,7 @@ class FileSource:
     def _scan(self, seen: dict[Path, _Seen], changed: frozenset[Path]) -> _Scan:
         """Reads what differs from `seen`, the state of the last load. Runs in a worker thread, so
         it reads nothing that the event loop mutates."""
-        files = discover(self._roots)
+        files = discover(self._roots, self._exclude)
         updates: list[_Update] = []
         for path in files:
             prev = seen.get(path)

@@ -1,8 +1,10 @@
 """Turns YAML/JSON text into objects, reporting every problem with its file and line.
 
-Multi-document YAML and `kind: List` both work. A document that is not a well-formed object (no
-apiVersion, kind or name, a field of the wrong type at the top) becomes a `SourceProblem`; the
-other documents of the file are kept. A file that does not parse at all yields only a problem, so
+Multi-document YAML and `kind: List` both work. A document that is not a Kubernetes object at all
+(neither apiVersion nor kind: a `kustomization.yaml`, Helm `values.yaml`, a list of strings) is
+skipped with a warning; one that is an object but malformed (apiVersion without kind, no name, a
+field of the wrong type at the top) becomes an error `SourceProblem`. The other documents of the
+file are kept. A file that does not parse at all yields only a problem, so
 the caller can keep the file's last good objects.
 """
 
@@ -99,8 +101,23 @@ def parse_text(text: str, source: str) -> ParseResult:
     for doc, line in docs:
         if doc is None:
             continue
+        if _not_an_object(doc):
+            problems.append(SourceProblem(source, line, NOT_AN_OBJECT, severity="warning"))
+            continue
         _collect(doc, source, line, objects, problems)
     return ParseResult(tuple(objects), tuple(problems))
+
+
+NOT_AN_OBJECT = (
+    "not a Kubernetes object (no apiVersion or kind): skipped; --exclude the file to silence this"
+)
+
+
+def _not_an_object(doc: Any) -> bool:
+    """A top-level document that does not even try to be an object (a List is one)."""
+    if not isinstance(doc, Mapping):
+        return True
+    return "apiVersion" not in doc and "kind" not in doc
 
 
 def _collect(

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from turnout.objects import ObjectRef, Origin
+from turnout.objects import KubeObject, ObjectRef, Origin
 
 
 class State(enum.Enum):
@@ -230,3 +230,36 @@ def stamp_transitions(
     return dataclasses.replace(
         status, conditions=_stamped(status.conditions, own, now), sections=sections
     )
+
+
+# --- objects turnout does not take ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IgnoredObject:
+    """An object turnout read and left alone, with why: another controller's class, a kind
+    turnout does not read. It gets no status (another controller owns it), but every sink lists
+    it so that nothing is ignored silently."""
+
+    ref: ObjectRef
+    api_version: str
+    origin: Origin | None
+    reason: str
+
+    @staticmethod
+    def of(obj: KubeObject, reason: str) -> IgnoredObject:
+        return IgnoredObject(obj.ref, obj.api_version, obj.origin, reason)
+
+    def to_json(self, *, cluster_scoped: bool = False) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": self.ref.name}
+        if not cluster_scoped:
+            metadata = {"namespace": self.ref.namespace, "name": self.ref.name}
+        out: dict[str, Any] = {
+            "apiVersion": self.api_version,
+            "kind": self.ref.kind,
+            "metadata": metadata,
+            "reason": self.reason,
+        }
+        if self.origin is not None:
+            out["source"] = {"file": self.origin.source, "line": self.origin.line}
+        return out

@@ -46,6 +46,7 @@ from turnout.dialects.gatewayapi.hostnames import (
     wider_patterns,
 )
 from turnout.dialects.gatewayapi.httproute import CompiledRoute, ListenerInfo, compile_httproute
+from turnout.dialects.gatewayapi.ignored import ignored_objects
 from turnout.dialects.gatewayapi.kinds import (
     GATEWAY,
     GROUP,
@@ -96,7 +97,7 @@ from turnout.graph.model import (
     WeightedCluster,
 )
 from turnout.objects import KubeObject, ObjectRef
-from turnout.status.model import ObjectStatus
+from turnout.status.model import IgnoredObject, ObjectStatus
 from turnout.store import Snapshot
 
 __all__ = ["GatewayAPIDialect", "gateway_listener_name"]
@@ -146,6 +147,10 @@ class GatewayAPIDialect(Dialect):
 
     def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
         return []
+
+    def ignored(self, snapshot: Snapshot, options: CompileOptions) -> list[IgnoredObject]:
+        """Another implementation's GatewayClasses, Gateways and routes (they get no status)."""
+        return ignored_objects(snapshot, options.gateway_controller_name)
 
     def compile(self, snapshot: Snapshot, ctx: CompileContext) -> DialectOutput:
         options = ctx.options

@@ -7,14 +7,16 @@ from __future__ import annotations
 import weakref
 
 from turnout.compile_inputs import CompileOptions
+from turnout.dialects.httpproxy.classes import why_not_served
 from turnout.dialects.httpproxy.processor import (
     claimed_hostname,
     claimed_listeners,
     compile_httpproxies,
     parse_all,
 )
-from turnout.dialects.httpproxy.spec import ParsedProxy
+from turnout.dialects.httpproxy.spec import GROUP, KIND, ParsedProxy
 from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
+from turnout.status.model import IgnoredObject
 from turnout.store import Snapshot
 
 __all__ = ["HTTPProxyDialect"]
@@ -66,3 +68,11 @@ class HTTPProxyDialect(Dialect):
         parsed = self._parsed(snapshot, ctx.options)
         self._last = None
         return compile_httpproxies(snapshot, ctx, parsed)
+
+    def ignored(self, snapshot: Snapshot, options: CompileOptions) -> list[IgnoredObject]:
+        """The HTTPProxies of another class."""
+        return [
+            IgnoredObject.of(o, why)
+            for o in snapshot.kind(GROUP, KIND)
+            if (why := why_not_served(o, options)) is not None
+        ]

@@ -52,3 +52,14 @@ def serves(obj: KubeObject, options: CompileOptions) -> bool:
     if configured in ("", DEFAULT_CLASS):
         return wanted in ("", DEFAULT_CLASS)
     return wanted == configured
+
+
+def why_not_served(obj: KubeObject, options: CompileOptions) -> str | None:
+    """Why the turnout compiling with `options` does not serve this HTTPProxy; None if it does."""
+    if serves(obj, options):
+        return None
+    wanted = proxy_class(obj)
+    if not wanted:
+        return f"no class; turnout serves class {options.ingress_class_name!r} only"
+    served = options.ingress_class_name or DEFAULT_CLASS
+    return f"class {wanted!r} is not turnout's (turnout serves {served!r})"

@@ -10,11 +10,13 @@ import weakref
 from turnout.compile_inputs import CompileOptions
 from turnout.dialects.ingress.processor import (
     compile_ingresses,
+    ignored_ingresses,
     ingress_claims,
     select_ingresses,
 )
 from turnout.dialects.ingress.spec import ParsedIngress
 from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
+from turnout.status.model import IgnoredObject
 from turnout.store import Snapshot
 
 __all__ = ["IngressDialect"]
@@ -34,14 +36,16 @@ class IngressDialect(Dialect):
         # The Ingresses read by `claims()`, kept for `compile()` of the same snapshot and class
         # name. A cache of a pure function keyed by the identity of an immutable snapshot (held
         # weakly): it never changes a result.
-        self._last: tuple[weakref.ref[Snapshot], str, list[ParsedIngress]] | None = None
+        self._last: tuple[weakref.ref[Snapshot], tuple[str, bool], list[ParsedIngress]] | None = (
+            None
+        )
 
     def _parsed(self, snapshot: Snapshot, options: CompileOptions) -> list[ParsedIngress]:
         last = self._last
-        if last is not None and last[0]() is snapshot and last[1] == options.ingress_class_name:
+        if last is not None and last[0]() is snapshot and last[1] == _class_key(options):
             return last[2]
         parsed = select_ingresses(snapshot, options)
-        self._last = (weakref.ref(snapshot), options.ingress_class_name, parsed)
+        self._last = (weakref.ref(snapshot), _class_key(options), parsed)
         return parsed
 
     def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
@@ -51,3 +55,11 @@ class IngressDialect(Dialect):
         parsed = self._parsed(snapshot, ctx.options)
         self._last = None
         return compile_ingresses(snapshot, ctx, parsed)
+
+    def ignored(self, snapshot: Snapshot, options: CompileOptions) -> list[IgnoredObject]:
+        return ignored_ingresses(snapshot, options)
+
+
+def _class_key(options: CompileOptions) -> tuple[str, bool]:
+    """The options that decide which Ingresses are read at all."""
+    return (options.ingress_class_name, options.classless_ingress_is_ours)

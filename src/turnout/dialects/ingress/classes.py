@@ -10,6 +10,11 @@ needs no IngressClass object). An Ingress without any class is turnout's only wh
 default IngressClass (annotated `ingressclass.kubernetes.io/is-default-class: "true"`; the newest
 one when several are, as the API server's admission plugin picks) names turnout's controller: in a
 cluster, the admission plugin would have written that class into the Ingress.
+
+In files mode (`CompileOptions.classless_ingress_is_ours`) no other controller reads the objects,
+so an Ingress without any class is turnout's, as Contour with no class configured takes it; a
+default IngressClass still decides when there is one, and an `--ingress-class-name` other than the
+default `turnout` still means "that class only" (as for HTTPProxy).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from turnout.compile_inputs import CompileOptions
 from turnout.dialects.ingress.spec import CLASS_KIND, GROUP
 from turnout.objects import KubeObject
 from turnout.store import Snapshot
@@ -25,6 +31,7 @@ CONTROLLER = "turnout.dev/ingress-controller"
 IS_DEFAULT_CLASS = "ingressclass.kubernetes.io/is-default-class"
 # Looked up in this order; the first one present with a non-empty value decides (Contour's order).
 CLASS_ANNOTATIONS = ("projectcontour.io/ingress.class", "kubernetes.io/ingress.class")
+DEFAULT_CLASS = CompileOptions().ingress_class_name
 
 
 def _controller(ingress_class: KubeObject) -> str:
@@ -40,9 +47,11 @@ class ClassIndex:
     served_name: str
     controllers: Mapping[str, str]  # IngressClass name -> spec.controller
     default_class: str | None  # the effective default IngressClass, if any
+    # Files mode: a classless Ingress is turnout's when no default IngressClass decides.
+    classless_is_ours: bool = False
 
     @staticmethod
-    def of(snapshot: Snapshot, served_name: str) -> ClassIndex:
+    def of(snapshot: Snapshot, served_name: str, classless_is_ours: bool = False) -> ClassIndex:
         controllers: dict[str, str] = {}
         defaults: list[KubeObject] = []
         # IngressClass is cluster-scoped; files give it a namespace, which does not count. The
@@ -58,7 +67,7 @@ class ClassIndex:
             # The newest default; equal timestamps: the first name (the admission plugin's order).
             newest = max(ic.creation_timestamp for ic in defaults)
             default = min(ic.name for ic in defaults if ic.creation_timestamp == newest)
-        return ClassIndex(served_name, controllers, default)
+        return ClassIndex(served_name, controllers, default, classless_is_ours)
 
     def is_ours(self, class_name: str) -> bool:
         controller = self.controllers.get(class_name)
@@ -80,7 +89,36 @@ class ClassIndex:
 
     def selects(self, ingress: KubeObject) -> bool:
         """Whether turnout serves `ingress`."""
+        return self.why_not(ingress) is None
+
+    def why_not(self, ingress: KubeObject) -> str | None:
+        """Why `ingress` is not turnout's; None when it is."""
         class_name = self.class_of(ingress)
         if class_name is None:
-            return self.default_class is not None and self.is_ours(self.default_class)
-        return self.is_ours(class_name)
+            if self.default_class is not None:
+                return self._not_ours(self.default_class, "no class; the default IngressClass ")
+            if self.classless_is_ours and self.served_name in ("", DEFAULT_CLASS):
+                return None
+            if self.classless_is_ours:
+                return f"no class; turnout serves class {self.served_name!r} only"
+            return "no class, and no default IngressClass of turnout's"
+        return self._not_ours(class_name, "class ")
+
+    def _not_ours(self, class_name: str, prefix: str) -> str | None:
+        if self.is_ours(class_name):
+            return None
+        controller = self.controllers.get(class_name)
+        if controller is not None:
+            return (
+                f"{prefix}{class_name!r} is another controller's ({controller!r}; turnout is "
+                f"{CONTROLLER!r})"
+            )
+        return f"{prefix}{class_name!r} is not turnout's (turnout serves {self.served_name!r})"
+
+    def ignored_classes(self, snapshot: Snapshot) -> list[tuple[KubeObject, str]]:
+        """The IngressClasses of another controller, with the reason."""
+        return [
+            (ic, f"controller {_controller(ic)!r} is not turnout's ({CONTROLLER!r})")
+            for ic in snapshot.kind(GROUP, CLASS_KIND)
+            if _controller(ic) != CONTROLLER
+        ]

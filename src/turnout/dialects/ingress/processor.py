@@ -65,6 +65,7 @@ from turnout.graph.model import (
 from turnout.graph.regex import regex_error
 from turnout.graph.services import Unresolved, external_name_phrase
 from turnout.objects import KubeObject
+from turnout.status.model import IgnoredObject
 from turnout.store import Snapshot
 
 CATCH_ALL = "*"
@@ -83,12 +84,23 @@ _TLS_VERSIONS = ("1.2", "1.3")
 
 def select_ingresses(snapshot: Snapshot, options: CompileOptions) -> list[ParsedIngress]:
     """The Ingresses of turnout's class, parsed, oldest first. Others are not turnout's to read."""
-    index = ClassIndex.of(snapshot, options.ingress_class_name)
+    index = ClassIndex.of(snapshot, options.ingress_class_name, options.classless_ingress_is_ours)
     chosen = [
         o for o in snapshot.kind(GROUP, KIND) if o.api_version == API_VERSION and index.selects(o)
     ]
     chosen.sort(key=lambda o: o.age_key)
     return [parse_ingress(o) for o in chosen]
+
+
+def ignored_ingresses(snapshot: Snapshot, options: CompileOptions) -> list[IgnoredObject]:
+    """The Ingresses (and IngressClasses) of another controller, with the reason."""
+    index = ClassIndex.of(snapshot, options.ingress_class_name, options.classless_ingress_is_ours)
+    out = [IgnoredObject.of(ic, why) for ic, why in index.ignored_classes(snapshot)]
+    for o in snapshot.kind(GROUP, KIND):
+        why = index.why_not(o) if o.api_version == API_VERSION else None
+        if why is not None:
+            out.append(IgnoredObject.of(o, why))
+    return out
 
 
 def _route_hosts(ing: ParsedIngress) -> list[str]:

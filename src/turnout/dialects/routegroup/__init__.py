@@ -17,6 +17,7 @@ from turnout.graph.dialect import (
     ExternalInputs,
     HostClaim,
 )
+from turnout.status.model import IgnoredObject
 from turnout.store import Snapshot
 
 __all__ = ["RouteGroupDialect"]
@@ -65,3 +66,10 @@ class RouteGroupDialect(Dialect):
         parsed = self._parsed(snapshot, ctx.options)
         self._last = None
         return compile_routegroups(snapshot, ctx, parsed)
+
+    def ignored(self, snapshot: Snapshot, options: CompileOptions) -> list[IgnoredObject]:
+        """The RouteGroups of another class."""
+        from turnout.dialects.routegroup.spec import routegroups_of_other_classes
+
+        others = routegroups_of_other_classes(snapshot, options.routegroup_class)
+        return [IgnoredObject.of(obj, why) for obj, why in others]

@@ -48,20 +48,41 @@ HOST_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]
 MAX_HOST_LENGTH = 255
 
 
+def _class_pattern(routegroup_class: str) -> re.Pattern[str]:
+    """A pattern that is not a valid regular expression matches itself literally."""
+    try:
+        return re.compile(routegroup_class)
+    except re.error:
+        return re.compile(re.escape(routegroup_class))
+
+
 def routegroups_of_class(snapshot: Snapshot, routegroup_class: str | None) -> list[KubeObject]:
     """The snapshot's RouteGroups that a `routegroup_class` pattern selects (None: all). A
     RouteGroup without the class annotation is always selected, as in Skipper; a pattern that is
     not a valid regular expression matches itself literally."""
     if routegroup_class is None:
         return list(snapshot.kind(GROUP, KIND))
-    try:
-        pattern = re.compile(routegroup_class)
-    except re.error:
-        pattern = re.compile(re.escape(routegroup_class))
+    pattern = _class_pattern(routegroup_class)
     return [
         obj
         for obj in snapshot.kind(GROUP, KIND)
         if not (cls := obj.annotations.get(CLASS_ANNOTATION)) or pattern.search(str(cls))
+    ]
+
+
+def routegroups_of_other_classes(
+    snapshot: Snapshot, routegroup_class: str
+) -> list[tuple[KubeObject, str]]:
+    """The RouteGroups `routegroups_of_class` leaves out, each with the reason."""
+    pattern = _class_pattern(routegroup_class)
+    return [
+        (
+            obj,
+            f"annotation {CLASS_ANNOTATION} {str(cls)!r} does not match turnout's RouteGroup "
+            f"class {routegroup_class!r}",
+        )
+        for obj in snapshot.kind(GROUP, KIND)
+        if (cls := obj.annotations.get(CLASS_ANNOTATION)) and not pattern.search(str(cls))
     ]
 
 
