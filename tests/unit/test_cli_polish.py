@@ -137,10 +137,12 @@ def test_empty_input_says_so_and_exits_zero(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = _run(["check", str(tmp_path)], capsys)
-    assert code == 0 and out == ""
+    assert code == 0 and out == "0 objects: 0 valid, 0 invalid, 0 ignored, 0 warnings\n"
     assert err == f"turnout: warning: no routing objects found in {tmp_path}\n"
     code, out, err = _run(["check", str(tmp_path), "-o", "json"], capsys)
-    assert code == 0 and json.loads(out) == {"objects": [], "problems": []}
+    doc = json.loads(out)
+    assert code == 0 and (doc["objects"], doc["problems"], doc["ignored"]) == ([], [], [])
+    assert doc["summary"]["objects"] == 0
     assert "no routing objects found" in err
 
 
