@@ -31,6 +31,7 @@ from turnout.compile_inputs import (
     ListenerProtocol,
 )
 from turnout.config import ServeConfig
+from turnout.controller import running_envoy
 from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
@@ -151,7 +152,13 @@ def _add_listen_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--https-port", type=int, default=8443)
     p.add_argument("--admin-port", type=int, default=8001, help="turnout's admin server")
     p.add_argument("--xds-port", type=int, default=18000)
-    p.add_argument("--envoy-admin-port", type=int, default=9901)
+    p.add_argument(
+        "--envoy-admin-port",
+        type=int,
+        default=9901,
+        help="the TCP admin port of an external Envoy: endpoints on it are refused. The Envoy "
+        "`serve` starts opens no admin port: its admin is a Unix socket in --state-dir",
+    )
 
 
 def _discover_seconds(value: str) -> float:
@@ -209,6 +216,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         num_trusted_hops=args.num_trusted_hops,
         system_ca_file=args.system_ca_file,
         node_id=getattr(args, "node_id", defaults.node_id),
+        state_dir=getattr(args, "state_dir", defaults.state_dir),
     )
 
 
@@ -241,6 +249,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not start echo backends for Services annotated turnout.dev/demo-echo",
     )
     serve.add_argument("--node-id", default="turnout-envoy", help="the child Envoy's node id")
+    serve.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the Envoy child's bootstrap, pid file and admin socket (mode 0600); a turnout "
+        "started again with the same directory and ports adopts the Envoy a crashed one left "
+        "serving (default: $XDG_RUNTIME_DIR/turnout-<http-port>, else "
+        "/tmp/turnout-<uid>-<http-port>)",
+    )
 
     check = sub.add_parser("check", help="validate files and print every object's status")
     _add_compile_flags(check)
@@ -564,14 +582,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _busy_ports(config: ServeConfig) -> list[str]:
     """The ports turnout or its Envoy would fail to bind, checked up front so that a taken port
-    is one clear line instead of a traceback or an Envoy that silently rejects its listener."""
+    is one clear line instead of a traceback or an Envoy that silently rejects its listener.
+    The HTTP ports of an Envoy a crashed turnout left in the state directory are its own: this
+    turnout adopts (or replaces) that Envoy."""
     wanted = [("--admin-port", config.admin_port), ("--xds-port", config.xds_port)]
-    if config.run_envoy:
-        wanted += [
-            ("--http-port", config.http_port),
-            ("--https-port", config.https_port),
-            ("--envoy-admin-port", config.envoy_admin_port),
-        ]
+    if config.run_envoy and running_envoy(config) is None:
+        wanted += [("--http-port", config.http_port), ("--https-port", config.https_port)]
     busy: list[str] = []
     for flag, port in wanted:
         if port == 0:

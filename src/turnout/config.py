@@ -39,7 +39,8 @@ class ServeConfig:
     # `wellKnownCACertificates: System` and https JWKS servers (jwtValidation) chain to it.
     system_ca_file: str = DEFAULT_SYSTEM_CA_FILE
     node_id: str = "turnout-envoy"
-    # Where the child Envoy's bootstrap is written; a temporary directory when None.
-    work_dir: Path | None = None
+    # The Envoy child's bootstrap, pid file and admin socket (`envoy.state`); None: the default
+    # per-user directory for this HTTP port (`envoy.state.default_state_dir`).
+    state_dir: Path | None = None
     debounce_ms: int = 100
     extra_envoy_args: tuple[str, ...] = field(default=())
