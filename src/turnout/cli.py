@@ -31,7 +31,8 @@ from turnout.compile_inputs import (
     ListenerProtocol,
 )
 from turnout.config import ServeConfig
-from turnout.controller import running_envoy
+from turnout.controller import envoy_state_dir, running_envoy
+from turnout.envoy.state import StateDirError
 from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
@@ -570,6 +571,12 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"turnout: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return EXIT_UNREADABLE
     config = serve_config(args)
+    if config.run_envoy:
+        try:
+            envoy_state_dir(config).prepare()
+        except (StateDirError, OSError) as err:
+            print(f"turnout: {err}", file=sys.stderr)
+            return EXIT_UNREADABLE
     busy = _busy_ports(config)
     if busy:
         for line in busy:
