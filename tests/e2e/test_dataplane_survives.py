@@ -150,3 +150,37 @@ def test_envoy_survives_turnout_sigkill_and_is_adopted(tmp_path: Path, backend_p
                 stop_serve(proc)
         for pid in _envoys_of(state / "envoy-bootstrap.yaml"):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_envoy_left_with_another_xds_port_is_replaced(tmp_path: Path, backend_port: int) -> None:
+    """An Envoy of this state directory started for another --xds-port would never find the new
+    turnout: it is stopped and a new Envoy serves."""
+    config, state = tmp_path / "config", tmp_path / "state"
+    config.mkdir()
+    (config / "app.yaml").write_text(
+        service_yaml("default", "app", 80, backend_port) + "---\n" + _proxy("a", "a.example.com")
+    )
+    http_port, admin_port = free_port(), free_port()
+    args = (config, http_port, admin_port)
+    first = start_serve(*args, state_dir=state, ports=[("--xds-port", free_port())])
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        wait_ready(f"http://127.0.0.1:{admin_port}", first)
+        old = int((state / "envoy.pid").read_text())
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        second = start_serve(*args, state_dir=state, ports=[("--xds-port", free_port())])
+        wait_ready(f"http://127.0.0.1:{admin_port}", second)
+        assert not _alive(old)
+        new = int((state / "envoy.pid").read_text())
+        assert _envoys_of(state / "envoy-bootstrap.yaml") == [new] and new != old
+        url = f"http://127.0.0.1:{http_port}/"
+        assert httpx.get(url, headers={"Host": "a.example.com"}).status_code == 200
+        output = stop_serve(second)
+        assert second.returncode == 0, output
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                stop_serve(proc)
+        for pid in _envoys_of(state / "envoy-bootstrap.yaml"):
+            os.kill(pid, signal.SIGKILL)
