@@ -36,6 +36,8 @@ from turnout.compile_inputs import (
     ListenerProtocol,
 )
 from turnout.config import ServeConfig, split_host_port
+from turnout.controller import envoy_state_dir, running_envoy
+from turnout.envoy.state import StateDirError
 from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
@@ -283,7 +285,8 @@ def _add_listen_flags(p: argparse.ArgumentParser) -> None:
         type=_port,
         metavar="PORT",
         default=9901,
-        help="the child Envoy's admin interface",
+        help="the TCP admin port of an external Envoy: endpoints on it are refused. The Envoy "
+        "`serve` starts opens no admin port: its admin is a Unix socket in --state-dir",
     )
 
 
@@ -363,6 +366,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         node_id=getattr(args, "node_id", defaults.node_id),
         empty_file_grace_s=getattr(args, "empty_file_grace", defaults.empty_file_grace_s),
         exclude=tuple(args.exclude),
+        state_dir=getattr(args, "state_dir", defaults.state_dir),
     )
 
 
@@ -446,6 +450,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not start echo backends for Services annotated turnout.dev/demo-echo",
     )
     serve.add_argument("--node-id", default="turnout-envoy", help="the child Envoy's node id")
+    serve.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the Envoy child's bootstrap, pid file and admin socket (mode 0600); a turnout "
+        "started again with the same directory and ports adopts the Envoy a crashed one left "
+        "serving (default: $XDG_RUNTIME_DIR/turnout-<http-port>, else "
+        "/tmp/turnout-<uid>-<http-port>)",
+    )
 
     check = sub.add_parser("check", help="validate files and print every object's status")
     _add_compile_flags(check)
@@ -897,6 +911,12 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"turnout: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return EXIT_UNREADABLE
     config = serve_config(args)
+    if config.run_envoy:
+        try:
+            envoy_state_dir(config).prepare()
+        except (StateDirError, OSError) as err:
+            print(f"turnout: {err}", file=sys.stderr)
+            return EXIT_UNREADABLE
     busy = _busy_ports(config)
     if busy:
         for line in busy:
@@ -916,16 +936,17 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _busy_ports(config: ServeConfig) -> list[str]:
     """The ports turnout or its Envoy would fail to bind, checked up front so that a taken port
-    is one clear line instead of a traceback or an Envoy that silently rejects its listener."""
+    is one clear line instead of a traceback or an Envoy that silently rejects its listener.
+    The HTTP ports of an Envoy a crashed turnout left in the state directory are its own: this
+    turnout adopts (or replaces) that Envoy."""
     wanted = [
         ("--admin-port", config.admin_address, config.admin_port),
         ("--xds-port", config.xds_address, config.xds_port),
     ]
-    if config.run_envoy:
+    if config.run_envoy and running_envoy(config) is None:
         wanted += [
             ("--http-port", config.address, config.http_port),
             ("--https-port", config.address, config.https_port),
-            ("--envoy-admin-port", config.address, config.envoy_admin_port),
         ]
     busy: list[str] = []
     for flag, address, port in wanted:

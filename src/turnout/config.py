@@ -59,8 +59,9 @@ class ServeConfig:
     tracing_service_name: str = "turnout"
     tracing_sampling_rate: float = 100.0  # percent of the requests
     node_id: str = "turnout-envoy"
-    # Where the child Envoy's bootstrap is written; a temporary directory when None.
-    work_dir: Path | None = None
+    # The Envoy child's bootstrap, pid file and admin socket (`envoy.state`); None: the default
+    # per-user directory for this HTTP port (`envoy.state.default_state_dir`).
+    state_dir: Path | None = None
     debounce_ms: int = 100
     # A watched file that had objects and yields none keeps them this long (`--empty-file-grace`).
     empty_file_grace_s: float = DEFAULT_EMPTY_FILE_GRACE_S

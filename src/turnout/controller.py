@@ -29,20 +29,19 @@ import collections
 import contextlib
 import dataclasses
 import logging
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from turnout.compile_inputs import CompileOptions, IssuerDiscovery, PathNormalization
 from turnout.config import ServeConfig
-from turnout.envoy.bootstrap import bootstrap_config, write_bootstrap
+from turnout.envoy.bootstrap import bootstrap_config, bootstrap_yaml, write_bootstrap
 from turnout.envoy.process import EnvoyProcess
 from turnout.envoy.resources import EnvoyResources
+from turnout.envoy.state import StateDir, default_state_dir, our_envoy, same_bootstrap
 from turnout.envoy.translate import translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.xds import XdsServer
@@ -123,6 +122,16 @@ def programmed_counts(statuses: Iterable[ObjectStatus]) -> dict[str, int]:
     return counts
 
 
+def envoy_state_dir(config: ServeConfig) -> StateDir:
+    """Where the Envoy child's bootstrap, pid file and admin socket live."""
+    return StateDir(config.state_dir or default_state_dir(config.http_port))
+
+
+def running_envoy(config: ServeConfig) -> int | None:
+    """The pid of the Envoy a previous turnout left running in the state directory, if any."""
+    return our_envoy(envoy_state_dir(config), config.node_id)
+
+
 class Controller:
     def __init__(
         self,
@@ -147,7 +156,6 @@ class Controller:
         self.xds_port: int = config.xds_port
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._demo: list[object] = []
         self._last_states: dict[ObjectRef, tuple[State, str]] = {}
         self.applied_problems: tuple[SourceProblem, ...] = ()
@@ -430,15 +438,37 @@ class Controller:
         if self.config.demo_backends:
             await self._start_demo_backends()
         if self.config.run_envoy:
-            bootstrap_path = self._work_dir() / "envoy-bootstrap.yaml"
-            write_bootstrap(bootstrap_path, self.bootstrap())
-            self.envoy = EnvoyProcess(
-                bootstrap_path,
-                log_level=self.config.envoy_log_level,
-                metrics=self.metrics,
-                extra_args=self.config.extra_envoy_args,
-            )
-            await self.envoy.start()
+            await self._start_envoy()
+
+    @property
+    def state_dir(self) -> StateDir:
+        return envoy_state_dir(self.config)
+
+    async def _start_envoy(self) -> None:
+        """Adopts the Envoy a previous turnout left running in the state directory (after a
+        crash: it kept serving meanwhile), else starts one. An Envoy of ours started with another
+        bootstrap (another xDS port) would never find this turnout: it is stopped first."""
+        state = self.state_dir
+        state.prepare()
+        bootstrap = self.bootstrap()
+        running = await asyncio.to_thread(our_envoy, state, self.config.node_id)
+        adopt = running is not None and same_bootstrap(state, bootstrap_yaml(bootstrap))
+        self.envoy = EnvoyProcess(
+            state.bootstrap,
+            log_level=self.config.envoy_log_level,
+            metrics=self.metrics,
+            extra_args=self.config.extra_envoy_args,
+            state=state,
+        )
+        if running is not None and adopt and await self.envoy.adopt(running):
+            return
+        if running is not None:
+            log.warning("stopping the Envoy (pid %d) started with another bootstrap", running)
+            await self.envoy.adopt(running)
+            await self.envoy.stop()
+        state.admin_socket.unlink(missing_ok=True)  # a stale socket from an Envoy that died
+        write_bootstrap(state.bootstrap, bootstrap)
+        await self.envoy.start()
 
     async def _wait_first_compile(self) -> None:
         """Waits for the first compile, saying every `PROGRESS_INTERVAL_S` how far it got once
@@ -465,6 +495,7 @@ class Controller:
             admin_address=self.config.address,
             admin_port=self.config.envoy_admin_port,
             node_id=self.config.node_id,
+            admin_socket=self.state_dir.admin_socket,
         )
 
     async def reload(self) -> Applied | None:
@@ -553,14 +584,6 @@ class Controller:
                     err,
                 )
 
-    def _work_dir(self) -> Path:
-        if self.config.work_dir is not None:
-            self.config.work_dir.mkdir(parents=True, exist_ok=True)
-            return self.config.work_dir
-        if self._tmp is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="turnout-")
-        return Path(self._tmp.name)
-
     async def stop(self) -> None:
         self._stop.set()
         for task in self._tasks:
@@ -578,6 +601,3 @@ class Controller:
             if close is not None:
                 await close()
         self._demo.clear()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None

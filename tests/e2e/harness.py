@@ -298,10 +298,11 @@ class Harness:
         return f"{body['namespace']}/{body['service']}"
 
     async def envoy_admin(self, path: str) -> Any:
-        """The JSON that Envoy's admin interface answers at `path`."""
-        config = self.controller.config
-        async with httpx.AsyncClient(timeout=5.0) as client:
-            r = await client.get(f"http://{config.address}:{config.envoy_admin_port}{path}")
+        """The JSON that Envoy's admin interface answers at `path` (on its Unix socket)."""
+        socket_path = str(self.controller.state_dir.admin_socket)
+        transport = httpx.AsyncHTTPTransport(uds=socket_path)
+        async with httpx.AsyncClient(transport=transport, timeout=5.0) as client:
+            r = await client.get(f"http://envoy{path}")
             r.raise_for_status()
             return r.json()
 
@@ -352,7 +353,7 @@ async def start_harness(tmp: Path) -> Harness:
         envoy_admin_port=free_port(),
         log_level="warning",
         demo_backends=False,
-        work_dir=tmp / "work",
+        state_dir=tmp / "state",
         debounce_ms=50,
     )
     controller = build_controller(config)

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -52,11 +53,21 @@ def wait_ready(admin: str, proc: subprocess.Popen[bytes], timeout: float = 30.0)
     raise AssertionError(f"turnout never became ready: {last}")
 
 
-@contextlib.contextmanager
-def serving(path: Path, http_port: int, admin_port: int) -> Iterator[subprocess.Popen[bytes]]:
-    """Runs `turnout serve path` on `http_port` and `admin_port` (free ports for the rest) until
-    /readyz answers; on leaving, stops it with SIGTERM and, unless the body failed, asserts that
-    it exited cleanly."""
+def start_serve(
+    path: Path,
+    http_port: int,
+    admin_port: int,
+    *,
+    state_dir: Path,
+    ports: Sequence[tuple[str, int]] = (),
+    extra: Sequence[str] = (),
+) -> subprocess.Popen[bytes]:
+    """Starts `turnout serve path` as a child process; `ports` sets the other port flags (free
+    ports otherwise) and `state_dir` its --state-dir."""
+    chosen = dict(ports)
+    flags: list[str] = []
+    for flag in ("--https-port", "--xds-port", "--envoy-admin-port"):
+        flags += [flag, str(chosen.get(flag) or free_port())]
     cmd = [
         sys.executable,
         "-m",
@@ -65,31 +76,43 @@ def serving(path: Path, http_port: int, admin_port: int) -> Iterator[subprocess.
         str(path),
         "--http-port",
         str(http_port),
-        "--https-port",
-        str(free_port()),
         "--admin-port",
         str(admin_port),
-        "--xds-port",
-        str(free_port()),
-        "--envoy-admin-port",
-        str(free_port()),
+        *flags,
+        "--state-dir",
+        str(state_dir),
         "--log-level",
         "warning",
+        *extra,
     ]
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+def stop_serve(proc: subprocess.Popen[bytes]) -> str:
+    """SIGTERM, then the output (SIGKILL after 15 s)."""
+    proc.send_signal(signal.SIGTERM)
     try:
-        wait_ready(f"http://127.0.0.1:{admin_port}", proc)
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=15)[0].decode()
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[0].decode()
+
+
+@contextlib.contextmanager
+def serving(path: Path, http_port: int, admin_port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """Runs `turnout serve path` on `http_port` and `admin_port` (free ports for the rest) until
+    /readyz answers; on leaving, stops it with SIGTERM and, unless the body failed, asserts that
+    it exited cleanly."""
+    with tempfile.TemporaryDirectory(prefix="turnout-e2e-") as state_dir:
+        proc = start_serve(path, http_port, admin_port, state_dir=Path(state_dir))
         try:
-            output = proc.communicate(timeout=15)[0].decode()
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output = proc.communicate()[0].decode()
-    assert proc.returncode == 0, output
+            wait_ready(f"http://127.0.0.1:{admin_port}", proc)
+            yield proc
+        finally:
+            output = stop_serve(proc)
+        assert proc.returncode == 0, output

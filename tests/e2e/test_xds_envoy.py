@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -31,6 +32,7 @@ from google.protobuf import any_pb2, duration_pb2
 from turnout.envoy.bootstrap import bootstrap_config, write_bootstrap
 from turnout.envoy.process import EnvoyProcess, envoy_binary
 from turnout.envoy.resources import ROUTE_TYPE, EnvoyResources
+from turnout.envoy.state import admin_node_id
 from turnout.envoy.xds import XdsServer
 from turnout.metrics import Metrics
 
@@ -292,13 +294,16 @@ async def test_envoy_is_restarted_after_a_crash_and_stopped_for_good(
     assert not any(r.getMessage().startswith("[info]") for r in envoy_records)
 
 
-async def test_envoy_dies_with_turnout(tmp_path: Path) -> None:
+async def test_envoy_outlives_a_killed_turnout(tmp_path: Path) -> None:
+    """The data plane outlives the control plane: SIGKILL of the process supervising Envoy
+    leaves Envoy running (a later turnout adopts it), and its admin is on the Unix socket."""
     config = bootstrap_config(
         xds_address="127.0.0.1",
         xds_port=free_port(),  # nobody listens: Envoy just keeps retrying
         admin_address="127.0.0.1",
         admin_port=free_port(),
         node_id="orphan-check",
+        admin_socket=tmp_path / "admin.sock",
     )
     path = write_bootstrap(tmp_path / "envoy.yaml", config)
     script = textwrap.dedent(
@@ -323,9 +328,12 @@ async def test_envoy_dies_with_turnout(tmp_path: Path) -> None:
     envoy_pid = int(await asyncio.wait_for(parent.stdout.readline(), 10))
     try:
         assert not process_gone(envoy_pid)
-        parent.kill()  # no stop(), no atexit: only the kernel can clean up now
+        parent.kill()  # no stop(): as after a crash or an OOM kill
         await parent.wait()
-        await eventually(lambda: process_gone(envoy_pid), timeout=5)
+        await asyncio.sleep(2)
+        assert not process_gone(envoy_pid)
+        assert admin_node_id(tmp_path / "admin.sock") == "orphan-check"
+        assert stat.S_IMODE((tmp_path / "admin.sock").stat().st_mode) == 0o600
     finally:
         if not process_gone(envoy_pid):
             os.kill(envoy_pid, signal.SIGKILL)

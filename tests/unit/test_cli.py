@@ -191,6 +191,18 @@ def test_serve_with_a_taken_port_says_so_in_one_line(
     assert f"cannot listen on 127.0.0.1:{port} (--admin-port)" in capsys.readouterr().err
 
 
+def test_serve_refuses_a_state_dir_open_to_others(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.yaml").write_text(VALID)
+    shared = tmp_path / "state"
+    shared.mkdir()
+    shared.chmod(0o777)
+    code = main(["serve", str(tmp_path / "a.yaml"), "--state-dir", str(shared)])
+    assert code == 2
+    assert f"state directory {shared} is open to other users" in capsys.readouterr().err
+
+
 def test_check_prints_each_problem_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "broken.yaml").write_text("kind: [\n")
     main(["check", str(tmp_path)])

