@@ -75,7 +75,14 @@ def translate_options(config: ServeConfig) -> TranslateOptions:
 
 def default_sources(config: ServeConfig) -> list[Source]:
     """Where `serve` reads objects from: the files and directories it was given."""
-    return [FileSource(config.paths, watch=config.watch, debounce_ms=config.debounce_ms)]
+    return [
+        FileSource(
+            config.paths,
+            watch=config.watch,
+            debounce_ms=config.debounce_ms,
+            max_file_bytes=config.max_file_bytes,
+        )
+    ]
 
 
 def build_controller(

@@ -35,7 +35,7 @@ from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
 from turnout.objects import thaw
-from turnout.sources.files import FileSource
+from turnout.sources.files import DEFAULT_MAX_FILE_BYTES, FileSource
 from turnout.status.model import Condition, ObjectStatus
 from turnout.store import Store
 
@@ -74,8 +74,26 @@ def _trusted_hops(value: str) -> int:
     return hops
 
 
+def _file_bytes(value: str) -> int:
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes from 1, got {value!r}")
+    return limit
+
+
 def _add_compile_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", type=Path, help="YAML/JSON files or directories")
+    p.add_argument(
+        "--max-file-bytes",
+        type=_file_bytes,
+        default=DEFAULT_MAX_FILE_BYTES,
+        metavar="BYTES",
+        help="refuse (unread) any file larger than this "
+        f"(default: {DEFAULT_MAX_FILE_BYTES} bytes, 4 MiB)",
+    )
     p.add_argument(
         "--root-namespaces",
         type=_namespaces,
@@ -209,6 +227,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         num_trusted_hops=args.num_trusted_hops,
         system_ca_file=args.system_ca_file,
         node_id=getattr(args, "node_id", defaults.node_id),
+        max_file_bytes=getattr(args, "max_file_bytes", defaults.max_file_bytes),
     )
 
 
@@ -299,7 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _load(
-    paths: Sequence[Path], options: CompileOptions, discover_timeout_s: float | None = None
+    paths: Sequence[Path],
+    options: CompileOptions,
+    discover_timeout_s: float | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> tuple[CompileResult | None, str]:
     """Compiles `paths`; with `discover_timeout_s`, after OpenID discovery of the issuers the
     RouteGroups' jwtValidation filters name, as the controller runs it for `serve`."""
@@ -310,7 +332,7 @@ def _load(
     if missing:
         return None, f"no such file or directory: {', '.join(missing)}"
     store = Store()
-    FileSource(list(paths), store).load_all()
+    FileSource(list(paths), store, max_file_bytes=max_file_bytes).load_all()
     snapshot = store.snapshot()
     if discover_timeout_s is not None:
         from turnout.sources.oidc import discover_once
@@ -382,8 +404,9 @@ def _status_lines(status: ObjectStatus) -> list[str]:
 
 
 def _check(args: argparse.Namespace) -> int:
+    config = serve_config(args)
     result, error = _load(
-        args.paths, app.compile_options(serve_config(args)), _discover_timeout(args)
+        args.paths, app.compile_options(config), _discover_timeout(args), config.max_file_bytes
     )
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
@@ -472,8 +495,9 @@ def _explain(args: argparse.Namespace) -> int:
     if isinstance(headers, str):
         print(f"turnout: {headers}", file=sys.stderr)
         return EXIT_UNREADABLE
+    config = serve_config(args)
     result, error = _load(
-        args.paths, app.compile_options(serve_config(args)), _discover_timeout(args)
+        args.paths, app.compile_options(config), _discover_timeout(args), config.max_file_bytes
     )
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)

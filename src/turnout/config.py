@@ -9,6 +9,7 @@ from turnout.compile_inputs import (
     DEFAULT_GATEWAY_CONTROLLER_NAME,
     DEFAULT_SYSTEM_CA_FILE,
 )
+from turnout.sources.files import DEFAULT_MAX_FILE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,4 +43,6 @@ class ServeConfig:
     # Where the child Envoy's bootstrap is written; a temporary directory when None.
     work_dir: Path | None = None
     debounce_ms: int = 100
+    # The largest file the files source reads (--max-file-bytes); a larger one is a problem.
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     extra_envoy_args: tuple[str, ...] = field(default=())
