@@ -28,7 +28,7 @@ from turnout.store import Snapshot
 Doc = dict[str, Any]
 ROUTES = LIST_CAPS["routes"]
 PATHS = LIST_CAPS["paths"]
-GATEWAY_RULES, GATEWAY_MATCHES, GATEWAY_REFS, GATEWAY_LISTENERS = 16, 64, 16, 64
+GATEWAY_RULES, GATEWAY_REFS, GATEWAY_LISTENERS = 16, 16, 64
 
 
 def obj(api: str, kind: str, name: str, ns: str, spec: Any) -> KubeObject:
@@ -159,8 +159,9 @@ def gateway_parts() -> list[KubeObject]:
 
 
 def httproute(valid: bool) -> list[KubeObject]:
-    # The total-matches cap (128) is what bounds a valid route: 16 rules of 8 matches.
-    per_rule = 8 if valid else GATEWAY_MATCHES
+    # The total-matches cap (128) bounds a route: 16 rules of 8 matches. (More is refused
+    # before any match is compiled.) Each route compiles once per listener port it attaches to.
+    per_rule = 8
     match: Callable[[int, int], Doc] = (
         (
             lambda r, m: {
