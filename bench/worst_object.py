@@ -65,7 +65,7 @@ def httpproxy(valid: bool) -> list[KubeObject]:
             for i in range(ROUTES)
         ]
         if valid
-        else [1] * (ROUTES + 1)
+        else [1] * ROUTES
     )
     spec = {"virtualhost": {"fqdn": "big.example.com"}, "routes": routes}
     return [service("a"), obj("projectcontour.io/v1", "HTTPProxy", "big", "a", spec)]
@@ -75,7 +75,7 @@ def ingressroute(valid: bool) -> list[KubeObject]:
     routes: list[Any] = (
         [{"match": f"/r{i}", "services": [{"name": "s", "port": 80}]} for i in range(ROUTES)]
         if valid
-        else [{"match": 1, "services": 1}] * (ROUTES + 1)
+        else [{"match": 1, "services": 1}] * ROUTES
     )
     spec = {"virtualhost": {"fqdn": "big.example.com"}, "routes": routes}
     return [service("a"), obj("contour.heptio.com/v1beta1", "IngressRoute", "big", "a", spec)]
@@ -88,7 +88,7 @@ def contour_route(valid: bool) -> list[KubeObject]:
             for i in range(ROUTES)
         ]
         if valid
-        else [{"pathPrefix": 1}] * (ROUTES + 1)
+        else [{"pathPrefix": 1}] * ROUTES
     )
     spec = {"host": "big.example.com", "routes": routes}
     return [service("a"), obj("contour.heptio.com/v1alpha1", "Route", "big", "a", spec)]
@@ -105,7 +105,7 @@ def ingress(valid: bool) -> list[KubeObject]:
             for i in range(PATHS)
         ]
         if valid
-        else [{"path": 1}] * (PATHS + 1)
+        else [{"path": 1}] * PATHS
     )
     spec = {
         "ingressClassName": "turnout",
@@ -121,7 +121,7 @@ def routegroup(valid: bool) -> list[KubeObject]:
             for i in range(ROUTES)
         ]
         if valid
-        else [1] * (ROUTES + 1)
+        else [1] * ROUTES
     )
     spec = {
         "hosts": ["big.example.com"],

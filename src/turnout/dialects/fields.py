@@ -76,6 +76,11 @@ class FieldReader:
         """A field turnout knows and ignores is set."""
         raise NotImplementedError
 
+    # Whether any field error refuses the whole object (HTTPProxy, IngressRoute, Ingress, a Gateway
+    # API route): then a list over its cap is not read at all, since nothing of it is served.
+    # Lenient readers (RouteGroup, Route drop only the invalid entry) read the first `cap`.
+    refuses_whole_object = False
+
     def is_set(self, value: Any) -> bool:
         """Whether a refused or ignored field counts as set."""
         return value is not None
@@ -210,11 +215,12 @@ class FieldReader:
         return LIST_CAPS.get(key, DEFAULT_LIST_CAP)
 
     def capped(self, value: Sequence[Any], path: str, cap: int) -> Sequence[Any]:
-        """`value` cut to its first `cap` entries; a longer list is reported at `path`."""
+        """`value`, or when it is longer than `cap` (reported at `path`) its first `cap` entries,
+        or none when the error refuses the whole object anyway."""
         if len(value) <= cap:
             return value
         self.field_error(path, f"must have at most {cap} items, got {len(value)}")
-        return value[:cap]
+        return () if self.refuses_whole_object else value[:cap]
 
     def items(
         self, m: Mapping[str, Any], key: str, path: str, maximum: int | None = None

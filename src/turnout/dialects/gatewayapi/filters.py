@@ -83,6 +83,8 @@ class SpecReader(FieldReader):
     """A lenient reader whose problems are route problems: structural ones reject the route
     (`Accepted=False`, `UnsupportedValue`), reference ones only mark it (`ResolvedRefs=False`)."""
 
+    refuses_whole_object = True
+
     def __init__(self) -> None:
         self.problems: list[RouteProblem] = []
 
