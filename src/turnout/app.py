@@ -117,6 +117,7 @@ def default_sources(config: ServeConfig) -> list[Source]:
             debounce_ms=config.debounce_ms,
             empty_file_grace_s=config.empty_file_grace_s,
             exclude=config.exclude,
+            max_file_bytes=config.max_file_bytes,
         )
     ]
 

@@ -42,7 +42,7 @@ from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
 from turnout.objects import thaw
-from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, FileSource
+from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, DEFAULT_MAX_FILE_BYTES, FileSource
 from turnout.status.model import Condition, IgnoredObject, ObjectStatus
 from turnout.store import Store
 
@@ -159,6 +159,16 @@ def _add_telemetry_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _file_bytes(value: str) -> int:
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes from 1, got {value!r}")
+    return limit
+
+
 def _add_compile_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", type=Path, help="YAML/JSON files or directories")
     p.add_argument(
@@ -168,6 +178,14 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         metavar="GLOB",
         help="skip the files and directories this glob matches, by path relative to a given "
         "directory or by name (e.g. 'kustomization.yaml', 'charts/*'); repeatable",
+    )
+    p.add_argument(
+        "--max-file-bytes",
+        type=_file_bytes,
+        default=DEFAULT_MAX_FILE_BYTES,
+        metavar="BYTES",
+        help="refuse (unread) any file larger than this "
+        f"(default: {DEFAULT_MAX_FILE_BYTES} bytes, 4 MiB)",
     )
     p.add_argument(
         "--root-namespaces",
@@ -367,6 +385,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         empty_file_grace_s=getattr(args, "empty_file_grace", defaults.empty_file_grace_s),
         exclude=tuple(args.exclude),
         state_dir=getattr(args, "state_dir", defaults.state_dir),
+        max_file_bytes=getattr(args, "max_file_bytes", defaults.max_file_bytes),
     )
 
 
@@ -557,6 +576,7 @@ def _load(
     options: CompileOptions,
     discover_timeout_s: float | None = None,
     exclude: Sequence[str] = (),
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> tuple[CompileResult | None, str]:
     """Compiles `paths`; with `discover_timeout_s`, after OpenID discovery of the issuers the
     RouteGroups' jwtValidation filters name, as the controller runs it for `serve`."""
@@ -567,7 +587,7 @@ def _load(
     if missing:
         return None, f"no such file or directory: {', '.join(missing)}"
     store = Store()
-    FileSource(list(paths), store, exclude=exclude).load_all()
+    FileSource(list(paths), store, exclude=exclude, max_file_bytes=max_file_bytes).load_all()
     snapshot = store.snapshot()
     if discover_timeout_s is not None:
         from turnout.sources.oidc import discover_once
@@ -672,7 +692,11 @@ def check_summary(result: CompileResult, statuses: Sequence[ObjectStatus]) -> di
 def _check(args: argparse.Namespace) -> int:
     config = serve_config(args)
     result, error = _load(
-        args.paths, app.compile_options(config), _discover_timeout(args), config.exclude
+        args.paths,
+        app.compile_options(config),
+        _discover_timeout(args),
+        config.exclude,
+        config.max_file_bytes,
     )
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)
@@ -777,7 +801,11 @@ def _explain(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     config = serve_config(args)
     result, error = _load(
-        args.paths, app.compile_options(config), _discover_timeout(args), config.exclude
+        args.paths,
+        app.compile_options(config),
+        _discover_timeout(args),
+        config.exclude,
+        config.max_file_bytes,
     )
     if result is None:
         print(f"turnout: {error}", file=sys.stderr)

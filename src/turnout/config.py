@@ -10,7 +10,7 @@ from turnout.compile_inputs import (
     DEFAULT_SYSTEM_CA_FILE,
     EscapedSlashes,
 )
-from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S
+from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, DEFAULT_MAX_FILE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,8 @@ class ServeConfig:
     debounce_ms: int = 100
     # A watched file that had objects and yields none keeps them this long (`--empty-file-grace`).
     empty_file_grace_s: float = DEFAULT_EMPTY_FILE_GRACE_S
+    # The largest file the files source reads (--max-file-bytes); a larger one is a problem.
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     extra_envoy_args: tuple[str, ...] = field(default=())
     # `--exclude` globs: paths under the given directories (or names) that are not read at all.
     exclude: tuple[str, ...] = ()

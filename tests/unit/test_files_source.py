@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,15 +141,16 @@ def test_load_file_permission_denied_is_a_problem(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write(tmp_path / "secret.yaml", svc("s"))
-    real_read_bytes = Path.read_bytes
+    real_open = Path.open
 
-    # Root (as in CI) reads files whatever their mode, so the denial is simulated at the OS call.
-    def deny(self: Path) -> bytes:
+    # Root (as in CI) reads files whatever their mode, so the denial is simulated at the OS call
+    # (the source opens the file to bound its read by --max-file-bytes).
+    def deny(self: Path, *args: Any, **kwargs: Any) -> Any:
         if self == path:
             raise PermissionError(13, "Permission denied", str(self))
-        return real_read_bytes(self)
+        return real_open(self, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", deny)
+    monkeypatch.setattr(Path, "open", deny)
     result = load_file(path)
     assert result.failed
     assert "ermission" in result.problems[0].reason

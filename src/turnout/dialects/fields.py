@@ -17,6 +17,26 @@ MAX_UINT32 = 2**32 - 1
 # The most seconds Envoy takes in a google.protobuf.Duration (10000 years).
 MAX_DURATION_SECONDS = 315_576_000_000
 
+# Turnout's caps on list lengths, for the APIs that set none (HTTPProxy, IngressRoute, Route,
+# RouteGroup, Ingress): one object's list is read up to its cap and no further, so one file cannot
+# make every tenant's compile wait (issue 14: 20,000 routes in one list froze changes for 30 s+).
+# Each cap is far above anything a real object writes. docs/policies.md lists them.
+LIST_CAPS: Mapping[str, int] = {
+    "routes": 4096,
+    "rules": 4096,
+    "paths": 4096,
+    "includes": 4096,
+    "services": 1024,
+    "backends": 1024,
+    "defaultBackends": 1024,
+    "conditions": 256,
+    "headers": 256,
+    "predicates": 256,
+    "filters": 256,
+}
+# Every other list (hosts, aliases, methods, header policies, retry codes, ...).
+DEFAULT_LIST_CAP = 1024
+
 
 def describe(value: Any) -> str:
     """What a value read from YAML is, for "must be X, got Y" messages."""
@@ -55,6 +75,11 @@ class FieldReader:
     def ignored_field(self, where: str) -> None:
         """A field turnout knows and ignores is set."""
         raise NotImplementedError
+
+    # Whether any field error refuses the whole object (HTTPProxy, IngressRoute, Ingress, a Gateway
+    # API route): then a list over its cap is not read at all, since nothing of it is served.
+    # Lenient readers (RouteGroup, Route drop only the invalid entry) read the first `cap`.
+    refuses_whole_object = False
 
     def is_set(self, value: Any) -> bool:
         """Whether a refused or ignored field counts as set."""
@@ -185,11 +210,29 @@ class FieldReader:
             return None
         return value  # type: ignore[no-any-return]
 
-    def items(self, m: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Any]]:
-        """(path, entry) for each entry of the list at `key`; [] when it is missing or wrong."""
+    def list_cap(self, key: str) -> int:
+        """The most entries a list at `key` may have (turnout's cap, `LIST_CAPS`)."""
+        return LIST_CAPS.get(key, DEFAULT_LIST_CAP)
+
+    def capped(self, value: Sequence[Any], path: str, cap: int) -> Sequence[Any]:
+        """`value`, or when it is longer than `cap` (reported at `path`) its first `cap` entries,
+        or none when the error refuses the whole object anyway."""
+        if len(value) <= cap:
+            return value
+        self.field_error(path, f"must have at most {cap} items, got {len(value)}")
+        return () if self.refuses_whole_object else value[:cap]
+
+    def items(
+        self, m: Mapping[str, Any], key: str, path: str, maximum: int | None = None
+    ) -> list[tuple[str, Any]]:
+        """(path, entry) for each entry of the list at `key`; [] when it is missing or wrong.
+        A list longer than `maximum` (the API's maxItems; turnout's cap when None) is reported
+        and only its first `maximum` entries are read."""
         value = self.sequence(m, key, path)
         if value is None:
             return []
+        cap = self.list_cap(key) if maximum is None else maximum
+        value = self.capped(value, f"{path}.{key}", cap)
         return [(f"{path}.{key}[{i}]", item) for i, item in enumerate(value)]
 
 

@@ -16,12 +16,11 @@ from turnout.status.model import Finding
 
 def cluster_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]]:
     """Cluster name -> the routes (and TCP proxies) that send to it or mirror to it."""
-    found: dict[str, list[RouteSource]] = {}
+    # Dicts as ordered sets: one object's thousands of routes to one Service stay linear.
+    found: dict[str, dict[RouteSource, None]] = {}
 
     def note(cluster: str, source: RouteSource) -> None:
-        listed = found.setdefault(cluster, [])
-        if source not in listed:
-            listed.append(source)
+        found.setdefault(cluster, {})[source] = None
 
     for lst in graph.listeners:
         for vh in lst.virtual_hosts:
@@ -39,7 +38,7 @@ def cluster_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]
 
 def secret_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]]:
     """TLS Secret name (SDS) -> the owners of the hosts and TCP proxies that serve it."""
-    found: dict[str, list[RouteSource]] = {}
+    found: dict[str, dict[RouteSource, None]] = {}
     for lst in graph.listeners:
         holders = [(vh.tls, vh.owner) for vh in lst.virtual_hosts]
         holders += [(proxy.tls, proxy.owner) for proxy in lst.tcp_proxies]
@@ -49,10 +48,7 @@ def secret_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]]
             for name in (tls.secret, tls.fallback_secret):
                 if name is None:
                     continue
-                listed = found.setdefault(name, [])
-                source = RouteSource(owner, "spec")
-                if source not in listed:
-                    listed.append(source)
+                found.setdefault(name, {})[RouteSource(owner, "spec")] = None
     return {name: tuple(sources) for name, sources in found.items()}
 
 

@@ -353,17 +353,16 @@ def fold_findings(
 ) -> tuple[ObjectStatus, ...]:
     """Each status with the findings on its object folded in (by the object's API's own
     `StatusShape`), and the origin (file and line) of its object."""
-    by_ref: dict[ObjectRef, list[Finding]] = {}
+    # Dicts as ordered sets: linear in the findings, however many land on one object.
+    by_ref: dict[ObjectRef, dict[Finding, None]] = {}
     for finding in findings:
-        listed = by_ref.setdefault(finding.ref, [])
-        if finding not in listed:
-            listed.append(finding)
+        by_ref.setdefault(finding.ref, {})[finding] = None
     out: list[ObjectStatus] = []
     for status in statuses:
         obj = snapshot.get_ref(status.ref)
         if obj is not None and status.origin is None:
             status = dataclasses.replace(status, origin=obj.origin)
-        out.append(status.with_findings(by_ref.get(status.ref, ())))
+        out.append(status.with_findings(tuple(by_ref.get(status.ref, ()))))
     return tuple(out)
 
 

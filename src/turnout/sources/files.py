@@ -42,6 +42,10 @@ from turnout.store import SourceProblem
 log = logging.getLogger(__name__)
 
 SUFFIXES = frozenset({".yaml", ".yml", ".json"})
+# The largest file the source reads (`--max-file-bytes`): a larger one is refused unread, so one
+# file cannot hold the control plane's memory and parse time (issue 14: a 100 MB file read whole
+# took 635 MB). Routing files are kilobytes; 4 MiB holds thousands of objects.
+DEFAULT_MAX_FILE_BYTES = 4 * 1024 * 1024
 PARTITION_PREFIX = "file:"
 
 # When no event arrives for this long, the watcher rescans anyway: this closes the short gap while
@@ -136,12 +140,26 @@ class _Read:
     problem: SourceProblem | None
 
 
-def _read(path: Path) -> _Read:
+def _too_large(path: Path, limit: int) -> _Read:
+    reason = f"file is larger than --max-file-bytes ({limit} bytes); not read"
+    return _Read(None, SourceProblem(str(path), None, reason, severity="unreadable"))
+
+
+def _read(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> _Read:
+    """The file's bytes, or a problem: unreadable, or over `limit` bytes. The size is checked
+    before reading, and the read stops one byte past `limit` (the file may grow meanwhile, or
+    `stat` may not know its size), so a huge file is never held in memory."""
     try:
-        return _Read(path.read_bytes(), None)
+        with path.open("rb") as f:
+            if os.fstat(f.fileno()).st_size > limit:
+                return _too_large(path, limit)
+            data = f.read(limit + 1)
     except OSError as err:
         reason = f"cannot read file: {err.strerror or err}"
         return _Read(None, SourceProblem(str(path), None, reason, severity="unreadable"))
+    if len(data) > limit:
+        return _too_large(path, limit)
+    return _Read(data, None)
 
 
 def _parse(data: bytes, source: str) -> ParseResult:
@@ -157,9 +175,9 @@ def _parse(data: bytes, source: str) -> ParseResult:
     return parse_text(text, source)
 
 
-def load_file(path: Path) -> ParseResult:
+def load_file(path: Path, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> ParseResult:
     """Reads and parses one file. Read errors become a failed result, never an exception."""
-    read = _read(path)
+    read = _read(path, max_file_bytes)
     if read.data is None:
         assert read.problem is not None
         return ParseResult((), (read.problem,), failed=True)
@@ -214,9 +232,11 @@ class FileSource:
         debounce_ms: int = 100,
         empty_file_grace_s: float = DEFAULT_EMPTY_FILE_GRACE_S,
         exclude: Sequence[str] = (),
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     ) -> None:
         self._roots = tuple(paths)
         self._exclude = tuple(exclude)
+        self._max_file_bytes = max_file_bytes
         self._sink = sink
         self._watching = watch
         self._debounce_ms = debounce_ms
@@ -394,7 +414,7 @@ class FileSource:
             # for the path is what tells them apart.
             if prev is not None and prev.signature == signature and not forced:
                 continue
-            read = _read(path)
+            read = _read(path, self._max_file_bytes)
             if read.data is None:
                 assert read.problem is not None
                 result = ParseResult((), (read.problem,), failed=True)

@@ -141,6 +141,7 @@ class _Reader(FieldReader):
         if not value:
             self.error(where, "must not be empty")
             return None
+        value = self.capped(value, where, self.list_cap(key))
         return [(f"{where}[{i}]", item) for i, item in enumerate(value)]
 
     def strategy(self, m: Mapping[str, Any], path: str) -> LoadBalancerStrategy | None:

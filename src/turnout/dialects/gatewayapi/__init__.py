@@ -281,7 +281,7 @@ class GatewayAPIDialect(Dialect):
             if attachment.problem is not None:
                 outcomes.append(ParentOutcome(attachment))
                 continue
-            problems: list[RouteProblem] = []
+            problems: dict[RouteProblem, None] = {}  # an ordered set: linear
             notes: list[str] = list(foreign_notes)
             rejected = False
             streamed = route.kind in (TLS_ROUTE, TCP_ROUTE)
@@ -295,7 +295,7 @@ class GatewayAPIDialect(Dialect):
                     if terminate not in streams:
                         streams[terminate] = _compile_stream(route, ctx, grants, terminate)
                     stream = streams[terminate]
-                    problems.extend(p for p in stream.problems if p not in problems)
+                    problems.update(dict.fromkeys(stream.problems))
                     # An invalid route serves nothing: it must not take a listener (or an SNI
                     # name) from a valid route, even an older one.
                     if not stream.accepted:
@@ -316,7 +316,7 @@ class GatewayAPIDialect(Dialect):
                     if info not in compiled:
                         compiled[info] = _compile_http(route, info, ctx, grants)
                     result = compiled[info]
-                    problems.extend(p for p in result.problems if p not in problems)
+                    problems.update(dict.fromkeys(result.problems))
                     if not result.accepted:
                         rejected = True
                         continue

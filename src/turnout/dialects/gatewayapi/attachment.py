@@ -49,9 +49,16 @@ class ParentRef:
         return out
 
 
+# The CRDs' maxItems (CommonRouteSpec.parentRefs, HTTPRoute/GRPCRoute/TLSRoute hostnames): a
+# longer list is refused (`route_hostnames_problem`) and read no further than this.
+MAX_PARENT_REFS = 32
+MAX_ROUTE_HOSTNAMES = 16
+
+
 def parent_refs(route: KubeObject) -> list[ParentRef]:
     out: list[ParentRef] = []
-    for i, raw in enumerate(sequence(mapping(route.spec).get("parentRefs"))):
+    raw_refs = sequence(mapping(route.spec).get("parentRefs"))[:MAX_PARENT_REFS]
+    for i, raw in enumerate(raw_refs):
         ref = mapping(raw)
         name = text(ref.get("name"))
         if name is None:
@@ -76,17 +83,31 @@ def parent_refs(route: KubeObject) -> list[ParentRef]:
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
+def _hostnames(route: KubeObject) -> Sequence[Any]:
+    return sequence(mapping(route.spec).get("hostnames"))[:MAX_ROUTE_HOSTNAMES]
+
+
 def route_hostname_list(route: KubeObject) -> tuple[str, ...]:
-    return tuple(
-        h.lower() for h in sequence(mapping(route.spec).get("hostnames")) if isinstance(h, str)
-    )
+    return tuple(h.lower() for h in _hostnames(route) if isinstance(h, str))
+
+
+def _too_many(route: KubeObject, key: str, maximum: int) -> RouteProblem | None:
+    count = len(sequence(mapping(route.spec).get(key)))
+    if count <= maximum:
+        return None
+    message = f"spec.{key}: must have at most {maximum} items, got {count}"
+    return RouteProblem(ACCEPTED, "UnsupportedValue", message)
 
 
 def route_hostnames_problem(route: KubeObject) -> RouteProblem | None:
-    """Why the route's `spec.hostnames` are not valid (the CRD's Hostname pattern: no IP, no
-    port, `*.` only as the leftmost label): the API server would refuse the object, so the
-    route is not accepted (UnsupportedValue) rather than served with some names dropped."""
-    for i, raw in enumerate(sequence(mapping(route.spec).get("hostnames"))):
+    """Why the route's `spec.hostnames` (or `spec.parentRefs`) are not valid (the CRD's
+    maxItems, and its Hostname pattern: no IP, no port, `*.` only as the leftmost label): the API
+    server would refuse the object, so the route is not accepted (UnsupportedValue) rather than
+    served with some names dropped."""
+    for key, maximum in (("parentRefs", MAX_PARENT_REFS), ("hostnames", MAX_ROUTE_HOSTNAMES)):
+        if (too_many := _too_many(route, key, maximum)) is not None:
+            return too_many
+    for i, raw in enumerate(_hostnames(route)):
         problem = "is not a string" if not isinstance(raw, str) else hostname_problem(raw)
         if problem is not None:
             return RouteProblem(

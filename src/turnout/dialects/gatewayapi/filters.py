@@ -83,6 +83,8 @@ class SpecReader(FieldReader):
     """A lenient reader whose problems are route problems: structural ones reject the route
     (`Accepted=False`, `UnsupportedValue`), reference ones only mark it (`ResolvedRefs=False`)."""
 
+    refuses_whole_object = True
+
     def __init__(self) -> None:
         self.problems: list[RouteProblem] = []
 
@@ -131,10 +133,7 @@ class SpecReader(FieldReader):
     ) -> list[tuple[str, Mapping[str, Any]]]:
         """(path, entry) for each object of the list at `key`, at most `maximum` entries."""
         out: list[tuple[str, Mapping[str, Any]]] = []
-        items = self.items(m, key, path)
-        if len(items) > maximum:
-            self.field_error(f"{path}.{key}", f"must have at most {maximum} items")
-        for where, item in items:
+        for where, item in self.items(m, key, path, maximum):
             entry = self.mapping(item, where)
             if entry is not None:
                 out.append((where, entry))
@@ -331,9 +330,7 @@ def read_header_filter(
                 continue
             lists[key].append(HeaderValue(name, envoy_literal(text)))
     remove: list[str] = []
-    names = r.sequence(m, "remove", path) or ()
-    if len(names) > MAX_MATCH_ITEMS:
-        r.field_error(f"{path}.remove", f"must have at most {MAX_MATCH_ITEMS} items")
+    names = r.capped(r.sequence(m, "remove", path) or (), f"{path}.remove", MAX_MATCH_ITEMS)
     for i, name in enumerate(names):
         where = f"{path}.remove[{i}]"
         if not isinstance(name, str):
@@ -603,18 +600,16 @@ def read_cors(r: SpecReader, value: Any, path: str) -> CorsPolicy | None:
 
 
 def _cors_list(r: SpecReader, m: Mapping[str, Any], key: str, path: str, maximum: int) -> list[str]:
-    values = r.sequence(m, key, path) or ()
-    if len(values) > maximum:
-        r.field_error(f"{path}.{key}", f"must have at most {maximum} items")
-    out: list[str] = []
+    values = r.capped(r.sequence(m, key, path) or (), f"{path}.{key}", maximum)
+    out: dict[str, None] = {}
     for i, value in enumerate(values):
         if not isinstance(value, str) or not value:
             r.field_error(
                 f"{path}.{key}[{i}]", f"must be a non-empty string, got {describe(value)}"
             )
-        elif value not in out:
-            out.append(value)
-    return out
+        else:
+            out[value] = None
+    return list(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,11 +49,11 @@ def route_hostnames(listener: str | None, hostnames: Iterable[str]) -> tuple[str
     names = [h.lower() for h in hostnames]
     if not names:
         return (listener if listener is not None else "*",)
-    out: list[str] = []
+    out: dict[str, None] = {}
     for name in names:
         hit = intersect(listener, name)
-        if hit is not None and hit not in out:
-            out.append(hit)
+        if hit is not None:
+            out[hit] = None
     return tuple(out)
 
 

@@ -195,6 +195,9 @@ def compile_httproute(
     )
     if total > MAX_TOTAL_MATCHES:
         r.field_error("spec.rules", f"may have at most {MAX_TOTAL_MATCHES} matches in total")
+        # The API server refuses the route on this count alone: compiling its (up to 1,024)
+        # matches once per listener would only spend time on an object that serves nothing.
+        return CompiledRoute(routes=(), problems=tuple(r.problems), accepted=False)
     ranked: list[RankedRoute] = []
     for i, (where, rule) in enumerate(rules):
         ranked.extend(_compile_rule(r, route, listener, ctx, grants, i, where, rule))

@@ -426,6 +426,10 @@ def read_listener(
     )
 
 
+# The Gateway CRD's maxItems on spec.listeners.
+MAX_LISTENERS = 64
+
+
 def read_listeners(
     gateway: KubeObject,
     *,
@@ -433,11 +437,17 @@ def read_listeners(
     secrets: SecretResolver,
     grants: ReferenceGrants,
 ) -> list[GatewayListener]:
-    spec = mapping(gateway.spec)
+    raw_listeners = sequence(mapping(gateway.spec).get("listeners"))
     out = [
         read_listener(gateway, i, raw, options=options, secrets=secrets, grants=grants)
-        for i, raw in enumerate(sequence(spec.get("listeners")))
+        for i, raw in enumerate(raw_listeners[:MAX_LISTENERS])
     ]
+    if len(raw_listeners) > MAX_LISTENERS:
+        # The API server refuses the whole Gateway: none of its listeners is accepted.
+        message = (
+            f"spec.listeners: must have at most {MAX_LISTENERS} items, got {len(raw_listeners)}"
+        )
+        out = [_replace(lst, not_accepted=("UnsupportedValue", message)) for lst in out]
     seen: dict[str, int] = {}
     for i, listener in enumerate(out):
         if listener.name in seen and listener.not_accepted is None:

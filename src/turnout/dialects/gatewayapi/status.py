@@ -38,7 +38,12 @@ from turnout.dialects.gatewayapi.kinds import (
     sequence,
     text,
 )
-from turnout.dialects.gatewayapi.listeners import GatewayListener, closed_message, idle_message
+from turnout.dialects.gatewayapi.listeners import (
+    MAX_LISTENERS,
+    GatewayListener,
+    closed_message,
+    idle_message,
+)
 from turnout.graph.model import RoutingGraph
 from turnout.objects import KubeObject, ObjectRef, thaw
 from turnout.status.model import ObjectStatus, Section, State
@@ -275,7 +280,7 @@ def _listener_ports(gateway: KubeObject | None) -> list[int | None]:
         return []
     return [
         integer(mapping(raw).get("port"))
-        for raw in sequence(mapping(gateway.spec).get("listeners"))
+        for raw in sequence(mapping(gateway.spec).get("listeners"))[:MAX_LISTENERS]
     ]
 
 

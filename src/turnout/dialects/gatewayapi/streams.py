@@ -91,7 +91,7 @@ def _compile(
             )
         )
     clusters: list[WeightedCluster] = []
-    for i, ref in enumerate(refs):
+    for i, ref in enumerate(refs[:MAX_BACKEND_REFS]):
         resolved = resolve_backend_ref(
             route, ref, f"spec.rules[0].backendRefs[{i}]", ctx, grants, app=app
         )

@@ -325,6 +325,8 @@ _REDIRECT_CODES = (301, 302, 303, 307, 308)
 class _Reader(FieldReader):
     """Reads fields with their types checked; every problem is recorded with its field path."""
 
+    refuses_whole_object = True
+
     def __init__(self) -> None:
         self.problems: list[Problem] = []
 

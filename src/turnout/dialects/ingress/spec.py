@@ -178,6 +178,8 @@ def path_syntax_error(path: str, path_type: str) -> str | None:
 class _Reader(FieldReader):
     """Reads fields with their types checked; every problem is recorded with its field path."""
 
+    refuses_whole_object = True
+
     def __init__(self) -> None:
         self.problems: list[Problem] = []
 

@@ -229,6 +229,8 @@ def hostname_error(value: str, field: str) -> tuple[str, str] | None:
 class _Reader(FieldReader):
     """Reads fields with their types checked; every problem is recorded with its field path."""
 
+    refuses_whole_object = True
+
     def __init__(self) -> None:
         self.problems: list[Problem] = []
 

@@ -73,7 +73,7 @@ from urllib.parse import urlsplit
 import re2
 
 from turnout.compile_inputs import IssuerDiscovery
-from turnout.dialects.fields import go_duration_seconds
+from turnout.dialects.fields import LIST_CAPS, go_duration_seconds
 from turnout.dialects.routegroup.eskip import (
     Arg,
     Call,
@@ -854,11 +854,11 @@ def routegroup_issuers(snapshot: Snapshot, routegroup_class: str | None = None) 
         routes = spec.get("routes") if isinstance(spec, Mapping) else None
         if not isinstance(routes, Sequence) or isinstance(routes, str):
             continue
-        for route in routes:
+        for route in routes[: LIST_CAPS["routes"]]:
             filters = route.get("filters") if isinstance(route, Mapping) else None
             if not isinstance(filters, Sequence) or isinstance(filters, str):
                 continue
-            for text in filters:
+            for text in filters[: LIST_CAPS["filters"]]:
                 if not isinstance(text, str) or "jwtValidation" not in text:
                     continue
                 try:
@@ -870,13 +870,13 @@ def routegroup_issuers(snapshot: Snapshot, routegroup_class: str | None = None) 
 
 def jwt_issuers(calls: Sequence[Call]) -> list[str]:
     """The issuers the `jwtValidation` filters among `calls` name (what discovery must look up)."""
-    out: list[str] = []
+    out: dict[str, None] = {}  # ordered, and linear however many calls
     for call in calls:
         if call.name == "jwtValidation" and len(call.args) == 1:
             issuer = string_arg(call.args[0])
-            if issuer is not None and issuer_problem(issuer) is None and issuer not in out:
-                out.append(issuer)
-    return out
+            if issuer is not None and issuer_problem(issuer) is None:
+                out[issuer] = None
+    return list(out)
 
 
 def issuer_problem(issuer: str) -> str | None:

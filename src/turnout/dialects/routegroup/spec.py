@@ -245,7 +245,7 @@ def parse_routegroup(obj: KubeObject) -> ParsedRouteGroup:
     # reported again as unknown.
     names = {
         str(b.get("name"))
-        for b in (r.sequence(spec, "backends", "spec") or ())
+        for b in (r.sequence(spec, "backends", "spec") or ())[: r.list_cap("backends")]
         if isinstance(b, Mapping) and b.get("name")
     }
     default_backends = _refs(r, spec, "defaultBackends", "spec", names)
