@@ -240,7 +240,10 @@ def _neighbour_view(result: CompileResult) -> tuple[Any, ...]:
 class Campaign:
     """Runs mutated documents; `check` one, `run` many."""
 
-    def __init__(self, seed: int, validate_every: int = 1000) -> None:
+    def __init__(self, seed: int, validate_every: int = 1000, slow_after_s: float = 1.0) -> None:
+        # `slow_after_s`: a compile this long is reported. The benchmark holds the campaign to
+        # the issue's 1 s; the test suite only catches hangs (shared CI machines are noisy).
+        self.slow_after_s = slow_after_s
         self.rng = random.Random(seed)
         self.seeds = seeds()
         self.neighbours = _neighbours()
@@ -287,7 +290,7 @@ class Campaign:
             return
         report.compile_s += elapsed
         report.slowest_s = max(report.slowest_s, elapsed)
-        if elapsed >= 1.0:
+        if elapsed >= self.slow_after_s:
             report.slow.append(f"{label}: compile took {elapsed:.2f} s")
         if _neighbour_view(result) != self.baseline(seed):
             report.cross_object.append(f"{label}: a neighbour's virtual hosts or status changed")

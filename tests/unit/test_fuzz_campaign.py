@@ -1,10 +1,9 @@
 """A CI-sized slice of the fuzz campaign (bench/fuzz_campaign.py runs the long one): mutated
-routing objects of every dialect never raise, compile in under a second, leave their neighbours'
-virtual hosts and statuses as they were, and translate; a sample passes Envoy's validation."""
+routing objects of every dialect never raise, never hang, leave their neighbours' virtual hosts
+and statuses as they were, and translate; a sample passes Envoy's validation. Compile times are
+the benchmark's business (docs/benchmarks.md): here a compile only has to end within 10 s."""
 
 from __future__ import annotations
-
-import time
 
 from tests.cases.fuzz_campaign import NEIGHBOURS_NAMESPACE, Campaign, seeds
 
@@ -24,12 +23,10 @@ def test_the_neighbours_are_served_so_a_change_to_them_would_be_seen() -> None:
 
 
 def test_two_thousand_mutated_documents() -> None:
-    campaign = Campaign(seed=2026, validate_every=1000)
-    started = time.monotonic()
+    campaign = Campaign(seed=2026, validate_every=1000, slow_after_s=10.0)
     for _ in campaign.run(2000):
         pass
     report = campaign.report
     assert report.documents == 2000
     assert report.failures == []
     assert report.validated == 2
-    assert time.monotonic() - started < 120  # about 30 s alone on the 2-core CI machine
