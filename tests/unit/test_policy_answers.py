@@ -123,13 +123,19 @@ def test_cors_passes_other_origins_non_preflights_and_self_answering_routes_on()
     assert ask(direct, "OPTIONS", PREFLIGHT).status == 204
 
 
-def test_a_star_origin_allows_any_and_a_routes_policy_replaces_the_virtual_hosts() -> None:
-    star = CorsPolicy((ExactOrigin("*"),))
-    d = ask(graph(VirtualHostPolicies(cors=CORS), RoutePolicies(cors=star)), "OPTIONS",
-            {**PREFLIGHT, "Origin": "https://evil.example"})  # fmt: skip
+def test_a_routes_cors_policy_is_merged_with_the_virtual_hosts_field_by_field() -> None:
+    # Envoy's CORS filter takes each field from the most specific policy that sets it; the
+    # translator always sets the credentials flag, so the route's (false) counts.
+    star = CorsPolicy((ExactOrigin("*"),), max_age_s=5)
+    evil = {**PREFLIGHT, "Origin": "https://evil.example"}
+    d = ask(graph(VirtualHostPolicies(cors=CORS), RoutePolicies(cors=star)), "OPTIONS", evil)
     assert d.policy_answer is not None
     assert d.policy_answer.source == "route HTTPProxy default/app spec.routes[0]"
-    assert d.policy_answer.headers == (("access-control-allow-origin", "https://evil.example"),)
+    assert d.policy_answer.headers == (
+        ("access-control-allow-origin", "https://evil.example"),
+        ("access-control-allow-methods", "GET"),
+        ("access-control-max-age", "5"),
+    )
 
 
 # --- IP allow/deny lists -------------------------------------------------------------------------

@@ -19,8 +19,9 @@ between choosing the route and the router, in the order the translator emits the
    `Authorization: Bearer` token; with one, 401 unless it verifies (conditional: the evaluator
    verifies no signatures).
 
-A route's CORS policy, IP filter and rate limit replace its virtual host's (Envoy's most
-specific `typed_per_filter_config`).
+A route's IP filter and rate limit replace its virtual host's (Envoy's most specific
+`typed_per_filter_config`); a route's CORS policy is merged with its virtual host's field by
+field (`merged_cors`), as Envoy's CORS filter reads them.
 
 **Extending.** Each filter is one `PolicyStep`: a function of the `PolicyContext` (request,
 virtual host, route, trusted hops) returning a `PolicyAnswer` or None. `POLICY_STEPS` lists them
@@ -125,6 +126,22 @@ def origin_allowed(policy: CorsPolicy, origin: str) -> bool:
     return False
 
 
+def merged_cors(route: CorsPolicy, vh: CorsPolicy) -> CorsPolicy:
+    """What Envoy's CORS filter applies with both a route and a virtual host policy: each field
+    from the route's policy unless it is empty there, then the virtual host's
+    (`CorsFilter::allowOrigins` and its siblings walk the per-filter configs, most specific
+    first). The two flags are always set by the translator, so the route's count."""
+    return CorsPolicy(
+        allow_origins=route.allow_origins or vh.allow_origins,
+        allow_methods=route.allow_methods or vh.allow_methods,
+        allow_headers=route.allow_headers or vh.allow_headers,
+        expose_headers=route.expose_headers or vh.expose_headers,
+        max_age_s=route.max_age_s if route.max_age_s is not None else vh.max_age_s,
+        allow_credentials=route.allow_credentials,
+        allow_private_network=route.allow_private_network,
+    )
+
+
 def _first(request: PolicyRequest, name: str) -> str:
     values = request.header_values(name)
     return values[0] if values else ""
@@ -154,6 +171,8 @@ def cors_step(ctx: PolicyContext) -> PolicyAnswer | None:
     if isinstance(route.action, DirectResponse | Redirect):
         return None  # Envoy bypasses the CORS filter on such routes
     policy, source = _effective(route.policies.cors, vh.policies.cors, route, vh)
+    if policy is not None and route.policies.cors is not None and vh.policies.cors is not None:
+        policy = merged_cors(route.policies.cors, vh.policies.cors)
     origin = _first(request, "origin")
     requested = _first(request, "access-control-request-method")
     preflight = request.method == "OPTIONS" and origin != "" and requested != ""
