@@ -41,6 +41,7 @@ from turnout.envoy.state import StateDirError
 from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
+from turnout.graph.policy_answers import DEFAULT_CLIENT_ADDRESS, PolicyAnswer
 from turnout.objects import thaw
 from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, DEFAULT_MAX_FILE_BYTES, FileSource
 from turnout.status.model import Condition, IgnoredObject, ObjectStatus
@@ -234,9 +235,9 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         default=0,
         metavar="N",
         help="proxies in front of Envoy trusted to append to X-Forwarded-For: `Remote` IP "
-        "filters see the client address they report (default: 0, the peer address). Only "
-        "`serve` and `translate` use it; `check` and `explain` accept it so that one set of "
-        "flags fits all",
+        "filters see the client address they report (default: 0, the peer address). `serve`, "
+        "`translate` and `explain` (with -H X-Forwarded-For) use it; `check` accepts it so "
+        "that one set of flags fits all",
     )
     p.add_argument(
         "--system-ca-file",
@@ -517,6 +518,15 @@ def build_parser() -> argparse.ArgumentParser:
         "to equal --host; default: the HTTP listener, or HTTPS with --https)",
     )
     explain.add_argument(
+        "--client-address",
+        type=_client_address,
+        default=DEFAULT_CLIENT_ADDRESS,
+        metavar="IP",
+        help="the address the request's connection comes from, which IP allow/deny lists see "
+        "(with --num-trusted-hops, X-Forwarded-For -H decides the client address; default: "
+        "%(default)s)",
+    )
+    explain.add_argument(
         "-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format"
     )
 
@@ -778,8 +788,36 @@ def _action_text(decision: Decision) -> str:
     return str(action)
 
 
+def _client_address(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an IP address") from None
+
+
+def policy_answer_text(answer: PolicyAnswer) -> str:
+    """`answered by <policy> before the route: 403 (...)`, or `may be answered 429 ...`."""
+    where = f"{answer.policy} of {answer.source}"
+    if answer.definite:
+        return f"answered by {where} before the route: {answer.status} ({answer.reason})"
+    return f"may be answered {answer.status} by {where} {answer.reason}"
+
+
+def policy_answer_json(answer: PolicyAnswer) -> dict[str, Any]:
+    return {
+        "status": answer.status,
+        "policy": answer.policy,
+        "filter": answer.filter,
+        "source": answer.source,
+        "definite": answer.definite,
+        "reason": answer.reason,
+        "headers": [{"name": n, "value": v} for n, v in answer.headers],
+    }
+
+
 def decision_json(decision: Decision) -> dict[str, Any]:
     route = decision.route
+    answer = decision.policy_answer
     return {
         "listener": decision.listener.name if decision.listener else None,
         "virtualHost": decision.virtual_host.hostname if decision.virtual_host else None,
@@ -791,7 +829,17 @@ def decision_json(decision: Decision) -> dict[str, Any]:
         "passedOver": [
             {"route": str(m.route.source), "reason": m.reason} for m in decision.passed_over
         ],
+        "policyAnswer": policy_answer_json(answer) if answer is not None else None,
+        "policyAnswers": [policy_answer_json(a) for a in decision.policy_answers],
     }
+
+
+def _explain_exit(decision: Decision) -> int:
+    # A definite non-2xx policy answer means the request is not served, like a 404.
+    answer = decision.definite_policy_answer
+    if decision.route is None or (answer is not None and not 200 <= answer.status < 300):
+        return EXIT_INVALID
+    return EXIT_OK
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -826,12 +874,20 @@ def _explain(args: argparse.Namespace) -> int:
     if args.gateway_port is not None:
         on_port = [lst.name for lst in result.graph.listeners if lst.port == args.gateway_port]
         listener = on_port[0] if on_port else f"gateway_{args.gateway_port}"
-    request = make_request(args.host, args.path, args.method, headers, listener=listener)
-    decision = evaluate(result.graph, request, app.translate_options(config).paths)
+    request = make_request(
+        args.host,
+        args.path,
+        args.method,
+        headers,
+        listener=listener,
+        client_address=args.client_address,
+    )
+    options = app.translate_options(config)
+    decision = evaluate(result.graph, request, options.paths, options.num_trusted_hops)
     if args.output != "text":
         text = _dump(decision_json(decision), args.output)
         print(text, end="" if text.endswith("\n") else "\n")
-        return EXIT_OK if decision.route else EXIT_INVALID
+        return _explain_exit(decision)
     served = next((lst for lst in result.graph.listeners if lst.name == listener), None)
     secure = args.https or (served is not None and served.protocol is not ListenerProtocol.HTTP)
     scheme = "https" if secure else "http"
@@ -848,8 +904,12 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"  passed over {miss.route.source}: {miss.reason}")
     if decision.route is not None:
         print(f"route: {decision.route.source}")
+    for answer in decision.policy_answers:
+        print(policy_answer_text(answer))
+        for name, value in answer.headers:
+            print(f"  {name}: {value}")
     print(f"action: {_action_text(decision)}")
-    return EXIT_OK if decision.route else EXIT_INVALID
+    return _explain_exit(decision)
 
 
 # -- translate ---------------------------------------------------------------------------------

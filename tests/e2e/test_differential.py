@@ -40,12 +40,18 @@ from turnout.graph.evaluate import (
 )
 from turnout.graph.model import (
     Cluster,
+    CorsPolicy,
     DirectResponse,
+    ExactOrigin,
     Forward,
     HeaderMatch,
     HostnameMatch,
+    IPFilter,
+    IPFilterSource,
+    IPRule,
     Listener,
     ListenerProtocol,
+    LocalRateLimit,
     PathMatch,
     PathMatchKind,
     QueryMatch,
@@ -53,10 +59,12 @@ from turnout.graph.model import (
     Route,
     RouteAction,
     RouteMatch,
+    RoutePolicies,
     RouteSource,
     RoutingGraph,
     StringMatchKind,
     VirtualHost,
+    VirtualHostPolicies,
     WeightedCluster,
 )
 from turnout.graph.validate import enforce_envoy_limits
@@ -167,6 +175,17 @@ class EnvoyUnderTest:
         headers: tuple[tuple[str, str], ...] = (),
     ) -> tuple[int, str]:
         """One HTTP/1.1 request written byte for byte (no client-side normalisation)."""
+        status, _, body = self.exchange(host, target, method, headers)
+        return status, body
+
+    def exchange(
+        self,
+        host: str,
+        target: str,
+        method: str = "GET",
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> tuple[int, dict[str, str], str]:
+        """`request`, with the response's headers (lower-case names)."""
         lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
         lines += [f"{k}: {v}" for k, v in headers]
         lines += ["Connection: close", "", ""]
@@ -184,8 +203,12 @@ class EnvoyUnderTest:
                 if not chunk:
                     break
                 data += chunk
-        status = int(head.split(b" ", 2)[1])
-        return status, body.decode("latin-1")
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        response_headers = {}
+        for line in header_lines:
+            name, _, value = line.partition(":")
+            response_headers[name.strip().lower()] = value.strip()
+        return int(status_line.split(" ", 2)[1]), response_headers, body.decode("latin-1")
 
 
 def _content_length(head: bytes) -> int | None:
@@ -504,3 +527,112 @@ def test_the_generated_requests_reach_every_kind_of_outcome() -> None:
     ):
         print(COVERAGE)
         assert COVERAGE[outcome] >= 2, (outcome, COVERAGE)
+
+
+# --- policy answers before the route -------------------------------------------------------------
+
+APP_ORIGIN = "https://app.example.com"
+CORS = CorsPolicy(
+    (ExactOrigin(APP_ORIGIN),), allow_methods=("GET", "PUT"), allow_headers=("x-a",),
+    max_age_s=60, allow_credentials=True,
+)  # fmt: skip
+DENY_LOOPBACK = IPFilter(False, (IPRule("127.0.0.0/8"),))
+
+
+def _policy_host(
+    name: str, policies: VirtualHostPolicies, *routes: tuple[str, RouteAction, RoutePolicies]
+) -> VirtualHost:
+    forward = Forward((WeightedCluster(EMPTY_CLUSTER, 1),))
+    built = [
+        Route(RouteMatch(PathMatch.prefix(prefix)), action, RouteSource(OWNER, f"{name}{i}"), rp)
+        for i, (prefix, action, rp) in enumerate(routes)
+    ]
+    built.append(Route(RouteMatch(), forward, RouteSource(OWNER, f"{name}-default")))
+    return VirtualHost(name, name, tuple(built), OWNER, policies=policies)
+
+
+def _policy_graph() -> RoutingGraph:
+    remote = IPFilter(False, (IPRule("192.0.2.0/24", IPFilterSource.REMOTE),))
+    vhosts = (
+        _policy_host("deny.example.com", VirtualHostPolicies(ip_filter=DENY_LOOPBACK)),
+        _policy_host(
+            "allow.example.com",
+            VirtualHostPolicies(ip_filter=IPFilter(True, (IPRule("10.0.0.0/8"),))),
+            ("/open", Forward((WeightedCluster(EMPTY_CLUSTER, 1),)),
+             RoutePolicies(ip_filter=IPFilter(True, (IPRule("127.0.0.1"),)))),
+        ),
+        _policy_host("remote.example.com", VirtualHostPolicies(ip_filter=remote)),
+        _policy_host(
+            "cors.example.com",
+            VirtualHostPolicies(cors=CORS),
+            ("/direct", DirectResponse(200, "direct"), RoutePolicies()),
+            ("/any", Forward((WeightedCluster(EMPTY_CLUSTER, 1),)),
+             RoutePolicies(cors=CorsPolicy((ExactOrigin("*"),)))),
+        ),
+        _policy_host(
+            "both.example.com", VirtualHostPolicies(cors=CORS, ip_filter=DENY_LOOPBACK)
+        ),
+        _policy_host(
+            "limited.example.com", VirtualHostPolicies(rate_limit=LocalRateLimit(1, 3600))
+        ),
+    )  # fmt: skip
+    listener = Listener("ingress_http", "127.0.0.1", 0, ListenerProtocol.HTTP, vhosts)
+    return RoutingGraph(
+        listeners=(listener,), clusters=(Cluster(EMPTY_CLUSTER, "default", "empty", 80),)
+    )
+
+
+PREFLIGHT = (("Origin", APP_ORIGIN), ("Access-Control-Request-Method", "PUT"))
+POLICY_PROBES = [
+    Probe("deny.example.com", "/", "GET", ()),
+    Probe("deny.example.com", "/", "GET", (("X-Forwarded-For", "10.0.0.1"),)),
+    Probe("allow.example.com", "/", "GET", ()),
+    Probe("allow.example.com", "/open/x", "GET", ()),
+    Probe("remote.example.com", "/", "GET", (("X-Forwarded-For", "192.0.2.1"),)),
+    Probe("cors.example.com", "/", "OPTIONS", PREFLIGHT),
+    Probe("cors.example.com", "/", "OPTIONS", (("Origin", "https://evil.example"),
+                                                ("Access-Control-Request-Method", "GET"))),
+    Probe("cors.example.com", "/", "OPTIONS", (("Origin", APP_ORIGIN),)),
+    Probe("cors.example.com", "/", "GET", (("Origin", APP_ORIGIN),)),
+    Probe("cors.example.com", "/direct", "OPTIONS", PREFLIGHT),
+    Probe("cors.example.com", "/any", "OPTIONS", (("Origin", "https://evil.example"),
+                                                  ("Access-Control-Request-Method", "GET"))),
+    Probe("both.example.com", "/", "OPTIONS", PREFLIGHT),
+    Probe("both.example.com", "/", "GET", ()),
+    Probe("limited.example.com", "/", "GET", ()),
+]  # fmt: skip
+
+
+def test_envoy_answers_policies_before_the_route_as_the_evaluator_decides(
+    envoy: EnvoyUnderTest,
+) -> None:
+    """IP allow/deny lists (403) and CORS preflights (200 with the Access-Control-Allow-*
+    headers) from Envoy, against the evaluator's `policy_answers`; the peer is 127.0.0.1, the
+    evaluator's default client address. A rate limit is conditional: the first request passes,
+    the next gets the answer the evaluator said it may."""
+    served = envoy.serve(_policy_graph())
+    disagreements = []
+    answered = Counter[str]()
+    for p in POLICY_PROBES:
+        decision = evaluate(served, make_request(p.host, p.target, p.method, p.headers))
+        answer = decision.definite_policy_answer
+        answered[answer.policy if answer else "route"] += 1
+        status, headers, body = envoy.exchange(p.host, p.target, p.method, p.headers)
+        want_status, want_body = expected(decision) if answer is None else (answer.status, None)
+        got_cors = {k: v for k, v in headers.items() if k.startswith("access-control-")}
+        want_cors = dict(answer.headers) if answer is not None else {}
+        sent = {name.lower() for name, _ in p.headers}
+        preflight = p.method == "OPTIONS" and {"origin", "access-control-request-method"} <= sent
+        if answer is None and not preflight:
+            got_cors = {}  # an actual CORS request's response headers are not modelled
+        if status != want_status or (want_body is not None and body != want_body):
+            disagreements.append(f"{p}: envoy {status} {body[:40]!r}, evaluator {want_status}")
+        elif got_cors != want_cors:
+            disagreements.append(f"{p}: envoy headers {got_cors}, evaluator {want_cors}")
+    assert not disagreements, "\n".join(disagreements)
+    assert answered["IP deny list"] >= 2 and answered["IP allow list"] >= 1
+    assert answered["CORS"] >= 2
+    limited = evaluate(served, make_request("limited.example.com", "/"))
+    [maybe] = limited.policy_answers
+    assert not maybe.definite
+    assert envoy.request("limited.example.com", "/")[0] == maybe.status

@@ -141,8 +141,10 @@ async def test_explain_discover_shows_the_jwt_requirement(
 ) -> None:
     path = write(tmp_path, issuer.url)
     ask = ("explain", path, "--host", "a.example.com", "--path", "/secure/x")
-    assert await run(*ask, "--discover") == 0
+    # Without a token the JWT filter's 401 is definite: explain exits 1, as for a 404.
+    assert await run(*ask, "--discover") == 1
     captured = capsys.readouterr()
+    assert "answered by JWT validation of route RouteGroup default/rg" in captured.out
     assert f"401 unless a valid JWT of issuer {issuer.url} (keys {issuer.url}/keys)" in (
         captured.out
     )

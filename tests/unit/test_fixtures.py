@@ -23,7 +23,11 @@ Each case directory holds
   `policies` (a subset of the chosen route's `RoutePolicies`: timeouts, retry, headers,
   rewrites, mirrors, websockets, cookie rewrites, hash policies; graph field names and enum
   values, a mirror's cluster as a `ns/service/port` prefix) and `backend_policies` (for each
-  backend of the chosen route, in order, a subset of its `BackendPolicies`, or null for none);
+  backend of the chosen route, in order, a subset of its `BackendPolicies`, or null for none)
+  and `policy_answer` (null: no policy answers before the route; or a subset of
+  `{status, policy, filter, source, definite, reason, headers}` of `Decision.policy_answer`,
+  `headers` as `[name, value]` pairs); a request's `client_address` is the connection's
+  address IP filters see (default 127.0.0.1);
 - `sni.yaml` (optional): TLS connections by SNI and the filter chain each gets (TCP proxies,
   passthrough, the fallback certificate); see `fixture_sni.py`, whose `tls_facts` also gives
   `expect.tls` its `client_validation` and `fallback` keys;
@@ -55,6 +59,7 @@ from turnout.graph.model import (
     Redirect,
     RegexOrigin,
 )
+from turnout.graph.policy_answers import DEFAULT_CLIENT_ADDRESS
 from turnout.objects import DEFAULT_NAMESPACE
 
 
@@ -159,6 +164,7 @@ def check_request(result: CompileResult, req: dict[str, Any]) -> list[str]:
         headers={str(k): str(v) for k, v in (req.get("headers") or {}).items()},
         listener=req.get("listener", "ingress_http"),
         sni=req.get("sni"),
+        client_address=req.get("client_address", DEFAULT_CLIENT_ADDRESS),
     )
     decision = evaluate(result.graph, request)
     expect = req.get("expect") or {}
@@ -199,6 +205,8 @@ def check_request(result: CompileResult, req: dict[str, Any]) -> list[str]:
         problems.extend(_policies_mismatches(decision, expect["policies"]))
     if "backend_policies" in expect:
         problems.extend(_backend_policies_mismatches(decision, expect["backend_policies"]))
+    if "policy_answer" in expect:
+        problems.extend(_policy_answer_mismatches(decision, expect["policy_answer"]))
     if not problems:
         return []
     headers = req.get("headers") or {}
@@ -259,6 +267,17 @@ def _filter_mismatches(decision: Decision, expected: dict[str, Any]) -> list[str
     for rule in (as_json["ip_filter"] or {}).get("rules", ()):
         rule["source"] = rule["source"].value
     return subset_mismatches(expected, as_json, "filters")
+
+
+def _policy_answer_mismatches(decision: Decision, expected: Any) -> list[str]:
+    answer = decision.policy_answer
+    if expected is None:
+        return [] if answer is None else [f"policy_answer: expected none, got {answer}"]
+    if answer is None:
+        return [f"policy_answer: expected {expected}, got none"]
+    actual = _jsonable(asdict(answer))
+    actual["headers"] = [list(h) for h in answer.headers]
+    return subset_mismatches(expected, actual, "policy_answer")
 
 
 def origin_text(origin: OriginMatch) -> str:

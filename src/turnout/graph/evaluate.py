@@ -64,6 +64,12 @@ translator's configuration, so differential tests can hold Envoy to it
    `invalid_backend_status` (500, or 503 for gRPC): `status` is that when it is the only
    effective cluster, `invalid_share` gives its fraction of a mixed split and `invalid_status`
    what that fraction answers.
+6. **Policies before the action** (`graph.policy_answers`): the HTTP filters Envoy runs between
+   the route and the router, in the translator's order: a CORS preflight from an allowed origin
+   answered 200, an IP allow/deny list answering 403 (the connection's address is
+   `Request.client_address`, the X-Forwarded-For one follows `num_trusted_hops`), a local rate
+   limit that may answer 429, a JWT validation answering 401 without a Bearer token (and unless
+   the token verifies). `Decision.policy_answers` holds them; a definite one is the status.
 
 **Server name.** On a TLS listener a request may carry the SNI its connection was made with
 (`Request.sni`): the filter chain that SNI selects (`graph.sni.select_sni`) has a route table of
@@ -107,6 +113,13 @@ from turnout.graph.model import (
     VirtualHost,
     invalid_backend_status,
 )
+from turnout.graph.policy_answers import (
+    DEFAULT_CLIENT_ADDRESS,
+    PolicyAnswer,
+    PolicyContext,
+    answer_policies,
+    deciding_answer,
+)
 from turnout.graph.regex import ENVOY_MAX_PROGRAM_SIZE, envoy_program_size, envoy_regex
 from turnout.graph.sni import MISDIRECTED_STATUS, chain_table
 
@@ -134,6 +147,8 @@ class Request:
     draw: float | None = None
     # The server name of the TLS connection the request came on (None: the Host's own name).
     sni: str | None = None
+    # The address the connection comes from (what `Peer` IP filters see).
+    client_address: str = DEFAULT_CLIENT_ADDRESS
 
     def header_values(self, name: str) -> list[str]:
         name = name.lower()
@@ -173,12 +188,27 @@ class Decision:
     rejected_reason: str = ""
     # The redirect's target when `rejected_status` is Envoy's escaped-slash redirect.
     location: str | None = None
+    # What the policy filters answer before the route's action, in Envoy's filter order, ending
+    # with the first definite answer (`graph.policy_answers`).
+    policy_answers: tuple[PolicyAnswer, ...] = ()
+
+    @property
+    def policy_answer(self) -> PolicyAnswer | None:
+        """The policy answer that counts: the definite one, else the first conditional one."""
+        return deciding_answer(self.policy_answers)
+
+    @property
+    def definite_policy_answer(self) -> PolicyAnswer | None:
+        answer = self.policy_answer
+        return answer if answer is not None and answer.definite else None
 
     @property
     def status(self) -> int:
         """The status Envoy answers with, or 200 for a forward to at least one cluster."""
         if self.rejected_status is not None:
             return self.rejected_status
+        if self.definite_policy_answer is not None:
+            return self.definite_policy_answer.status
         if self.route is None:
             return 404
         action = self.route.action
@@ -659,9 +689,13 @@ def strip_trailing_host_dot(host: str) -> str:
 
 
 def evaluate(
-    graph: RoutingGraph, request: Request, paths: PathNormalization = DEFAULT_PATH_NORMALIZATION
+    graph: RoutingGraph,
+    request: Request,
+    paths: PathNormalization = DEFAULT_PATH_NORMALIZATION,
+    num_trusted_hops: int = 0,
 ) -> Decision:
-    """What Envoy does with `request`; `paths` is the translator's `TranslateOptions.paths`."""
+    """What Envoy does with `request`; `paths` and `num_trusted_hops` are the translator's
+    `TranslateOptions.paths` and `.num_trusted_hops`."""
     listener = next((lst for lst in graph.listeners if lst.name == request.listener), None)
     if listener is None:
         return Decision(None, None, None)
@@ -683,7 +717,10 @@ def evaluate(
     for route in vh.routes:
         reason = route_miss_reason(route, normalized, vh)
         if reason is None:
-            return Decision(listener, vh, route, tuple(misses))
+            context = PolicyContext(normalized, vh, route, num_trusted_hops)
+            return Decision(
+                listener, vh, route, tuple(misses), policy_answers=answer_policies(context)
+            )
         misses.append(Miss(route, reason))
     return Decision(listener, vh, None, tuple(misses))
 
@@ -716,8 +753,15 @@ def make_request(
     headers: Sequence[tuple[str, str]] | dict[str, str] = (),
     listener: str = "ingress_http",
     sni: str | None = None,
+    client_address: str = DEFAULT_CLIENT_ADDRESS,
 ) -> Request:
     pairs = tuple(headers.items()) if isinstance(headers, dict) else tuple(headers)
     return Request(
-        host=host, path=path, method=method.upper(), headers=pairs, listener=listener, sni=sni
+        host=host,
+        path=path,
+        method=method.upper(),
+        headers=pairs,
+        listener=listener,
+        sni=sni,
+        client_address=client_address,
     )

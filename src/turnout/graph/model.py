@@ -497,7 +497,7 @@ class RoutePolicies:
     ip_filter: IPFilter | None = None  # overrides the virtual host's
     rate_limit: LocalRateLimit | None = None
     hash_policies: tuple[HashPolicy, ...] = ()
-    cors: CorsPolicy | None = None  # replaces the virtual host's for this route
+    cors: CorsPolicy | None = None  # Envoy fills its empty fields from the virtual host's
     compression: Compression | None = None
     jwt: JwtValidation | None = None  # checked before the action (even a direct response)
 

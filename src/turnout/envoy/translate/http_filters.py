@@ -8,7 +8,7 @@ Every HTTP connection manager carries the four filters, in this order, first in 
     (-> the Lua filter of cookie rewrites -> envoy.filters.http.router)
 
 (the compressor is listed `disabled` and a route that compresses enables it with a
-`FilterConfig`; CORS can also be set per route, replacing the virtual host's)
+`FilterConfig`; CORS can also be set per route, merged field by field with the virtual host's)
 
 While some route validates JWTs (`RoutePolicies.jwt`), every connection manager also carries
 `envoy.filters.http.jwt_authn` after the rate limiter (a flood of bad tokens is limited before
@@ -150,8 +150,9 @@ def set_virtual_host_filter_configs(out: Any, vh: VirtualHost) -> None:
 
 def set_route_filter_configs(out: Any, route: Route, stat_name: str) -> None:
     """Adds the route's CORS policy, IP filter, rate limit and compression to `out` (an Envoy
-    Route); each replaces the virtual host's for this route only. `stat_name` names the route's
-    rate-limit stats."""
+    Route); each replaces the virtual host's for this route only (Envoy reads CORS field by
+    field: a field the route's policy leaves empty comes from the virtual host's). `stat_name`
+    names the route's rate-limit stats."""
     policies = route.policies
     if policies.cors is not None:
         out.typed_per_filter_config[CORS_FILTER].CopyFrom(pack(cors_policy(policies.cors)))
