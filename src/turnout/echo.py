@@ -7,7 +7,8 @@ assert which backend answered and what the proxy changed on the way.
 
 A test can make a server answer another status on one path (`EchoServer.answer`), e.g. a 503 on
 the path Envoy's active health check asks for, or only for the next few requests (a backend that
-fails once, for retries); `EchoServer.requests` counts what arrived per path. Two query parameters
+fails once, for retries), optionally with a `Location` (a backend that redirects, for internal
+redirects); `EchoServer.requests` counts what arrived per path. Two query parameters
 change the answer of one request: `delay=<seconds>` (or `1s`, `500ms`) waits before answering
 (at most 30 s, for timeouts) and `set-cookie=<value>` (repeatable) adds a `Set-Cookie` header
 (for cookie rewriting); the header `X-Echo-Set-Header: name:value,...` adds response headers.
@@ -56,15 +57,22 @@ class EchoServer:
     # path -> requests received, counted when they arrive.
     _counts: Counter[str] = field(default_factory=Counter, repr=False)
     tls: bool = False
+    # path -> the Location header sent with the status in _statuses.
+    _locations: dict[str, str] = field(default_factory=dict, repr=False)
 
-    def answer(self, path: str, status: int | None, times: int | None = None) -> None:
+    def answer(
+        self, path: str, status: int | None, times: int | None = None, location: str | None = None
+    ) -> None:
         """From now on, answer requests for `path` (the path without the query) with `status`,
         still with the echo body; `None` goes back to 200. With `times`, only the next `times`
-        requests get `status`."""
+        requests get `status`. With `location`, those answers carry it as their `Location`."""
         self._remaining.pop(path, None)
+        self._locations.pop(path, None)
         if status is None:
             self._statuses.pop(path, None)
             return
+        if location is not None:
+            self._locations[path] = location
         self._statuses[path] = status
         if times is not None:
             self._remaining[path] = times
@@ -124,9 +132,11 @@ def _handler(
     remaining: MutableMapping[str, int] | None = None,
     counts: Counter[str] | None = None,
     server_names: MutableMapping[ssl.SSLObject, str] | None = None,
+    locations: MutableMapping[str, str] | None = None,
 ) -> _Handler:
     remaining = remaining if remaining is not None else {}
     counts = counts if counts is not None else Counter()
+    locations = locations if locations is not None else {}
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         counts[request.path] += 1
@@ -155,11 +165,14 @@ def _handler(
             # As echo-basic's `tls.serverName`: the SNI the proxy sent (BackendTLSPolicy hostname).
             tls: dict[str, str | None] = {"serverName": server_names.get(sslobj)}
             body["tls"] = tls
+        location = locations.get(request.path) if request.path in statuses else None
         status = _status(request.path, statuses, remaining)
         delay = _delay(request.query.get("delay"))
         if delay:
             await asyncio.sleep(delay)
         response = web.json_response(body, status=status)
+        if location is not None:
+            response.headers["Location"] = location
         for cookie in request.query.getall("set-cookie", []):
             response.headers.add("Set-Cookie", cookie)
         for value in request.headers.getall(ECHO_SET_HEADER, []):
@@ -241,7 +254,8 @@ async def start_echo(
             return chained(sslobj, server_name, context)  # type: ignore[arg-type]
 
         ssl_context.sni_callback = remember
-    handler = _handler(name, namespace, statuses, remaining, counts, server_names)
+    locations: dict[str, str] = {}
+    handler = _handler(name, namespace, statuses, remaining, counts, server_names, locations)
     server = web.Server(handler, access_log=None)
     runner = web.ServerRunner(server, handle_signals=False)
     await runner.setup()
@@ -263,6 +277,7 @@ async def start_echo(
         remaining,
         counts,
         tls=ssl_context is not None,
+        _locations=locations,
     )
 
 

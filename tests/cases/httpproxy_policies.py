@@ -95,6 +95,14 @@ VALUES: dict[str, list[Any]] = {
         [{"name": "s", "sameSite": "Loose", "domainRewrite": {"value": "Bad Domain"}}],
         [{"name": "é", "pathRewrite": {"value": "/é]]"}}],
     ],
+    "internalRedirectPolicy": [
+        {},
+        {"maxInternalRedirects": 4, "redirectResponseCodes": [301, 308]},
+        {"allowCrossSchemeRedirect": "SafeOnly", "denyRepeatedRouteRedirect": True},
+        {"allowCrossSchemeRedirect": "Always", "maxInternalRedirects": 0},
+        {"maxInternalRedirects": -1, "redirectResponseCodes": [200]},
+        {"allowCrossSchemeRedirect": "Sometimes", "denyRepeatedRouteRedirect": 1},
+    ],
 }
 
 
@@ -110,6 +118,7 @@ VALID: dict[str, list[Any]] = {
     "loadBalancerPolicy": VALUES["loadBalancerPolicy"][:4],
     "pathRewritePolicy": VALUES["pathRewritePolicy"][:2],
     "cookieRewritePolicies": [VALUES["cookieRewritePolicies"][i] for i in (0, 1, 4, 7)],
+    "internalRedirectPolicy": VALUES["internalRedirectPolicy"][:4],
 }
 
 

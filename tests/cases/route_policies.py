@@ -6,6 +6,7 @@ from turnout.graph.model import (
     BackendPolicies,
     Cluster,
     CookieRewrite,
+    CrossSchemeRedirect,
     DirectResponse,
     Endpoint,
     Forward,
@@ -14,6 +15,7 @@ from turnout.graph.model import (
     HeaderPolicy,
     HeaderValue,
     HostRewrite,
+    InternalRedirectPolicy,
     Listener,
     ListenerProtocol,
     Mirror,
@@ -81,6 +83,12 @@ def rich_policies_graph() -> RoutingGraph:
             HashPolicy(HashSource.QUERY, "q"),
             HashPolicy(HashSource.SOURCE_IP),
             HashPolicy(HashSource.COOKIE, "c", cookie_ttl_s=0, cookie_path="/"),
+        ),
+        internal_redirect=InternalRedirectPolicy(
+            max_redirects=3,
+            response_codes=(301, 302, 307),
+            cross_scheme=CrossSchemeRedirect.SAFE_ONLY,
+            deny_repeated_route=True,
         ),
     )
     backend = BackendPolicies(

@@ -93,10 +93,16 @@ async def test_retries_hide_a_failure_and_count_minus_one_disables_them(harness:
                       retryPolicy: {count: -1}
                       services: [{name: flaky, port: 80}]
                     - conditions: [{prefix: /codes}]
-                      retryPolicy: {count: 1, retriableStatusCodes: [418]}
+                      retryPolicy:
+                        count: 1
+                        retryOn: [retriable-status-codes]
+                        retriableStatusCodes: [418, 503]
                       services: [{name: flaky, port: 80}]
                     - conditions: [{prefix: /no-codes}]
                       retryPolicy: {count: 1}
+                      services: [{name: flaky, port: 80}]
+                    - conditions: [{prefix: /codes-without-condition}]
+                      retryPolicy: {count: 1, retryOn: [reset], retriableStatusCodes: [503]}
                       services: [{name: flaky, port: 80}]
                     """,
                 ),
@@ -117,6 +123,86 @@ async def test_retries_hide_a_failure_and_count_minus_one_disables_them(harness:
         flaky.answer("/no-codes", 418, times=1)
         assert (await harness.get(RETRY_HOST, "/no-codes")).status_code == 418
         assert flaky.requests("/no-codes") == 1
+        # A listed 503 is retried under `retriable-status-codes`...
+        flaky.answer("/codes/503", 503, times=1)
+        assert echo(await harness.get(RETRY_HOST, "/codes/503"))["service"] == "flaky"
+        assert flaky.requests("/codes/503") == 2
+        # ... and not without it, as in Contour (the status warns that the codes do nothing).
+        flaky.answer("/codes-without-condition", 503, times=1)
+        assert (await harness.get(RETRY_HOST, "/codes-without-condition")).status_code == 503
+        assert flaky.requests("/codes-without-condition") == 1
+        warnings = str(harness.status_of("HTTPProxy", "default", "retries"))
+        assert "spec.routes[4].retryPolicy.retriableStatusCodes" in warnings
+
+
+REDIRECT_HOST = "internal-redirects.e2e.example.com"
+
+
+async def test_internal_redirects_followed_by_envoy(harness: Harness) -> None:
+    async with backends("default", "redirector") as (backend,):
+        await harness.apply(
+            {
+                "svc.yaml": services(backend),
+                "proxy.yaml": proxy(
+                    "internal-redirects",
+                    REDIRECT_HOST,
+                    """\
+                    - conditions: [{prefix: /follow}]
+                      internalRedirectPolicy: {}
+                      services: [{name: redirector, port: 80}]
+                    - conditions: [{prefix: /only-301}]
+                      internalRedirectPolicy: {redirectResponseCodes: [301]}
+                      services: [{name: redirector, port: 80}]
+                    - conditions: [{prefix: /twice}]
+                      internalRedirectPolicy: {maxInternalRedirects: 2}
+                      services: [{name: redirector, port: 80}]
+                    - conditions: [{prefix: /repeat}]
+                      internalRedirectPolicy:
+                        maxInternalRedirects: 5
+                        denyRepeatedRouteRedirect: true
+                      services: [{name: redirector, port: 80}]
+                    - conditions: [{prefix: /}]
+                      services: [{name: redirector, port: 80}]
+                    """,
+                ),
+            }
+        )
+
+        def redirect(path: str, to: str, status: int = 302) -> None:
+            backend.answer(path, status, location=f"http://{REDIRECT_HOST}{to}")
+
+        # Followed: the client gets the final answer, and the backend saw both paths.
+        redirect("/follow/start", "/final/a")
+        r = await harness.get(REDIRECT_HOST, "/follow/start")
+        assert echo(r)["path"] == "/final/a"
+        assert (backend.requests("/follow/start"), backend.requests("/final/a")) == (1, 1)
+        # Without a policy the redirect reaches the client.
+        redirect("/plain/start", "/final/b")
+        r = await harness.get(REDIRECT_HOST, "/plain/start")
+        assert r.status_code == 302 and r.headers["location"].endswith("/final/b")
+        assert backend.requests("/final/b") == 0
+        # A code the policy does not list passes through; a listed one is followed.
+        redirect("/only-301/found", "/final/c", 302)
+        r = await harness.get(REDIRECT_HOST, "/only-301/found")
+        assert r.status_code == 302 and backend.requests("/final/c") == 0
+        redirect("/only-301/moved", "/final/d", 301)
+        assert echo(await harness.get(REDIRECT_HOST, "/only-301/moved"))["path"] == "/final/d"
+        # maxInternalRedirects: two hops are followed where two are allowed (here both through
+        # the same route, which only denyRepeatedRouteRedirect refuses), one by default.
+        redirect("/twice/a", "/twice/b")
+        redirect("/twice/b", "/twice/c")
+        assert echo(await harness.get(REDIRECT_HOST, "/twice/a"))["path"] == "/twice/c"
+        redirect("/follow/a", "/follow/b")
+        redirect("/follow/b", "/final/f")
+        r = await harness.get(REDIRECT_HOST, "/follow/a")
+        assert r.status_code == 302 and r.headers["location"].endswith("/final/f")
+        assert (backend.requests("/follow/b"), backend.requests("/final/f")) == (1, 0)
+        # denyRepeatedRouteRedirect: a second redirect to the same route is not followed.
+        redirect("/repeat/a", "/repeat/b")
+        redirect("/repeat/b", "/repeat/c")
+        r = await harness.get(REDIRECT_HOST, "/repeat/a")
+        assert r.status_code == 302 and r.headers["location"].endswith("/repeat/c")
+        assert (backend.requests("/repeat/b"), backend.requests("/repeat/c")) == (1, 0)
 
 
 # --- headers and rewrites -----------------------------------------------------------------------

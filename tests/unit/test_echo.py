@@ -223,6 +223,19 @@ async def test_echo_can_be_told_to_fail_one_path(echo: EchoServer) -> None:
     assert restored.status_code == 200
 
 
+async def test_echo_can_redirect_one_path(echo: EchoServer) -> None:
+    async with httpx.AsyncClient() as client:
+        echo.answer("/old", 302, times=1, location="http://example.com/new")
+        redirected = await client.get(f"{echo.url}/old")
+        again = await client.get(f"{echo.url}/old")
+        echo.answer("/plain", 503, times=1)
+        failed = await client.get(f"{echo.url}/plain")
+    assert redirected.status_code == 302
+    assert redirected.headers["location"] == "http://example.com/new"
+    assert again.status_code == 200 and "location" not in again.headers
+    assert failed.status_code == 503 and "location" not in failed.headers
+
+
 # --- what the Gateway API conformance suite asks of its echo backend -----------------------------
 
 

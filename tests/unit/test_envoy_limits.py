@@ -26,6 +26,7 @@ from turnout.graph.model import (
     HeaderValue,
     HostnameMatch,
     HTTPHealthCheck,
+    InternalRedirectPolicy,
     Listener,
     ListenerProtocol,
     Mirror,
@@ -198,6 +199,16 @@ def test_a_route_whose_match_envoy_refuses_is_left_out(match: RouteMatch, words:
             RoutePolicies(request_headers=HeaderPolicy(add=(HeaderValue("x-a", "%NOPE%"),))),
             "%NOPE%",
         ),
+        (
+            None,
+            RoutePolicies(internal_redirect=InternalRedirectPolicy(max_redirects=2**32)),
+            "internal redirect limit is 4294967296, outside",
+        ),
+        (
+            None,
+            RoutePolicies(internal_redirect=InternalRedirectPolicy(response_codes=(302, 200))),
+            "internal redirect code[1] 200 is not one of 301, 302, 303, 307, 308",
+        ),
     ],
 )
 def test_a_route_whose_action_or_policies_envoy_refuses_answers_500(
@@ -231,6 +242,9 @@ def test_acceptable_policies_and_values_at_the_limits_pass() -> None:
                     remove=("x-remove",),
                 ),
                 mirrors=(Mirror(A, 50.0),),
+                internal_redirect=InternalRedirectPolicy(
+                    max_redirects=UINT32_MAX, response_codes=(301, 302, 303, 307, 308)
+                ),
             ),
         ),
         route(Q("q" * 1024), field="spec.routes[1]"),
@@ -504,6 +518,10 @@ MODEL_FIELDS: dict[str, str] = {
     "RoutePolicies.cors": CHECKED,
     "RoutePolicies.compression": CHECKED,
     "RoutePolicies.jwt": CHECKED,
+    "RoutePolicies.internal_redirect": CHECKED,
+    **{f"InternalRedirectPolicy.{f}": CHECKED for f in
+       ("max_redirects", "response_codes", "deny_repeated_route")},
+    "InternalRedirectPolicy.cross_scheme": ENUM,
     "JwtValidation.issuer": CHECKED,
     "JwtValidation.jwks_uri": CHECKED,
     "Endpoint.address": CHECKED,

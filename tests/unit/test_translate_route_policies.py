@@ -19,6 +19,8 @@ from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.route_policies import (
     HTTP_PROTOCOL_OPTIONS,
     LUA_FILTER,
+    PREVIOUS_ROUTES,
+    SAFE_CROSS_SCHEME,
     cookie_rewrite_script,
     lua_string,
     merge_cookie_rewrites,
@@ -27,6 +29,7 @@ from turnout.graph.model import (
     BackendPolicies,
     Cluster,
     CookieRewrite,
+    CrossSchemeRedirect,
     DirectResponse,
     Endpoint,
     Forward,
@@ -35,6 +38,7 @@ from turnout.graph.model import (
     HeaderPolicy,
     HeaderValue,
     HostRewrite,
+    InternalRedirectPolicy,
     Listener,
     ListenerProtocol,
     Mirror,
@@ -81,11 +85,54 @@ def test_retry_policy() -> None:
         count=3, per_try_timeout_s=0.15, retry_on=("5xx", "reset"), retriable_status_codes=(418,)
     )
     out = envoy_route(RoutePolicies(retry=retry)).route.retry_policy
-    # Asking for codes is asking for the condition Envoy looks at them under.
-    assert out.retry_on == "5xx,reset,retriable-status-codes"
+    # As Contour: the conditions as written, the codes passed along (Envoy only uses them under
+    # `retriable-status-codes`, which is not added).
+    assert out.retry_on == "5xx,reset"
     assert out.num_retries.value == 3
     assert out.per_try_timeout.ToMilliseconds() == 150
     assert list(out.retriable_status_codes) == [418]
+    codes = RetryPolicy(retry_on=("retriable-status-codes",), retriable_status_codes=(503, 418))
+    out = envoy_route(RoutePolicies(retry=codes)).route.retry_policy
+    assert out.retry_on == "retriable-status-codes"
+    assert list(out.retriable_status_codes) == [503, 418]
+
+
+def test_internal_redirect_defaults_leave_envoys() -> None:
+    out = envoy_route(RoutePolicies(internal_redirect=InternalRedirectPolicy())).route
+    policy = out.internal_redirect_policy
+    assert out.HasField("internal_redirect_policy")
+    # Unset limit and codes: Envoy's one redirect, on a 302 only; Never: same scheme only.
+    assert not policy.HasField("max_internal_redirects")
+    assert list(policy.redirect_response_codes) == []
+    assert policy.allow_cross_scheme_redirect is False
+    assert list(policy.predicates) == []
+
+
+@pytest.mark.parametrize(
+    ("cross", "deny", "allowed", "predicates"),
+    [
+        (CrossSchemeRedirect.ALWAYS, False, True, []),
+        (CrossSchemeRedirect.NEVER, True, False, [PREVIOUS_ROUTES]),
+        (CrossSchemeRedirect.SAFE_ONLY, False, True, [SAFE_CROSS_SCHEME]),
+        (CrossSchemeRedirect.SAFE_ONLY, True, True, [SAFE_CROSS_SCHEME, PREVIOUS_ROUTES]),
+    ],
+)
+def test_internal_redirect_policy(
+    cross: CrossSchemeRedirect, deny: bool, allowed: bool, predicates: list[str]
+) -> None:
+    policy = InternalRedirectPolicy(
+        max_redirects=4, response_codes=(301, 307), cross_scheme=cross, deny_repeated_route=deny
+    )
+    out = envoy_route(RoutePolicies(internal_redirect=policy)).route.internal_redirect_policy
+    assert out.max_internal_redirects.value == 4
+    assert list(out.redirect_response_codes) == [301, 307]
+    assert out.allow_cross_scheme_redirect is allowed
+    assert [p.name for p in out.predicates] == predicates
+    types = [p.typed_config.type_url.rsplit(".", 1)[-1] for p in out.predicates]
+    assert types == [
+        {SAFE_CROSS_SCHEME: "SafeCrossSchemeConfig", PREVIOUS_ROUTES: "PreviousRoutesConfig"}[n]
+        for n in predicates
+    ]
 
 
 def test_zero_retries_is_explicit() -> None:

@@ -301,6 +301,25 @@ class RetryPolicy:
     retriable_status_codes: tuple[int, ...] = ()
 
 
+class CrossSchemeRedirect(enum.Enum):
+    """Whether an internal redirect may follow a target with another scheme than the request's
+    (`x-forwarded-proto`)."""
+
+    NEVER = "Never"
+    ALWAYS = "Always"
+    SAFE_ONLY = "SafeOnly"  # https -> http or https, http -> http only
+
+
+@dataclass(frozen=True, slots=True)
+class InternalRedirectPolicy:
+    """Envoy follows an upstream's redirect itself and answers with the final response."""
+
+    max_redirects: int | None = None  # None: Envoy's default of one
+    response_codes: tuple[int, ...] = ()  # 301, 302, 303, 307, 308; empty: Envoy's default (302)
+    cross_scheme: CrossSchemeRedirect = CrossSchemeRedirect.NEVER
+    deny_repeated_route: bool = False  # refuse a target route an earlier redirect already went to
+
+
 @dataclass(frozen=True, slots=True)
 class Timeouts:
     """None: Envoy's default. 0: no timeout (Contour's `infinity`)."""
@@ -500,6 +519,7 @@ class RoutePolicies:
     cors: CorsPolicy | None = None  # Envoy fills its empty fields from the virtual host's
     compression: Compression | None = None
     jwt: JwtValidation | None = None  # checked before the action (even a direct response)
+    internal_redirect: InternalRedirectPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,7 @@ from turnout.graph.model import (
     Compression,
     CookieRewrite,
     CorsPolicy,
+    CrossSchemeRedirect,
     DirectResponse,
     Endpoint,
     ExactOrigin,
@@ -96,6 +97,7 @@ from turnout.graph.model import (
     HeaderValue,
     HostnameMatch,
     HostRewrite,
+    InternalRedirectPolicy,
     IPFilter,
     JwtValidation,
     Listener,
@@ -676,6 +678,27 @@ def _jwt_problem(j: JwtValidation | None) -> str | None:
     return f"JWKS URI {j.jwks_uri!r} {problem}" if problem is not None else None
 
 
+# Envoy ignores any other code in `redirect_response_codes`; one here is a dialect's bug.
+_INTERNAL_REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
+
+
+def _internal_redirect_problem(r: InternalRedirectPolicy | None) -> str | None:
+    if r is None:
+        return None
+    problem = _first(
+        ("internal redirect limit", lambda: _optional(r.max_redirects, _uint32)),
+        ("internal redirect deny repeated route", lambda: _flags(r.deny_repeated_route)),
+    )
+    if problem is not None:
+        return problem
+    if not isinstance(r.cross_scheme, CrossSchemeRedirect):
+        return f"internal redirect cross scheme {r.cross_scheme!r} is not a CrossSchemeRedirect"
+    for i, code in enumerate(r.response_codes):
+        if type(code) is not int or code not in _INTERNAL_REDIRECT_CODES:
+            return f"internal redirect code[{i}] {code!r} is not one of 301, 302, 303, 307, 308"
+    return None
+
+
 def _is_ip(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
@@ -723,6 +746,7 @@ def policies_problem(p: RoutePolicies, clusters: frozenset[str]) -> str | None:
         or _cors_problem(p.cors)
         or _compression_problem(p.compression)
         or _jwt_problem(p.jwt)
+        or _internal_redirect_problem(p.internal_redirect)
     )
     if problem is not None:
         return problem

@@ -21,7 +21,9 @@ policies"). In short, beyond Contour:
 - removing `Host` is refused (Envoy forbids it and would reject the route table);
 - an unparsable `perTryTimeout` still means Envoy's default, but with a warning;
 - `count: -1` really disables retries (`num_retries: 0`; Contour leaves the field unset, which
-  Envoy reads as one retry).
+  Envoy reads as one retry);
+- `retriableStatusCodes` without `retriable-status-codes` in `retryOn` do nothing, as in Contour
+  (Envoy only looks at them under that condition), but with a warning saying so.
 """
 
 from __future__ import annotations
@@ -48,11 +50,13 @@ from turnout.dialects.httpproxy.upstream import WarningReader as Reader
 from turnout.graph.model import (
     BackendPolicies,
     CookieRewrite,
+    CrossSchemeRedirect,
     HashPolicy,
     HashSource,
     HeaderPolicy,
     HeaderValue,
     HostRewrite,
+    InternalRedirectPolicy,
     LoadBalancerStrategy,
     PathMatch,
     PathMatchKind,
@@ -86,6 +90,7 @@ ROUTE_POLICY_FIELDS = frozenset(
         "requestHeadersPolicy",
         "responseHeadersPolicy",
         "cookieRewritePolicies",
+        "internalRedirectPolicy",
     }
 )
 SERVICE_POLICY_FIELDS = frozenset(
@@ -111,8 +116,12 @@ RETRY_ON = (
     "resource-exhausted",
     "unavailable",
 )
+RETRIABLE_STATUS_CODES = "retriable-status-codes"
 SAME_SITE = ("Strict", "Lax", "None")
 DEFAULT_RETRY_ON = "5xx"
+# The CRD's enums of `internalRedirectPolicy`.
+INTERNAL_REDIRECT_CODES = (301, 302, 303, 307, 308)
+CROSS_SCHEME = {c.value: c for c in CrossSchemeRedirect}
 
 # The CRD's patterns for cookie rewrite fields (`apis/projectcontour/v1/httpproxy.go`).
 _COOKIE_NAME = re.compile(r"[^()<>@,;:\\\"/\[\]?={} \t\x7f\x00-\x1f]+")
@@ -203,6 +212,8 @@ class RoutePolicySpec:
     request_headers: HeadersPolicySpec | None = None
     response_headers: HeadersPolicySpec | None = None
     cookie_rewrites: tuple[CookieRewriteSpec, ...] = ()
+    # Only the CRD's checks apply (Contour has none of its own), so it is read as the graph's.
+    internal_redirect: InternalRedirectPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +246,11 @@ def read_route_policies(r: Reader, m: Mapping[str, Any], path: str) -> RoutePoli
         replace_prefix = _path_rewrite_policy(
             r, m["pathRewritePolicy"], f"{path}.pathRewritePolicy"
         )
+    internal_redirect = None
+    if m.get("internalRedirectPolicy") is not None:
+        internal_redirect = _internal_redirect_policy(
+            r, m["internalRedirectPolicy"], f"{path}.internalRedirectPolicy"
+        )
     service = read_service_policies(r, m, path)
     return RoutePolicySpec(
         websockets=r.boolean(m, "enableWebsockets", path),
@@ -245,6 +261,7 @@ def read_route_policies(r: Reader, m: Mapping[str, Any], path: str) -> RoutePoli
         request_headers=service.request_headers,
         response_headers=service.response_headers,
         cookie_rewrites=service.cookie_rewrites,
+        internal_redirect=internal_redirect,
     )
 
 
@@ -405,6 +422,58 @@ def _retry_policy(r: Reader, value: Any, path: str) -> RetryPolicySpec | None:
     )
 
 
+def _internal_redirect_policy(r: Reader, value: Any, path: str) -> InternalRedirectPolicy | None:
+    m = r.mapping(value, path)
+    if m is None:
+        return None
+    r.check_fields(
+        m,
+        path,
+        frozenset(
+            {
+                "maxInternalRedirects",
+                "redirectResponseCodes",
+                "allowCrossSchemeRedirect",
+                "denyRepeatedRouteRedirect",
+            }
+        ),
+    )
+    limit = 0
+    if m.get("maxInternalRedirects") is not None:
+        before = len(r.problems)
+        limit = r.integer(m, "maxInternalRedirects", path)
+        if len(r.problems) == before and not 0 <= limit <= MAX_UINT32:
+            r.error(
+                f"{path}.maxInternalRedirects: must be in the range 0-{MAX_UINT32}, got {limit}"
+            )
+        if len(r.problems) > before:
+            limit = 0
+    codes = []
+    for p, v in r.items(m, "redirectResponseCodes", path):
+        if type(v) is not int or v not in INTERNAL_REDIRECT_CODES:
+            allowed = ", ".join(map(str, INTERNAL_REDIRECT_CODES))
+            r.error(f"{p}: must be one of {allowed}, got {v!r}")
+        else:
+            codes.append(v)
+    cross = CrossSchemeRedirect.NEVER  # the CRD's default
+    if m.get("allowCrossSchemeRedirect") is not None:
+        before = len(r.problems)
+        text = r.string(m, "allowCrossSchemeRedirect", path)
+        if len(r.problems) == before and text not in CROSS_SCHEME:
+            r.error(
+                f'{path}.allowCrossSchemeRedirect: must be one of "Always", "Never", "SafeOnly", '
+                f'got "{text}"'
+            )
+        cross = CROSS_SCHEME.get(text, cross)
+    return InternalRedirectPolicy(
+        # 0 is unset in Contour, which Envoy reads as its default of one redirect.
+        max_redirects=limit or None,
+        response_codes=tuple(codes),
+        cross_scheme=cross,
+        deny_repeated_route=r.boolean(m, "denyRepeatedRouteRedirect", path),
+    )
+
+
 def _load_balancer_policy(r: Reader, value: Any, path: str) -> LoadBalancerPolicySpec | None:
     m = r.mapping(value, path)
     if m is None:
@@ -557,6 +626,7 @@ def route_settings(spec: RoutePolicySpec, namespace: str, st: Status) -> RouteSe
         websockets=spec.websockets,
         cookie_rewrites=cookies,
         hash_policies=hashes,
+        internal_redirect=spec.internal_redirect,
     )
     return RouteSettings(policies, strategy, idle_connection)
 
@@ -604,6 +674,14 @@ def _retry(spec: RetryPolicySpec | None, st: Status) -> RetryPolicy | None:
             )
         elif nanos > 0:
             per_try = nanos / NANOS_PER_SECOND
+    if spec.retriable_status_codes and RETRIABLE_STATUS_CODES not in spec.retry_on:
+        # Contour passes the codes to Envoy all the same, where they do nothing; say so.
+        st.add_warning(
+            SPEC_ERROR,
+            IGNORED_FIELD,
+            f'ignoring field "{spec.field}.retriableStatusCodes": the codes are only retried when '
+            f'"{spec.field}.retryOn" includes "{RETRIABLE_STATUS_CODES}"',
+        )
     return RetryPolicy(
         count=count,
         per_try_timeout_s=per_try,

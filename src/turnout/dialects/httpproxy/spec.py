@@ -274,7 +274,6 @@ _IGNORED_VHOST: frozenset[str] = frozenset()
 _IGNORED_ROUTE = frozenset(
     {
         "authPolicy",  # only has an effect with vhost authorization, which is refused below
-        "internalRedirectPolicy",
     }
 )
 # Fields whose absence would weaken what the user asked for: the object is refused instead.

@@ -8,7 +8,10 @@ to the redirect it answers (a Gateway API RequestRedirect with a ResponseHeaderM
 What goes where (docs/policies.md, "Route policies", has the full table):
 - timeouts -> `RouteAction.timeout` / `idle_timeout` (0 disables; unset is Envoy's default), and a
   per-attempt timeout -> `retry_policy.per_try_timeout`;
-- retries -> `RouteAction.retry_policy` (`num_retries` always set, so 0 means none);
+- retries -> `RouteAction.retry_policy` (`num_retries` always set, so 0 means none; the codes are
+  passed as written, and Envoy only uses them under the `retriable-status-codes` condition);
+- internal redirects -> `RouteAction.internal_redirect_policy`, with the `safe_cross_scheme` and
+  `previous_routes` predicates for SafeOnly and a refused repeated route;
 - header changes -> `Route.request_headers_to_add` / `..._to_remove` (and the response pair), Host
   -> `host_rewrite_literal` / `host_rewrite_header`, prefix -> `prefix_rewrite`;
 - mirrors -> `request_mirror_policies` with a `runtime_fraction` per million;
@@ -42,6 +45,8 @@ from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.extensions.internal_redirect.previous_routes.v3 import previous_routes_config_pb2
+from envoy.extensions.internal_redirect.safe_cross_scheme.v3 import safe_cross_scheme_config_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.matcher.v3 import regex_pb2
 from envoy.type.v3 import percent_pb2
@@ -51,11 +56,13 @@ from turnout.graph.model import (
     BackendPolicies,
     Cluster,
     CookieRewrite,
+    CrossSchemeRedirect,
     Forward,
     HashPolicy,
     HashSource,
     HeaderPolicy,
     HostRewrite,
+    InternalRedirectPolicy,
     Mirror,
     PathRewrite,
     RetryPolicy,
@@ -68,7 +75,8 @@ from turnout.graph.model import (
 LUA_FILTER = "envoy.filters.http.lua"
 HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 WEBSOCKET = "websocket"
-RETRIABLE_STATUS_CODES = "retriable-status-codes"
+SAFE_CROSS_SCHEME = "envoy.internal_redirect_predicates.safe_cross_scheme"
+PREVIOUS_ROUTES = "envoy.internal_redirect_predicates.previous_routes"
 
 # Envoy's bounds: `num_retries` is a uint32, and a FractionalPercent numerator over a million.
 _MAX_UINT32 = 2**32 - 1
@@ -113,6 +121,8 @@ def apply_route_policies(out: Any, route: Route) -> None:
     action.hash_policy.extend(translate_hash_policy(h) for h in p.hash_policies)
     if p.cookie_rewrites:
         out.typed_per_filter_config[LUA_FILTER].CopyFrom(cookie_rewrite_config(p.cookie_rewrites))
+    if p.internal_redirect is not None:
+        _set_internal_redirect(action.internal_redirect_policy, p.internal_redirect)
     if isinstance(route.action, Forward):
         _set_backend_policies(action, route.action, p)
 
@@ -128,16 +138,28 @@ def _set_timeouts(action: Any, t: Timeouts) -> None:
 
 
 def _set_retry(out: Any, r: RetryPolicy) -> None:
-    conditions = [c for c in r.retry_on if c]
-    if r.retriable_status_codes and RETRIABLE_STATUS_CODES not in conditions:
-        # Envoy only looks at the codes under this condition; asking for codes means it.
-        conditions.append(RETRIABLE_STATUS_CODES)
-    out.retry_on = ",".join(conditions)
+    # As Contour: the codes go to Envoy as written, and Envoy only retries on them when the
+    # conditions include `retriable-status-codes` (the dialect warns when they do not).
+    out.retry_on = ",".join(c for c in r.retry_on if c)
     # Set even when 0: an unset num_retries is Envoy's default of 1, not "no retries".
     out.num_retries.value = min(max(r.count, 0), _MAX_UINT32)
     if r.per_try_timeout_s:
         out.per_try_timeout.CopyFrom(duration(r.per_try_timeout_s))
     out.retriable_status_codes.extend(c for c in r.retriable_status_codes if 0 <= c <= _MAX_UINT32)
+
+
+def _set_internal_redirect(out: Any, r: InternalRedirectPolicy) -> None:
+    # Unset is Envoy's default of one redirect, as Contour sends for 0.
+    if r.max_redirects:
+        out.max_internal_redirects.value = min(r.max_redirects, _MAX_UINT32)
+    out.redirect_response_codes.extend(r.response_codes)
+    out.allow_cross_scheme_redirect = r.cross_scheme is not CrossSchemeRedirect.NEVER
+    if r.cross_scheme is CrossSchemeRedirect.SAFE_ONLY:
+        config = safe_cross_scheme_config_pb2.SafeCrossSchemeConfig()
+        out.predicates.add(name=SAFE_CROSS_SCHEME).typed_config.CopyFrom(pack(config))
+    if r.deny_repeated_route:
+        previous = previous_routes_config_pb2.PreviousRoutesConfig()
+        out.predicates.add(name=PREVIOUS_ROUTES).typed_config.CopyFrom(pack(previous))
 
 
 # --- headers and rewrites ------------------------------------------------------------------------
