@@ -29,9 +29,11 @@ from turnout.graph.model import (
     RateLimitDescriptor,
     RemoteAddressEntry,
     RequestHeaderEntry,
+    RoutePolicies,
     StringMatchKind,
     VirtualHost,
 )
+from turnout.graph.validate import policies_problem
 from turnout.store import Snapshot
 
 SERVICE = RateLimitService("127.0.0.1", 8081)
@@ -380,3 +382,14 @@ def test_cluster_ratelimit_refused_where_it_cannot_work() -> None:
         (problem,) = t.problems
         assert reason in problem.message, (text, problem.message)
         assert t.policies.global_rate_limit is None
+
+
+def test_envoy_limits_net_refuses_empty_descriptor_values() -> None:
+    bad = GlobalRateLimit((RateLimitDescriptor((GenericKeyEntry(""),)),))
+    problem = policies_problem(RoutePolicies(global_rate_limit=bad), frozenset())
+    assert problem == "global rate limit descriptor[0].entries[0] value is empty"
+    header = GlobalRateLimit((RateLimitDescriptor((RequestHeaderEntry("a\nb", "k"),)),))
+    assert "header name" in (
+        policies_problem(RoutePolicies(global_rate_limit=header), frozenset()) or ""
+    )
+    assert policies_problem(RoutePolicies(global_rate_limit=EXPECTED_ROUTE), frozenset()) is None
