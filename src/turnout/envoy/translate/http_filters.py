@@ -7,7 +7,8 @@ Every HTTP connection manager carries the four filters, in this order, first in 
     -> envoy.filters.http.compressor
     (-> the Lua filter of cookie rewrites -> envoy.filters.http.router)
 
-(the compressor is listed `disabled` and a route that compresses enables it with a
+(with `--rate-limit-service`, `envoy.filters.http.ratelimit` follows the local rate limiter: see
+`rate_limit.py`; the compressor is listed `disabled` and a route that compresses enables it with a
 `FilterConfig`; CORS can also be set per route, replacing the virtual host's)
 
 While some route validates JWTs (`RoutePolicies.jwt`), every connection manager also carries
