@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from turnout.compile_inputs import CompileOptions, PathNormalization
+from turnout.compile_inputs import CompileOptions, PathNormalization, RateLimitService
 from turnout.config import ServeConfig, split_host_port
 from turnout.dialects.contour_route import ContourRouteDialect
 from turnout.dialects.gatewayapi import GatewayAPIDialect
@@ -71,6 +71,7 @@ def compile_options(config: ServeConfig) -> CompileOptions:
             (config.xds_port, "--xds-port"),
             (config.envoy_admin_port, "--envoy-admin-port"),
         ),
+        rate_limit_service=rate_limit_service(config),
     )
 
 
@@ -84,6 +85,23 @@ def translate_options(config: ServeConfig) -> TranslateOptions:
         ),
         access_log=access_log(config),
         tracing=tracing(config),
+        rate_limit_service=rate_limit_service(config),
+    )
+
+
+def rate_limit_service(config: ServeConfig) -> RateLimitService | None:
+    """The `--rate-limit-*` flags; None without `--rate-limit-service`."""
+    if not config.rate_limit_service:
+        return None
+    host, port = split_host_port(config.rate_limit_service)
+    return RateLimitService(
+        host=host,
+        port=port,
+        domain=config.rate_limit_domain,
+        fail_open=config.rate_limit_fail_open,
+        x_ratelimit_headers=config.rate_limit_x_headers,
+        resource_exhausted=config.rate_limit_resource_exhausted,
+        timeout_s=config.rate_limit_timeout_s,
     )
 
 

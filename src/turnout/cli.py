@@ -271,6 +271,59 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         "any address, its own admin port included)",
     )
     _add_telemetry_flags(p)
+    _add_rate_limit_flags(p)
+
+
+def _positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < 3600:  # NaN fails the comparison too
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {value!r}")
+    return seconds
+
+
+def _add_rate_limit_flags(p: argparse.ArgumentParser) -> None:
+    """The global rate limit service (Contour's `rateLimitService`; docs/policies.md)."""
+    p.add_argument(
+        "--rate-limit-service",
+        type=_collector,
+        default="",
+        metavar="HOST:PORT",
+        help="the global rate limit service Envoy asks (gRPC, envoy.service.ratelimit.v3) for "
+        "rateLimitPolicy.global and clusterRatelimit (default: none; such policies are refused)",
+    )
+    p.add_argument(
+        "--rate-limit-domain",
+        default="contour",
+        metavar="DOMAIN",
+        help="the rate limit domain every request names (default: %(default)s)",
+    )
+    p.add_argument(
+        "--rate-limit-fail-open",
+        action="store_true",
+        help="let requests through when the rate limit service fails or does not answer in time "
+        "(default: answer them 500)",
+    )
+    p.add_argument(
+        "--rate-limit-x-headers",
+        action="store_true",
+        help="add the X-RateLimit-Limit, -Remaining and -Reset headers (Contour's "
+        "enableXRateLimitHeaders)",
+    )
+    p.add_argument(
+        "--rate-limit-resource-exhausted",
+        action="store_true",
+        help="answer rate-limited gRPC requests RESOURCE_EXHAUSTED instead of UNAVAILABLE",
+    )
+    p.add_argument(
+        "--rate-limit-timeout",
+        type=_positive_seconds,
+        default=0.1,
+        metavar="SECONDS",
+        help="how long Envoy waits for the rate limit service's answer (default: %(default)g)",
+    )
 
 
 def _add_listen_flags(p: argparse.ArgumentParser) -> None:
@@ -382,6 +435,12 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         tracing_collector=args.tracing_collector,
         tracing_service_name=args.tracing_service_name,
         tracing_sampling_rate=args.tracing_sampling_rate,
+        rate_limit_service=args.rate_limit_service,
+        rate_limit_domain=args.rate_limit_domain,
+        rate_limit_fail_open=args.rate_limit_fail_open,
+        rate_limit_x_headers=args.rate_limit_x_headers,
+        rate_limit_resource_exhausted=args.rate_limit_resource_exhausted,
+        rate_limit_timeout_s=args.rate_limit_timeout,
         node_id=getattr(args, "node_id", defaults.node_id),
         empty_file_grace_s=getattr(args, "empty_file_grace", defaults.empty_file_grace_s),
         exclude=tuple(args.exclude),

@@ -91,6 +91,38 @@ class DnsAnswer:
 
 
 @dataclass(frozen=True, slots=True)
+class RateLimitService:
+    """The global rate limit service the operator runs (Contour's `rateLimitService`), which
+    Envoy asks over gRPC (`envoy.service.ratelimit.v3.RateLimitService`, HTTP/2 in clear text)
+    whether a request's descriptors are over their limit. turnout runs none itself.
+
+    `domain`: the rate limit domain every request names (Contour's default, `contour`).
+    `fail_open`: let requests through when the service does not answer in time or fails;
+    otherwise they are answered 500. `x_ratelimit_headers`: Envoy adds the
+    `X-RateLimit-Limit/-Remaining/-Reset` headers the service's answer allows.
+    `resource_exhausted`: a limited gRPC request gets RESOURCE_EXHAUSTED instead of UNAVAILABLE.
+    `timeout_s`: how long Envoy waits for an answer."""
+
+    host: str
+    port: int
+    domain: str = "contour"
+    fail_open: bool = False
+    x_ratelimit_headers: bool = False
+    resource_exhausted: bool = False
+    timeout_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ValueError("a rate limit service needs a host")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"rate limit service port must be in 1-65535, got {self.port}")
+        if not self.domain:
+            raise ValueError("a rate limit domain must not be empty")
+        if not self.timeout_s > 0:
+            raise ValueError(f"a rate limit timeout must be positive, got {self.timeout_s}")
+
+
+@dataclass(frozen=True, slots=True)
 class CompileOptions:
     address: str = "127.0.0.1"
     http_port: int = 8080
@@ -133,6 +165,9 @@ class CompileOptions:
     # What the DNS names of DNS-resolved upstreams resolved to, sorted by name: a name resolving
     # to this host or a link-local address is refused. A name missing here has no answer yet.
     dns_answers: tuple[DnsAnswer, ...] = ()
+    # `--rate-limit-service`: without one, global rate limit policies are refused (Envoy would
+    # have no one to ask).
+    rate_limit_service: RateLimitService | None = None
 
     def dns_answer(self, name: str) -> DnsAnswer | None:
         for found in self.dns_answers:

@@ -58,6 +58,14 @@ class ServeConfig:
     tracing_collector: str = ""
     tracing_service_name: str = "turnout"
     tracing_sampling_rate: float = 100.0  # percent of the requests
+    # The global rate limit service (Contour's `rateLimitService`) as HOST:PORT; "": none, and
+    # global rate limit policies are refused.
+    rate_limit_service: str = ""
+    rate_limit_domain: str = "contour"
+    rate_limit_fail_open: bool = False
+    rate_limit_x_headers: bool = False
+    rate_limit_resource_exhausted: bool = False
+    rate_limit_timeout_s: float = 0.1
     node_id: str = "turnout-envoy"
     # The Envoy child's bootstrap, pid file and admin socket (`envoy.state`); None: the default
     # per-user directory for this HTTP port (`envoy.state.default_state_dir`).

@@ -391,6 +391,58 @@ class LocalRateLimit:
 
 
 @dataclass(frozen=True, slots=True)
+class RemoteAddressEntry:
+    """`remote_address=<client address>` (the trusted address from X-Forwarded-For)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeaderEntry:
+    """`<descriptor_key>=<value of header_name>`; no descriptor when the header is missing."""
+
+    header_name: str
+    descriptor_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderValueMatchEntry:
+    """`header_match=<value>` when the request's headers match all of `headers`
+    (`expect_match`), or when they do not (`expect_match` False)."""
+
+    value: str
+    headers: tuple[HeaderMatch, ...]
+    expect_match: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class GenericKeyEntry:
+    """A fixed `<key>=<value>`."""
+
+    value: str
+    key: str = "generic_key"
+
+
+DescriptorEntry = RemoteAddressEntry | RequestHeaderEntry | HeaderValueMatchEntry | GenericKeyEntry
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitDescriptor:
+    """One descriptor sent to the rate limit service: its entries in order. A descriptor one of
+    whose entries cannot be produced for a request is not sent."""
+
+    entries: tuple[DescriptorEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalRateLimit:
+    """Ask the operator's rate limit service (`CompileOptions.rate_limit_service`) about the
+    request's `descriptors`; the service decides the limits. On a route, its descriptors replace
+    the virtual host's; `disabled` opts the route out of the virtual host's."""
+
+    descriptors: tuple[RateLimitDescriptor, ...] = ()
+    disabled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ExactOrigin:
     """An allowed CORS origin compared without case (browsers send scheme and host in lower
     case); `*` is any origin."""
@@ -515,6 +567,7 @@ class RoutePolicies:
     cookie_rewrites: tuple[CookieRewrite, ...] = ()
     ip_filter: IPFilter | None = None  # overrides the virtual host's
     rate_limit: LocalRateLimit | None = None
+    global_rate_limit: GlobalRateLimit | None = None
     hash_policies: tuple[HashPolicy, ...] = ()
     cors: CorsPolicy | None = None  # Envoy fills its empty fields from the virtual host's
     compression: Compression | None = None
@@ -527,6 +580,7 @@ class VirtualHostPolicies:
     cors: CorsPolicy | None = None
     ip_filter: IPFilter | None = None
     rate_limit: LocalRateLimit | None = None
+    global_rate_limit: GlobalRateLimit | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,15 +86,19 @@ from turnout.graph.model import (
     CookieRewrite,
     CorsPolicy,
     CrossSchemeRedirect,
+    DescriptorEntry,
     DirectResponse,
     Endpoint,
     ExactOrigin,
     Forward,
+    GenericKeyEntry,
+    GlobalRateLimit,
     HashPolicy,
     HashSource,
     HeaderMatch,
     HeaderPolicy,
     HeaderValue,
+    HeaderValueMatchEntry,
     HostnameMatch,
     HostRewrite,
     InternalRedirectPolicy,
@@ -106,6 +110,7 @@ from turnout.graph.model import (
     QueryMatch,
     Redirect,
     RegexOrigin,
+    RequestHeaderEntry,
     Route,
     RouteMatch,
     RoutePolicies,
@@ -612,6 +617,45 @@ def _ip_filter_problem(f: IPFilter | None) -> str | None:
     return None
 
 
+def _global_rate_limit_problem(policy: GlobalRateLimit | None) -> str | None:
+    """Envoy's rules for rate limit actions: non-empty keys, values and header names."""
+    if policy is None:
+        return None
+    for i, descriptor in enumerate(policy.descriptors):
+        if not descriptor.entries:
+            return f"global rate limit descriptor[{i}] has no entries"
+        for j, entry in enumerate(descriptor.entries):
+            problem = _descriptor_entry_problem(entry)
+            if problem is not None:
+                return f"global rate limit descriptor[{i}].entries[{j}] {problem}"
+    return None
+
+
+def _descriptor_entry_problem(entry: DescriptorEntry) -> str | None:
+    if isinstance(entry, RequestHeaderEntry):
+        return _first(
+            ("header name", lambda: _header_name(entry.header_name)),
+            ("descriptor key", lambda: _non_empty(entry.descriptor_key)),
+        )
+    if isinstance(entry, GenericKeyEntry):
+        return _first(
+            ("key", lambda: _non_empty(entry.key)), ("value", lambda: _non_empty(entry.value))
+        )
+    if isinstance(entry, HeaderValueMatchEntry):
+        if not entry.headers:
+            return "has no headers to match"
+        for i, h in enumerate(entry.headers):
+            problem = _header_match_problem(i, h)
+            if problem is not None:
+                return problem
+        return _first(("value", lambda: _non_empty(entry.value)))
+    return None
+
+
+def _non_empty(value: str) -> str | None:
+    return _text(value) or (None if value else "is empty")
+
+
 def _rate_limit_problem(rl: LocalRateLimit | None) -> str | None:
     if rl is None:
         return None
@@ -776,6 +820,7 @@ def policies_problem(p: RoutePolicies, clusters: frozenset[str]) -> str | None:
         _cookie_problem(p.cookie_rewrites)
         or _ip_filter_problem(p.ip_filter)
         or _rate_limit_problem(p.rate_limit)
+        or _global_rate_limit_problem(p.global_rate_limit)
     )
 
 
@@ -860,6 +905,7 @@ def _vhost_policies_problem(p: VirtualHostPolicies) -> str | None:
         _cors_problem(p.cors)
         or _ip_filter_problem(p.ip_filter)
         or _rate_limit_problem(p.rate_limit)
+        or _global_rate_limit_problem(p.global_rate_limit)
     )
 
 

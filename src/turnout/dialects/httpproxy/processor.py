@@ -308,7 +308,9 @@ class _Compiler:
             )
             return []
         # After the routes, as in Contour, whose errors come first; an error drops the host.
-        policies, problems = vhost_policies.compile_vhost_policies(vh.filter_policies)
+        policies, problems = vhost_policies.compile_vhost_policies(
+            vh.filter_policies, self.ctx.options.rate_limit_service is not None
+        )
         if vhost_policies.report(st, problems) or policies is None:
             return []
         if not candidates:
@@ -582,7 +584,10 @@ class _Compiler:
         if settings is None:
             return None
         rate_limit, problems = vhost_policies.compile_route_rate_limit(route.filter_policies)
-        if vhost_policies.report(st, problems):
+        global_limit, global_problems = vhost_policies.compile_route_global(
+            route.filter_policies, self.ctx.options.rate_limit_service is not None
+        )
+        if vhost_policies.report(st, problems + global_problems):
             return None
         redirect = route.redirect
         if redirect is not None and redirect.path is not None and redirect.prefix is not None:
@@ -636,7 +641,7 @@ class _Compiler:
         ip_filter, problems = vhost_policies.compile_route_ip_filter(route.filter_policies)
         if vhost_policies.report(st, problems):
             return None
-        built = vhost_policies.with_route_filters(built, ip_filter, rate_limit)
+        built = vhost_policies.with_route_filters(built, ip_filter, rate_limit, global_limit)
         built = self._failure_policy(proxy, route, built)
         return _Candidate(built, proxy.key, route.permit_insecure)
 

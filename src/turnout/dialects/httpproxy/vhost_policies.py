@@ -16,9 +16,10 @@ header value with a line break, a CORS regex too large for Envoy's RE2 limit, an
 CIDR (Contour drops the rule and keeps serving unless it was the last one in the list; without
 the rule a deny list would let in an address the user meant to keep out).
 
-Global rate limiting needs a rate limit service, which turnout does not run: `global` is refused,
-except `global: {disabled: true}`, which only opts a route out of an installation-wide global
-policy turnout does not have, and is ignored with a warning.
+Global rate limiting (`global`, read by `global_rate_limit.py`) asks the rate limit service the
+operator runs (`--rate-limit-service`); without one, a policy with descriptors is an error naming
+the flag, and `global: {disabled: true}` on a route (nothing to opt out of) is ignored with a
+warning.
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from turnout.dialects.fields import MAX_UINT32, NANOS_PER_SECOND, parse_go_duration
+from turnout.dialects.httpproxy.global_rate_limit import missing_service_message, read_global
 from turnout.dialects.httpproxy.route_policies import (
     canonical_header_key,
     escape_header_value,
     header_name_problem,
 )
 from turnout.dialects.httpproxy.status_names import (
-    FIELD_NOT_SUPPORTED,
     IGNORED_FIELD,
     ROUTE_ERROR,
     SPEC_ERROR,
@@ -48,6 +49,7 @@ from turnout.graph.model import (
     ANY_ORIGIN,
     CorsPolicy,
     ExactOrigin,
+    GlobalRateLimit,
     HeaderValue,
     IPFilter,
     IPFilterSource,
@@ -155,8 +157,9 @@ class FilterPolicySpec:
     rate_limit: LocalRateLimitSpec | None = None
     ip_allow: tuple[IPRuleSpec, ...] = ()
     ip_deny: tuple[IPRuleSpec, ...] = ()
-    # `rateLimitPolicy.global: {disabled: true}`: nothing to do, said with a warning.
-    global_disabled_at: str = ""
+    # `rateLimitPolicy.global` (descriptors, or `disabled`) and where it was written.
+    global_policy: GlobalRateLimit | None = None
+    global_at: str = ""
 
 
 NO_POLICIES = FilterPolicySpec()
@@ -180,7 +183,8 @@ def read_route_policies(r: Reader, m: Mapping[str, Any], path: str) -> FilterPol
 
 def _filters(r: Reader, m: Mapping[str, Any], path: str, cors: CorsSpec | None) -> FilterPolicySpec:
     rate_limit: LocalRateLimitSpec | None = None
-    global_disabled_at = ""
+    global_policy: GlobalRateLimit | None = None
+    global_at = ""
     if m.get("rateLimitPolicy") is not None:
         where = f"{path}.rateLimitPolicy"
         rl = r.mapping(m["rateLimitPolicy"], where)
@@ -188,14 +192,16 @@ def _filters(r: Reader, m: Mapping[str, Any], path: str, cors: CorsSpec | None) 
             r.check_fields(rl, where, _RATE_LIMIT_FIELDS)
             if rl.get("local") is not None:
                 rate_limit = _local(r, rl["local"], f"{where}.local")
-            if rl.get("global") is not None and _global_disabled_only(r, rl["global"], where):
-                global_disabled_at = f"{where}.global"
+            if rl.get("global") is not None:
+                global_at = f"{where}.global"
+                global_policy = read_global(r, rl["global"], global_at)
     return FilterPolicySpec(
         cors=cors,
         rate_limit=rate_limit,
         ip_allow=_ip_rules(r, m, "ipAllowPolicy", path),
         ip_deny=_ip_rules(r, m, "ipDenyPolicy", path),
-        global_disabled_at=global_disabled_at,
+        global_policy=global_policy,
+        global_at=global_at,
     )
 
 
@@ -267,22 +273,6 @@ def _local(r: Reader, value: Any, path: str) -> LocalRateLimitSpec | None:
     )
 
 
-def _global_disabled_only(r: Reader, value: Any, path: str) -> bool:
-    """True for `global: {disabled: true}`; anything else in `global` is refused."""
-    where = f"{path}.global"
-    m = r.mapping(value, where)
-    if m is None:
-        return False
-    if set(m) <= {"disabled"} and r.boolean(m, "disabled", where):
-        return True
-    r.error(
-        f"{where} is not supported by turnout yet: global rate limiting needs a rate limit "
-        "service; use rateLimitPolicy.local",
-        FIELD_NOT_SUPPORTED,
-    )
-    return False
-
-
 def _ip_rules(r: Reader, m: Mapping[str, Any], key: str, path: str) -> tuple[IPRuleSpec, ...]:
     out: list[IPRuleSpec] = []
     for where, item in r.items(m, key, path):
@@ -329,10 +319,11 @@ def vhost_ip_conflict(spec: FilterPolicySpec) -> PolicyProblem | None:
 
 
 def compile_vhost_policies(
-    spec: FilterPolicySpec,
+    spec: FilterPolicySpec, rate_limit_service: bool = False
 ) -> tuple[VirtualHostPolicies | None, list[PolicyProblem]]:
     """The virtual host's policies, or None with the errors that drop the whole host (CORS, then
-    the rate limit, then the IP filter: Contour's order)."""
+    the rate limits, then the IP filter: Contour's order). `rate_limit_service`: whether a
+    global rate limit service is configured."""
     problems: list[PolicyProblem] = []
     cors = None
     if spec.cors is not None:
@@ -358,7 +349,10 @@ def compile_vhost_policies(
             )
             return None, problems
         rate_limit = limit_or_error
-    problems.extend(_global_warning(spec))
+    global_policy, global_problems = _vhost_global(spec, rate_limit_service)
+    problems.extend(global_problems)
+    if has_errors(global_problems):
+        return None, problems
     ip_filter, ip_problems, last_error = _ip_filter(spec.ip_allow, spec.ip_deny)
     problems.extend(ip_problems)
     if last_error:
@@ -371,14 +365,16 @@ def compile_vhost_policies(
             )
         )
         return None, problems
-    return VirtualHostPolicies(cors=cors, ip_filter=ip_filter, rate_limit=rate_limit), problems
+    return VirtualHostPolicies(
+        cors=cors, ip_filter=ip_filter, rate_limit=rate_limit, global_rate_limit=global_policy
+    ), problems
 
 
 def compile_route_rate_limit(
     spec: FilterPolicySpec,
 ) -> tuple[LocalRateLimit | None, list[PolicyProblem]]:
     """The route's own rate limit; an error drops every route of the proxy (Contour)."""
-    problems = _global_warning(spec)
+    problems: list[PolicyProblem] = []
     if spec.rate_limit is None:
         return None, problems
     limit_or_error = _rate_limit(spec.rate_limit)
@@ -415,18 +411,43 @@ def has_errors(problems: list[PolicyProblem]) -> bool:
     return any(not p.warning for p in problems)
 
 
-def _global_warning(spec: FilterPolicySpec) -> list[PolicyProblem]:
-    if not spec.global_disabled_at:
-        return []
-    return [
-        PolicyProblem(
-            SPEC_ERROR,
-            IGNORED_FIELD,
-            f'ignoring field "{spec.global_disabled_at}"; turnout has no global rate limit '
-            "policy to disable",
-            warning=True,
-        )
-    ]
+def compile_route_global(
+    spec: FilterPolicySpec, rate_limit_service: bool
+) -> tuple[GlobalRateLimit | None, list[PolicyProblem]]:
+    """The route's global rate limit (its descriptors replace the virtual host's; `disabled`
+    opts it out of them); an error drops every route of the proxy, like a bad local limit."""
+    policy = spec.global_policy
+    if policy is None:
+        return None, []
+    if rate_limit_service:
+        return policy, []
+    if policy.disabled:
+        return None, [
+            _ignored(spec.global_at, "turnout has no global rate limit policy to disable")
+        ]
+    message = missing_service_message("route.rateLimitPolicy.global")
+    return None, [PolicyProblem(ROUTE_ERROR, "RateLimitPolicyNotValid", message)]
+
+
+def _vhost_global(
+    spec: FilterPolicySpec, rate_limit_service: bool
+) -> tuple[GlobalRateLimit | None, list[PolicyProblem]]:
+    policy = spec.global_policy
+    if policy is None:
+        return None, []
+    if policy.disabled:
+        # Contour reads `disabled` on routes only.
+        return None, [_ignored(spec.global_at, "disabled opts a route out, not a virtual host")]
+    if rate_limit_service:
+        return policy, []
+    message = missing_service_message("Spec.VirtualHost.RateLimitPolicy.Global")
+    return None, [PolicyProblem(VIRTUAL_HOST_ERROR, "RateLimitPolicyNotValid", message)]
+
+
+def _ignored(where: str, why: str) -> PolicyProblem:
+    return PolicyProblem(
+        SPEC_ERROR, IGNORED_FIELD, f'ignoring field "{where}"; {why}', warning=True
+    )
 
 
 # --- CORS ---------------------------------------------------------------------------------------
@@ -635,12 +656,20 @@ def report(status: StatusSink, problems: list[PolicyProblem]) -> bool:
 
 
 def with_route_filters(
-    route: Route, ip_filter: IPFilter | None, rate_limit: LocalRateLimit | None
+    route: Route,
+    ip_filter: IPFilter | None,
+    rate_limit: LocalRateLimit | None,
+    global_rate_limit: GlobalRateLimit | None = None,
 ) -> Route:
-    """`route` with its own IP filter and rate limit (each replaces the virtual host's)."""
-    if ip_filter is None and rate_limit is None:
+    """`route` with its own IP filter and rate limits (each replaces the virtual host's)."""
+    if ip_filter is None and rate_limit is None and global_rate_limit is None:
         return route
-    policies = dataclasses.replace(route.policies, ip_filter=ip_filter, rate_limit=rate_limit)
+    policies = dataclasses.replace(
+        route.policies,
+        ip_filter=ip_filter,
+        rate_limit=rate_limit,
+        global_rate_limit=global_rate_limit,
+    )
     return dataclasses.replace(route, policies=policies)
 
 

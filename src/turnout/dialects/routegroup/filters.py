@@ -19,7 +19,7 @@ form of it cannot be expressed); any other name is a problem naming it, never dr
 | `compress()` | gzip compression | approximated |
 | `corsOrigin(origins...)` | route CORS policy | approximated |
 | `ratelimit(n, "period"[, status])` | local rate limit | approximated |
-| `clusterRatelimit` | - | refused: no rate limit service |
+| `clusterRatelimit`, `clusterClientRatelimit` | global rate limit | approximated |
 | `backendTimeout("d")` | route timeout | native |
 | `fadeIn("d"[, exponent])` | cluster slow start | approximated |
 | `consistentHashKey("${request...}")` | hash policy | native for header/cookie/query/source |
@@ -48,6 +48,13 @@ Approximations (the user-facing list is in docs/dialects/routegroup.md):
   themselves (the CORS filter skips them);
 - ratelimit: a token bucket of `n` tokens refilled every period, shared by the route in this
   Envoy (Skipper: a sliding window per Skipper instance); the period must be whole seconds;
+- clusterRatelimit, clusterClientRatelimit: with `--rate-limit-service`, the route asks the
+  operator's rate limit service about the descriptor `generic_key=<group>` (per client: followed
+  by `remote_address`, or by one entry per header of the comma-separated list, keyed by the
+  header's lower-case name); the service's own configuration holds the limit (`n` per `period`
+  is checked, not sent), and a limited request gets 429. Without the flag they are refused; on a
+  shunt route (Envoy asks the service only for forwarded requests) and with a status code other
+  than 429 (Envoy's ratelimit filter answers one status for every route) too;
 - fadeIn: Envoy's slow start (round robin and least request clusters) ramps weights, starting at
   1 %, with aggression 1/exponent, per cluster (Skipper per route);
 - consecutiveBreaker: Envoy ejects the failing endpoint for the timeout instead of answering 503
@@ -91,6 +98,8 @@ from turnout.graph.model import (
     CorsPolicy,
     DirectResponse,
     ExactOrigin,
+    GenericKeyEntry,
+    GlobalRateLimit,
     HashPolicy,
     HashSource,
     HeaderPolicy,
@@ -101,7 +110,10 @@ from turnout.graph.model import (
     Mirror,
     OutlierDetection,
     PathRewrite,
+    RateLimitDescriptor,
     Redirect,
+    RemoteAddressEntry,
+    RequestHeaderEntry,
     RoutePolicies,
     SlowStart,
     Timeouts,
@@ -157,6 +169,8 @@ SUPPORTED_FILTERS = (
     "compress",
     "corsOrigin",
     "ratelimit",
+    "clusterRatelimit",
+    "clusterClientRatelimit",
     "backendTimeout",
     "fadeIn",
     "consistentHashKey",
@@ -172,15 +186,7 @@ SUPPORTED_FILTERS = (
 SUPPORTED_LIST = "docs/dialects/routegroup.md"
 
 # Refused with a reason of their own rather than "not supported".
-_REFUSED = {
-    "clusterRatelimit": (
-        "needs a rate limit service shared by every proxy (Envoy's ratelimit filter with an "
-        "external RLS), and turnout has none configured"
-    ),
-    "clusterClientRatelimit": (
-        "needs a rate limit service shared by every proxy, and turnout has none configured"
-    ),
-}
+_REFUSED: dict[str, str] = {}
 
 _REDIRECT_CODES = frozenset((301, 302, 303, 307, 308))
 _INVALID = "invalid filter parameters"
@@ -253,6 +259,8 @@ class _State:
     cors_index: int = -1
     index: int = -1  # the filter being translated
     rate_limit: LocalRateLimit | None = None
+    rate_limit_service: bool = False  # --rate-limit-service is set
+    global_descriptors: list[RateLimitDescriptor] = field(default_factory=list)
     timeout_s: float | None = None
     hash_policies: list[HashPolicy] = field(default_factory=list)
     upstream: dict[str, object] = field(default_factory=dict)
@@ -264,6 +272,7 @@ def translate_filters(
     mirror_cluster: Callable[[str], str | NotMirrorable | None] | None = None,
     shunt: bool | None = None,
     discovery: Callable[[str], IssuerDiscovery | None] | None = None,
+    rate_limit_service: bool = False,
 ) -> FilterTranslation:
     """The graph policies of a route's filter chain, with a problem for each filter that cannot
     be installed (the others are still translated, so every problem is reported at once).
@@ -273,8 +282,10 @@ def translate_filters(
     `shunt`: whether the route's backend is `<shunt>`; False refuses `status()` without
     `inlineContent` (Envoy cannot replace an upstream response's status), None assumes a shunt.
     `discovery` gives what OpenID discovery answered for an issuer (None: no answer yet).
+    `rate_limit_service`: whether a global rate limit service is configured (clusterRatelimit).
     """
     state = _State(mirror_cluster, shunt, discovery)
+    state.rate_limit_service = rate_limit_service
     unavailable: list[Unavailable] = []
     problems: list[CallProblem] = []
     status_index = -1
@@ -344,6 +355,9 @@ def translate_filters(
         path_rewrite=state.path,
         mirrors=tuple(state.mirrors),
         rate_limit=state.rate_limit,
+        global_rate_limit=(
+            GlobalRateLimit(tuple(state.global_descriptors)) if state.global_descriptors else None
+        ),
         hash_policies=tuple(state.hash_policies),
         cors=state.cors,
         compression=state.compression,
@@ -761,6 +775,55 @@ def _ratelimit(state: _State, call: Call) -> None:
     state.rate_limit = LocalRateLimit(requests=requests, unit_s=int(period), status=status)
 
 
+def _cluster_ratelimit(state: _State, call: Call) -> None:
+    """`clusterRatelimit(group, n, period[, status])`: the group's descriptor."""
+    group = _cluster_group(state, call, 4)
+    if len(call.args) == 4 and _integer(call.args[3], "the status code", 400, 599) != 429:
+        raise _Refused(
+            "a status code other than 429 is not supported: Envoy's ratelimit filter answers "
+            "one status for every route"
+        )
+    state.global_descriptors.append(RateLimitDescriptor((GenericKeyEntry(group),)))
+
+
+def _cluster_client_ratelimit(state: _State, call: Call) -> None:
+    """`clusterClientRatelimit(group, n, period[, headers])`: the group's descriptor per client,
+    the client being its address or the values of the comma-separated headers."""
+    group = _cluster_group(state, call, 4)
+    client: tuple[RemoteAddressEntry | RequestHeaderEntry, ...] = (RemoteAddressEntry(),)
+    if len(call.args) == 4:
+        text = string_arg(call.args[3])
+        names = [n.strip() for n in (text or "").split(",")]
+        if text is None or not all(_TOKEN.fullmatch(n) for n in names):
+            raise _Refused(f"{_INVALID}: the headers must be a comma-separated list of names")
+        client = tuple(RequestHeaderEntry(n.lower(), n.lower()) for n in names)
+    state.global_descriptors.append(RateLimitDescriptor((GenericKeyEntry(group), *client)))
+
+
+def _cluster_group(state: _State, call: Call, max_args: int) -> str:
+    """The group of a cluster rate limit, its other arguments checked."""
+    if not state.rate_limit_service:
+        raise _Refused(
+            "needs a global rate limit service shared by every proxy: start turnout with "
+            "--rate-limit-service HOST:PORT (the operator's service speaking Envoy's rate limit "
+            "gRPC API)"
+        )
+    if not 3 <= len(call.args) <= max_args:
+        raise _Refused(f"{_INVALID}: expects a group, a number of requests and a period")
+    group = string_arg(call.args[0])
+    if not group:
+        raise _Refused(f"{_INVALID}: the group must be a non-empty string")
+    _integer(call.args[1], "the number of requests", 1, 2**32 - 1)
+    if _duration(call.args[2], "the period") <= 0:
+        raise _Refused(f"{_INVALID}: the period must be positive")
+    if state.shunt is True:
+        raise _Refused(
+            "is not supported on a shunt route: Envoy asks the rate limit service "
+            "about forwarded requests only"
+        )
+    return group
+
+
 def _backend_timeout(state: _State, call: Call) -> None:
     if len(call.args) != 1:
         raise _Refused(f"{_INVALID}: expects one duration")
@@ -943,6 +1006,8 @@ _HANDLERS: dict[str, Callable[[_State, Call], None]] = {
     "compress": _compress,
     "corsOrigin": _cors_origin,
     "ratelimit": _ratelimit,
+    "clusterRatelimit": _cluster_ratelimit,
+    "clusterClientRatelimit": _cluster_client_ratelimit,
     "backendTimeout": _backend_timeout,
     "fadeIn": _fade_in,
     "consistentHashKey": _consistent_hash_key,

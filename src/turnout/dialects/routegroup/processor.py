@@ -279,6 +279,7 @@ class _Compiler:
             mirror_cluster=lambda url: self._mirror(rg, url),
             shunt=[b.type for b in backends] == [BackendType.SHUNT],
             discovery=self.ctx.options.discovery,
+            rate_limit_service=self.ctx.options.rate_limit_service is not None,
         )
         refused = False
         for u in filters.unavailable:

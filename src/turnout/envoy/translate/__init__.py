@@ -19,7 +19,10 @@ What is translated today:
   every HTTP connection manager and a cluster for the JWKS host (see `http_filters`);
 - the access log and OpenTelemetry tracing options -> a logger on every HTTP connection manager
   and TCP proxy, the tracer on every HTTP connection manager and a cluster for the collector
-  (see `telemetry`).
+  (see `telemetry`);
+- the rate limit service option -> the global ratelimit filter on every HTTP connection manager
+  and a cluster for the service; virtual hosts' and routes' global rate limits -> their rate
+  limit actions (see `rate_limit`).
 
 `translate` never raises. `graph.validate.enforce_envoy_limits` keeps values Envoy would reject out
 of the graph, and each piece is translated under a guard in case one still makes protobuf raise:
@@ -44,6 +47,7 @@ from turnout.envoy.translate.client_validation import (
 from turnout.envoy.translate.clusters import (
     has_load_assignment,
     jwks_cluster,
+    rate_limit_cluster,
     tracing_cluster,
     translate_cluster,
     translate_load_assignment,
@@ -119,6 +123,11 @@ def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> E
             clusters.append(tracing_cluster(opts.tracing, opts))
         except Exception as err:
             log_translation_failure("tracing collector cluster", err)
+    if opts.rate_limit_service is not None:
+        try:
+            clusters.append(rate_limit_cluster(opts.rate_limit_service, opts))
+        except Exception as err:
+            log_translation_failure("rate limit service cluster", err)
     secrets: list[Any] = []
     for secret in sorted(graph.secrets, key=lambda s: str(s.name)):
         try:

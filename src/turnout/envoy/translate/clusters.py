@@ -56,10 +56,11 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.v3 import http_pb2
 
-from turnout.compile_inputs import DEFAULT_SYSTEM_CA_FILE
+from turnout.compile_inputs import DEFAULT_SYSTEM_CA_FILE, RateLimitService
 from turnout.envoy.translate.common import ads_config_source, duration, pack
 from turnout.envoy.translate.http_filters import jwks_cluster_name
 from turnout.envoy.translate.options import Tracing, TranslateOptions
+from turnout.envoy.translate.rate_limit import rate_limit_cluster_name
 from turnout.envoy.translate.route_policies import apply_idle_connection_timeout
 from turnout.envoy.translate.secrets import transport_socket
 from turnout.envoy.translate.tcp import add_tcp_health_check
@@ -382,6 +383,17 @@ def tracing_cluster(tracing: Tracing, options: TranslateOptions) -> Any:
     (in clear text, as collectors listen on 4317 by default)."""
     name = tracing_cluster_name(tracing)
     out = _host_port_cluster(name, tracing.collector_host, tracing.collector_port, options)
+    out.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].CopyFrom(
+        pack(_http2_protocol_options())
+    )
+    return out
+
+
+def rate_limit_cluster(service: RateLimitService, options: TranslateOptions) -> Any:
+    """The cluster Envoy's ratelimit filter asks the rate limit service through: gRPC, so
+    HTTP/2 in clear text (h2c, as Contour's `protocol: h2c` extension services)."""
+    name = rate_limit_cluster_name(service)
+    out = _host_port_cluster(name, service.host, service.port, options)
     out.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].CopyFrom(
         pack(_http2_protocol_options())
     )

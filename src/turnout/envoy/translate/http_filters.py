@@ -7,7 +7,8 @@ Every HTTP connection manager carries the four filters, in this order, first in 
     -> envoy.filters.http.compressor
     (-> the Lua filter of cookie rewrites -> envoy.filters.http.router)
 
-(the compressor is listed `disabled` and a route that compresses enables it with a
+(with `--rate-limit-service`, `envoy.filters.http.ratelimit` follows the local rate limiter: see
+`rate_limit.py`; the compressor is listed `disabled` and a route that compresses enables it with a
 `FilterConfig`; CORS can also be set per route, merged field by field with the virtual host's)
 
 While some route validates JWTs (`RoutePolicies.jwt`), every connection manager also carries
@@ -57,7 +58,9 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.v3 import http_status_pb2, percent_pb2, token_bucket_pb2
 
+from turnout.compile_inputs import RateLimitService
 from turnout.envoy.translate.common import duration, pack
+from turnout.envoy.translate.rate_limit import rate_limit_filter
 from turnout.graph.model import (
     CorsPolicy,
     HeaderValue,
@@ -95,10 +98,17 @@ _STAT_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _MIN_FILL_INTERVAL_S = 0.05
 
 
-def policy_http_filters(jwt_providers: Sequence[JwtValidation] = ()) -> list[Any]:
+def policy_http_filters(
+    jwt_providers: Sequence[JwtValidation] = (), rate_limit_service: RateLimitService | None = None
+) -> list[Any]:
     """The policy filters of every HTTP connection manager, disabled until configured, with the
-    JWT filter when some route validates tokens (`jwt_providers`, see `jwt_providers`)."""
-    jwt = [jwt_authn_filter(jwt_providers)] if jwt_providers else []
+    JWT filter when some route validates tokens (`jwt_providers`, see `jwt_providers`) and the
+    global rate limiter when a rate limit service is configured (`rate_limit.py`)."""
+    # After the local limiter (a client over its local limit costs the service no call) and
+    # before the JWT filter, as the local limiter is.
+    optional = [rate_limit_filter(rate_limit_service)] if rate_limit_service is not None else []
+    if jwt_providers:
+        optional.append(jwt_authn_filter(jwt_providers))
     return [
         hcm_pb2.HttpFilter(name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())),
         # No `rules`: the filter enforces nothing until a virtual host or route sets some (an
@@ -110,7 +120,7 @@ def policy_http_filters(jwt_providers: Sequence[JwtValidation] = ()) -> list[Any
                 local_rate_limit_pb2.LocalRateLimit(stat_prefix=_RATELIMIT_STAT_PREFIX)
             ),
         ),
-        *jwt,
+        *optional,
         # Disabled: only a route that compresses enables it (`route_compression`).
         hcm_pb2.HttpFilter(
             name=COMPRESSOR_FILTER, typed_config=pack(gzip_compressor()), disabled=True

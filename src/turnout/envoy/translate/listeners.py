@@ -291,7 +291,7 @@ def http_connection_manager(
     hcm.strip_trailing_host_dot = True
     hcm.use_remote_address.value = True
     hcm.xff_num_trusted_hops = options.num_trusted_hops
-    hcm.http_filters.extend(policy_http_filters(options.jwt_providers))
+    hcm.http_filters.extend(policy_http_filters(options.jwt_providers, options.rate_limit_service))
     # Idle too until a route names a cookie-rewriting script (`route_policies.py`).
     hcm.http_filters.append(lua_http_filter())
     hcm.http_filters.append(

@@ -10,6 +10,7 @@ from turnout.compile_inputs import (
     DEFAULT_PATH_NORMALIZATION,
     DEFAULT_SYSTEM_CA_FILE,
     PathNormalization,
+    RateLimitService,
 )
 
 if TYPE_CHECKING:
@@ -85,6 +86,9 @@ class TranslateOptions:
     Ubuntu's system bundle.
     `paths`: how every HTTP connection manager rewrites paths beyond RFC 3986 normalisation
     (merge slashes, escaped slashes); the evaluator takes the same value.
+    `rate_limit_service`: the global rate limit service every HTTP connection manager's
+    ratelimit filter asks (over a cluster of its own, `clusters.rate_limit_cluster`); None: no
+    ratelimit filter (the compile then lets no global policy into the graph).
     `jwt_providers`: set by `translate` from the graph (`http_filters.jwt_providers`), not by
     callers: the JWT providers every HTTP connection manager carries.
     """
@@ -96,6 +100,7 @@ class TranslateOptions:
     num_trusted_hops: int = 0
     system_ca_file: str = DEFAULT_SYSTEM_CA_FILE
     paths: PathNormalization = DEFAULT_PATH_NORMALIZATION
+    rate_limit_service: RateLimitService | None = None
     jwt_providers: tuple[JwtValidation, ...] = ()
 
     def __post_init__(self) -> None:

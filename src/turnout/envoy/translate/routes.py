@@ -30,6 +30,7 @@ from turnout.envoy.translate.http_filters import (
     set_route_filter_configs,
     set_virtual_host_filter_configs,
 )
+from turnout.envoy.translate.rate_limit import RATELIMIT_FILTER, opt_out, rate_limits
 from turnout.envoy.translate.route_policies import apply_route_policies
 from turnout.graph.evaluate import (
     NO_BACKEND_STATUS,
@@ -160,6 +161,8 @@ def translate_virtual_host(vh: VirtualHost) -> Any:
     authority = wildcard_authority_matcher(vh)
     out = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
     set_virtual_host_filter_configs(out, vh)
+    if vh.policies.global_rate_limit is not None:
+        out.rate_limits.extend(rate_limits(vh.policies.global_rate_limit, translate_header_match))
     for route in vh.routes:
         message = translate_route_guarded(route, authority)
         if message is not None:
@@ -209,8 +212,19 @@ def translate_route(route: Route, authority: Any | None = None) -> Any:
     elif isinstance(action, Redirect):
         out.redirect.CopyFrom(translate_redirect(action))
     set_route_filter_configs(out, route, out.name)
+    _set_global_rate_limit(out, route)
     apply_route_policies(out, route)
     return out
+
+
+def _set_global_rate_limit(out: Any, route: Route) -> None:
+    policy = route.policies.global_rate_limit
+    if policy is None:
+        return
+    if policy.disabled:
+        out.typed_per_filter_config[RATELIMIT_FILTER].CopyFrom(opt_out())
+    elif isinstance(route.action, Forward):
+        out.route.rate_limits.extend(rate_limits(policy, translate_header_match))
 
 
 def route_name(source: RouteSource) -> str:
