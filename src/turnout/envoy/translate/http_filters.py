@@ -42,7 +42,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from envoy.config.core.v3 import address_pb2, base_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2
 from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.compression.gzip.compressor.v3 import gzip_pb2
@@ -189,7 +189,7 @@ def ext_authz_filter(auth: ExternalAuthorization) -> Any:
     it. Contour's settings: the peer certificate is passed, `failure_mode_allow` is `fail_open`,
     and a server that answers nothing within the timeout counts as a failure."""
     config = ext_authz_pb2.ExtAuthz(
-        transport_api_version=base_pb2.ApiVersion.V3,
+        transport_api_version=config_source_pb2.ApiVersion.V3,
         failure_mode_allow=auth.fail_open,
         include_peer_certificate=True,
     )
