@@ -128,7 +128,7 @@ def test_envoy_accepts_the_ext_authz_filter_and_per_route_settings() -> None:
         for rc in resources.routes
         for vh in rc.virtual_hosts
         for r in vh.routes
-        if rc.name.startswith("https")
+        if rc.name.startswith("https") and vh.name == HOST
     }
     per_route = ext_authz_pb2.ExtAuthzPerRoute()
     routes["/public"].typed_per_filter_config["envoy.filters.http.ext_authz"].Unpack(per_route)
