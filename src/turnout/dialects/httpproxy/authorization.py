@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from turnout.dialects.fields import MAX_UINT32
 from turnout.dialects.httpproxy.extension_service import EXTENSION_API_VERSION, ExtensionCluster
 from turnout.dialects.httpproxy.route_policies import timeout_setting
 from turnout.dialects.httpproxy.upstream import Reader
@@ -79,6 +80,10 @@ def read_authorization(r: Reader, value: Any, path: str) -> AuthorizationSpec | 
         r.check_fields(b, f"{path}.withRequestBody", _BODY_FIELDS)
         bp = f"{path}.withRequestBody"
         size = r.integer(b, "maxRequestBytes", bp) if b.get("maxRequestBytes") is not None else 0
+        if not 0 <= size <= MAX_UINT32:
+            # The CRD's uint32; Envoy would refuse the listener.
+            r.error(f"{bp}.maxRequestBytes: must be between 1 and {MAX_UINT32}, got {size}")
+            size = 0
         body = AuthorizationBody(
             max_request_bytes=size or DEFAULT_MAX_REQUEST_BYTES,
             allow_partial_message=r.boolean(b, "allowPartialMessage", bp),
