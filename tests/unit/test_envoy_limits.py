@@ -504,6 +504,12 @@ MODEL_FIELDS: dict[str, str] = {
     "RoutePolicies.cors": CHECKED,
     "RoutePolicies.compression": CHECKED,
     "RoutePolicies.jwt": CHECKED,
+    "RoutePolicies.authorization": CHECKED,
+    **{f"RouteAuthorization.{f}": CHECKED for f in ("disabled", "context")},
+    **{f"ExternalAuthorization.{f}": CHECKED for f in
+       ("cluster", "fail_open", "response_timeout_s", "with_request_body")},
+    **{f"AuthorizationBody.{f}": CHECKED for f in
+       ("max_request_bytes", "allow_partial_message", "pack_as_bytes")},
     "JwtValidation.issuer": CHECKED,
     "JwtValidation.jwks_uri": CHECKED,
     "Endpoint.address": CHECKED,
@@ -592,7 +598,8 @@ MODEL_FIELDS: dict[str, str] = {
     "VirtualHost.owner": "part of problems only",
     "VirtualHost.sni": CHECKED,
     "VirtualHost.hostname_match": ENUM,
-    **{f"VirtualHostPolicies.{f}": CHECKED for f in ("cors", "ip_filter", "rate_limit")},
+    **{f"VirtualHostPolicies.{f}": CHECKED for f in
+       ("cors", "ip_filter", "rate_limit", "authorization")},
     "WeightedCluster.cluster": CHECKED,
     "WeightedCluster.weight": CHECKED,
     "WeightedCluster.policies": CHECKED,
