@@ -39,7 +39,7 @@ from turnout.config import ServeConfig, split_host_port
 from turnout.controller import envoy_state_dir, running_envoy
 from turnout.envoy.state import StateDirError
 from turnout.graph.build import CompileResult
-from turnout.graph.evaluate import Decision, evaluate, make_request
+from turnout.graph.evaluate import Decision, authorization_check, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
 from turnout.graph.policy_answers import DEFAULT_CLIENT_ADDRESS, PolicyAnswer
 from turnout.objects import thaw
@@ -824,6 +824,20 @@ def _action_text(decision: Decision) -> str:
         return f"{decision.rejected_status} before routing: {decision.rejected_reason}"
     if route is None:
         return "404 (no route matched)"
+    auth = authorization_check(decision)
+    if auth is not None:
+        # The server's answer is not in the graph: say what it decides, then the rest.
+        vh = decision.virtual_host
+        assert vh is not None
+        plain = dataclasses.replace(
+            vh, policies=dataclasses.replace(vh.policies, authorization=None)
+        )
+        rest = _action_text(dataclasses.replace(decision, virtual_host=plain))
+        unreachable = "allowed" if auth.fail_open else "403"
+        return (
+            f"depends on the authorization server (cluster {auth.cluster}; {unreachable} when it "
+            f"cannot be reached): its denial is answered as it says, otherwise {rest}"
+        )
     jwt = route.policies.jwt
     if jwt is not None:
         # Not a routing decision: the route is chosen first, then the token is checked.

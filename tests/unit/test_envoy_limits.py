@@ -522,6 +522,12 @@ MODEL_FIELDS: dict[str, str] = {
     **{f"InternalRedirectPolicy.{f}": CHECKED for f in
        ("max_redirects", "response_codes", "deny_repeated_route")},
     "InternalRedirectPolicy.cross_scheme": ENUM,
+    "RoutePolicies.authorization": CHECKED,
+    **{f"RouteAuthorization.{f}": CHECKED for f in ("disabled", "context")},
+    **{f"ExternalAuthorization.{f}": CHECKED for f in
+       ("cluster", "fail_open", "response_timeout_s", "with_request_body")},
+    **{f"AuthorizationBody.{f}": CHECKED for f in
+       ("max_request_bytes", "allow_partial_message", "pack_as_bytes")},
     "JwtValidation.issuer": CHECKED,
     "JwtValidation.jwks_uri": CHECKED,
     "Endpoint.address": CHECKED,
@@ -611,7 +617,7 @@ MODEL_FIELDS: dict[str, str] = {
     "VirtualHost.sni": CHECKED,
     "VirtualHost.hostname_match": ENUM,
     **{f"VirtualHostPolicies.{f}": CHECKED for f in
-       ("cors", "ip_filter", "rate_limit", "global_rate_limit")},
+       ("cors", "ip_filter", "rate_limit", "global_rate_limit", "authorization")},
     "RoutePolicies.global_rate_limit": CHECKED,
     "GlobalRateLimit.descriptors": CHECKED,
     "GlobalRateLimit.disabled": TRANSLATOR,

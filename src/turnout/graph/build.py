@@ -252,6 +252,13 @@ def build_graph(
     listeners.sort(key=lambda lst: lst.name)
 
     used = tcp_cluster_names(listeners)
+    # An authorization server's cluster is used by the virtual host, not by any route.
+    used.update(
+        vh.policies.authorization.cluster
+        for lst in listeners
+        for vh in lst.virtual_hosts
+        if vh.policies.authorization is not None
+    )
     for route in (r for lst in listeners for vh in lst.virtual_hosts for r in vh.routes):
         if isinstance(route.action, Forward):
             used.update(wc.cluster for wc in route.action.clusters)

@@ -99,6 +99,7 @@ from turnout.compile_inputs import (
 from turnout.graph.model import (
     INVALID_BACKEND,
     DirectResponse,
+    ExternalAuthorization,
     Forward,
     HeaderMatch,
     HostnameMatch,
@@ -765,3 +766,13 @@ def make_request(
         sni=sni,
         client_address=client_address,
     )
+
+
+def authorization_check(decision: Decision) -> ExternalAuthorization | None:
+    """The external authorization the chosen route's request goes through first, if any: the
+    answer then depends on the authorization server, which the evaluator cannot ask."""
+    vh, route = decision.virtual_host, decision.route
+    if vh is None or route is None or vh.policies.authorization is None:
+        return None
+    own = route.policies.authorization
+    return None if own is not None and own.disabled else vh.policies.authorization

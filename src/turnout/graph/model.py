@@ -542,6 +542,37 @@ class JwtValidation:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthorizationBody:
+    """Send the request body to the authorization server (Envoy's `with_request_body`)."""
+
+    max_request_bytes: int = 1024
+    allow_partial_message: bool = False
+    pack_as_bytes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalAuthorization:
+    """Every request of a virtual host is checked by an external authorization server first
+    (Envoy's gRPC `ext_authz`, API v3) at `cluster` (an HTTP/2 cluster); a route may opt out or
+    add context (`RoutePolicies.authorization`). `fail_open`: a server that cannot be reached lets
+    requests through instead of answering 403."""
+
+    cluster: str  # Cluster.name
+    response_timeout_s: float | None = None  # None: Envoy's default; 0: no timeout
+    fail_open: bool = False
+    with_request_body: AuthorizationBody | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteAuthorization:
+    """A route's part in its virtual host's external authorization: skipped (`disabled`), or
+    checked with `context` (sorted key/value pairs the server receives as context extensions)."""
+
+    disabled: bool = False
+    context: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class BackendPolicies:
     """Header, Host and cookie changes for the requests one backend of a route receives (and its
     responses). Applied besides the route's own (`RoutePolicies`); None fields change nothing."""
@@ -573,6 +604,8 @@ class RoutePolicies:
     compression: Compression | None = None
     jwt: JwtValidation | None = None  # checked before the action (even a direct response)
     internal_redirect: InternalRedirectPolicy | None = None
+    # Only with the virtual host's `authorization`; None: checked with no context.
+    authorization: RouteAuthorization | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -581,6 +614,7 @@ class VirtualHostPolicies:
     ip_filter: IPFilter | None = None
     rate_limit: LocalRateLimit | None = None
     global_rate_limit: GlobalRateLimit | None = None
+    authorization: ExternalAuthorization | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,6 +90,7 @@ from turnout.graph.model import (
     DirectResponse,
     Endpoint,
     ExactOrigin,
+    ExternalAuthorization,
     Forward,
     GenericKeyEntry,
     GlobalRateLimit,
@@ -112,6 +113,7 @@ from turnout.graph.model import (
     RegexOrigin,
     RequestHeaderEntry,
     Route,
+    RouteAuthorization,
     RouteMatch,
     RoutePolicies,
     RoutingGraph,
@@ -791,6 +793,7 @@ def policies_problem(p: RoutePolicies, clusters: frozenset[str]) -> str | None:
         or _compression_problem(p.compression)
         or _jwt_problem(p.jwt)
         or _internal_redirect_problem(p.internal_redirect)
+        or _route_authorization_problem(p.authorization)
     )
     if problem is not None:
         return problem
@@ -900,13 +903,52 @@ def _cors_problem(cors: CorsPolicy | None) -> str | None:
     return None
 
 
-def _vhost_policies_problem(p: VirtualHostPolicies) -> str | None:
+def _vhost_policies_problem(p: VirtualHostPolicies, clusters: frozenset[str]) -> str | None:
     return (
         _cors_problem(p.cors)
         or _ip_filter_problem(p.ip_filter)
         or _rate_limit_problem(p.rate_limit)
         or _global_rate_limit_problem(p.global_rate_limit)
+        or _authorization_problem(p.authorization, clusters)
     )
+
+
+def _authorization_problem(a: ExternalAuthorization | None, clusters: frozenset[str]) -> str | None:
+    """The gRPC service's cluster must exist (or every request of the host fails), its timeout
+    is a duration, and `BufferSettings.max_request_bytes` a uint32 above 0."""
+    if a is None:
+        return None
+    if a.cluster not in clusters:
+        return f"authorization cluster {a.cluster!r} is not a usable cluster"
+    body = a.with_request_body
+    return _first(
+        ("authorization fail open", lambda: _flags(a.fail_open)),
+        ("authorization response timeout", lambda: _optional(a.response_timeout_s, _duration)),
+        (
+            "authorization max request bytes",
+            lambda: None if body is None else _int_in(body.max_request_bytes, 1, UINT32_MAX),
+        ),
+        (
+            "authorization body flags",
+            lambda: (
+                None if body is None else _flags(body.allow_partial_message, body.pack_as_bytes)
+            ),
+        ),
+    )
+
+
+def _route_authorization_problem(a: RouteAuthorization | None) -> str | None:
+    """Context extensions are protobuf strings."""
+    if a is None:
+        return None
+    problem = _flags(a.disabled)
+    if problem is not None:
+        return f"authorization disabled {problem}"
+    for key, value in a.context:
+        problem = _text(key) or _text(value)
+        if problem is not None:
+            return f"authorization context {key!r} {problem}"
+    return None
 
 
 def virtual_host_problem(vh: VirtualHost, g: _Context) -> str | None:
@@ -934,7 +976,7 @@ def virtual_host_problem(vh: VirtualHost, g: _Context) -> str | None:
             )
     problem = _tls_problem(vh.tls, g)
     if problem is None and vh.policies != _NO_VHOST_POLICIES:
-        problem = _vhost_policies_problem(vh.policies)
+        problem = _vhost_policies_problem(vh.policies, g.clusters)
     return problem
 
 

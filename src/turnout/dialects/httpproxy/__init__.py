@@ -34,6 +34,7 @@ class HTTPProxyDialect(Dialect):
         {
             ("projectcontour.io/v1", "HTTPProxy"),
             ("projectcontour.io/v1", "TLSCertificateDelegation"),
+            ("projectcontour.io/v1alpha1", "ExtensionService"),
         }
     )
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.contour.order import contour_route_order, sorted_headers, sorted_queries
 from turnout.dialects.httpproxy import (
+    authorization,
     health_check,
     route_policies,
     tcp_route,
@@ -37,6 +38,7 @@ from turnout.dialects.httpproxy import (
     upstream,
     vhost_policies,
 )
+from turnout.dialects.httpproxy.authorization import AuthPolicySpec
 from turnout.dialects.httpproxy.classes import serves
 from turnout.dialects.httpproxy.conditions import (
     IncludeKey,
@@ -49,6 +51,7 @@ from turnout.dialects.httpproxy.conditions import (
     path_conditions_error,
     query_conditions_error,
 )
+from turnout.dialects.httpproxy.extension_service import compile_extension_services
 from turnout.dialects.httpproxy.spec import (
     GROUP,
     INCLUDE_ERROR,
@@ -83,6 +86,7 @@ from turnout.graph.model import (
     BackendPolicies,
     Cluster,
     DirectResponse,
+    ExternalAuthorization,
     Forward,
     HostnameMatch,
     LoadBalancerStrategy,
@@ -171,6 +175,7 @@ class _Candidate:
     route: Route
     proxy: tuple[str, str]  # whose status hears about a replaced duplicate
     permit_insecure: bool = False
+    auth_policy: AuthPolicySpec | None = None  # the route's own `authPolicy`
 
 
 class _BudgetExceeded(Exception):
@@ -198,6 +203,7 @@ class _Compiler:
         self.budget = 0
         # Service lookups by (namespace, name, port); many routes name the same Service.
         self.ports: dict[tuple[str, str, int], tuple[KubeObject | None, ServicePort | None]] = {}
+        self.extensions = compile_extension_services(snapshot, ctx.backends, ctx.secrets.ca_bundles)
 
     def run(self) -> DialectOutput:
         vhosts: list[tuple[str, VirtualHost]] = []
@@ -213,6 +219,7 @@ class _Compiler:
             if not proxy.is_root and key not in self.reached and proxy.schema_valid:
                 self.status[key].add_error(ORPHANED, "Orphaned", ORPHANED_MESSAGE)
         statuses = tuple(self.status[k].build() for k in sorted(self.status))
+        statuses += tuple(self.extensions.statuses)
         return DialectOutput(
             virtual_hosts=tuple(vhosts), statuses=statuses, tcp_proxies=tuple(self.tcp_proxies)
         )
@@ -269,6 +276,9 @@ class _Compiler:
                 "HTTPProxy.Spec must have at least one Route, Include, or a TCPProxy",
             )
             return []
+        if vh.authorization is not None and vh.authorization.name and vh.tls is None:
+            st.add_error(*authorization.not_permitted())
+            return []
         # Contour checks this one before TLS and before following the includes.
         conflict = vhost_policies.vhost_ip_conflict(vh.filter_policies)
         if conflict is not None and vhost_policies.report(st, [conflict]):
@@ -281,6 +291,9 @@ class _Compiler:
                 return []
             passthrough = isinstance(outcome, Passthrough)
             tls = outcome if isinstance(outcome, TLSTermination) else None
+        auth = self._authorization(proxy) if tls is not None else None
+        if auth is False:
+            return []
         if tcp_route.tcp_routes(proxy):
             # Seed 001's `protocol: tcp`: the whole hostname is a TCP proxy, with no HTTP routes
             # left to serve (`tcp_route.py`); an error leaves the root unserved.
@@ -333,11 +346,26 @@ class _Compiler:
             disable_permit_insecure=self.ctx.options.disable_permit_insecure,
             hostname_match=hostname_match,
         )
+        if isinstance(auth, ExternalAuthorization) and vh.authorization is not None:
+            secure = _with_authorization(secure, auth, vh.authorization, kept)
         if passthrough or spec.tcpproxy is not None:
             # Over TLS the hostname is TCP-proxied (or passed through); its routes only answer
             # plain HTTP, redirecting to HTTPS unless they permit insecure traffic (Contour).
             secure = [(lst, v) for lst, v in secure if lst == HTTP_LISTENER]
         return vhost_policies.with_vhost_policies(secure, policies)
+
+    def _authorization(self, proxy: ParsedProxy) -> ExternalAuthorization | bool | None:
+        """The root's external authorization, None without one, False with an error reported."""
+        vh = proxy.spec.virtualhost
+        if vh is None or vh.authorization is None or not vh.authorization.name:
+            return None
+        out = authorization.compile_authorization(
+            vh.authorization, proxy.obj.namespace, self.extensions.valid
+        )
+        if isinstance(out, ExternalAuthorization):
+            return out
+        self.status[proxy.key].add_error(*out)
+        return False
 
     def _tls(self, proxy: ParsedProxy, tls: TLSSpec) -> TLSTermination | Passthrough | None:
         """The root's TLS termination (with its fallback certificate and client validation,
@@ -643,7 +671,7 @@ class _Compiler:
             return None
         built = vhost_policies.with_route_filters(built, ip_filter, rate_limit, global_limit)
         built = self._failure_policy(proxy, route, built)
-        return _Candidate(built, proxy.key, route.permit_insecure)
+        return _Candidate(built, proxy.key, route.permit_insecure, route.auth_policy)
 
     def _failure_policy(self, proxy: ParsedProxy, route: RouteSpec, built: Route) -> Route:
         """failurePolicy's retries (`upstream.py`); its passive health check is on the clusters."""
@@ -778,6 +806,37 @@ class _Compiler:
                 f"Spec.Routes unresolved service reference: {result.message}",
             )
         return result
+
+
+def _with_authorization(
+    vhosts: list[tuple[str, VirtualHost]],
+    auth: ExternalAuthorization,
+    spec: authorization.AuthorizationSpec,
+    kept: list[_Candidate],
+) -> list[tuple[str, VirtualHost]]:
+    """The HTTPS host checks requests with `auth`, each route with its own setting. The plain-HTTP
+    host has no check, as in Contour: its routes redirect to HTTPS unless they permit insecure
+    traffic."""
+    own = {c.route.match: c.auth_policy for c in kept}
+    out: list[tuple[str, VirtualHost]] = []
+    for listener, vh in vhosts:
+        if listener == HTTPS_LISTENER:
+            routes = tuple(
+                dataclasses.replace(
+                    r,
+                    policies=dataclasses.replace(
+                        r.policies,
+                        authorization=authorization.route_authorization(
+                            spec.policy, own.get(r.match)
+                        ),
+                    ),
+                )
+                for r in vh.routes
+            )
+            policies = dataclasses.replace(vh.policies, authorization=auth)
+            vh = dataclasses.replace(vh, routes=routes, policies=policies)
+        out.append((listener, vh))
+    return out
 
 
 def _tls_version(value: str, default: str) -> str:

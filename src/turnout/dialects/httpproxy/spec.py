@@ -24,6 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnout.dialects.fields import FieldReader, describe
+from turnout.dialects.httpproxy.authorization import (
+    AuthorizationSpec,
+    AuthPolicySpec,
+    read_auth_policy,
+    read_authorization,
+)
 from turnout.dialects.httpproxy.health_check import ROUTE_FIELDS as HEALTH_ROUTE_FIELDS
 from turnout.dialects.httpproxy.health_check import (
     HealthCheckPolicySpec,
@@ -199,6 +205,7 @@ class RouteSpec:
     route_policies: RoutePolicySpec = NO_ROUTE_POLICIES
     # healthCheckPolicy (`health_check.py`)
     health_check: HealthCheckPolicySpec | None = None
+    auth_policy: AuthPolicySpec | None = None  # `authorization.py`
     # The fields written (not null), for rules that depend on what is set (`tcp_route.py`).
     fields: frozenset[str] = frozenset()
 
@@ -230,6 +237,7 @@ class VirtualHostSpec:
     tls: TLSSpec | None = None
     # corsPolicy, rateLimitPolicy, ipAllowPolicy, ipDenyPolicy (`vhost_policies.py`)
     filter_policies: FilterPolicySpec = NO_POLICIES
+    authorization: AuthorizationSpec | None = None  # `authorization.py`
 
     @property
     def terminates_tls(self) -> bool:
@@ -271,18 +279,20 @@ class ParsedProxy:
 # where the user sent them, only a feature is missing.
 _IGNORED_SPEC: frozenset[str] = frozenset()
 _IGNORED_VHOST: frozenset[str] = frozenset()
-_IGNORED_ROUTE = frozenset(
-    {
-        "authPolicy",  # only has an effect with vhost authorization, which is refused below
-    }
-)
+_IGNORED_ROUTE: frozenset[str] = frozenset()
 # Fields whose absence would weaken what the user asked for: the object is refused instead.
 _REFUSED_SPEC: frozenset[str] = frozenset()
-_REFUSED_VHOST = frozenset({"authorization", "jwtProviders"})
+_REFUSED_VHOST = frozenset({"jwtProviders"})
+# What to use instead of a refused field, in its message.
+_INSTEAD = {
+    "jwtProviders": "validate tokens in an authorization server (virtualhost.authorization)",
+    "jwtVerificationPolicy": "validate tokens in an authorization server "
+    "(virtualhost.authorization, with routes[].authPolicy)",
+}
 _REFUSED_ROUTE = frozenset({"jwtVerificationPolicy"})
 
 _SPEC_FIELDS = frozenset({"virtualhost", "routes", "includes", "ingressClassName", "tcpproxy"})
-_VHOST_FIELDS = frozenset({"fqdn", "tls"}) | FILTER_VHOST_FIELDS
+_VHOST_FIELDS = frozenset({"fqdn", "tls", "authorization"}) | FILTER_VHOST_FIELDS
 _TLS_FIELDS = frozenset(
     {
         "secretName",
@@ -294,7 +304,14 @@ _TLS_FIELDS = frozenset(
     }
 )
 _ROUTE_FIELDS = ROUTE_FIELDS | frozenset(
-    {"conditions", "services", "requestRedirectPolicy", "directResponsePolicy", "permitInsecure"}
+    {
+        "conditions",
+        "services",
+        "requestRedirectPolicy",
+        "directResponsePolicy",
+        "permitInsecure",
+        "authPolicy",
+    }
 )
 _ROUTE_FIELDS |= ROUTE_POLICY_FIELDS
 _ROUTE_FIELDS |= FILTER_ROUTE_FIELDS
@@ -336,7 +353,9 @@ class _Reader(FieldReader):
         self.error(f"{where}: {message}")
 
     def refused_field(self, where: str) -> None:
-        self.error(f"{where} is not supported by turnout yet", FIELD_NOT_SUPPORTED)
+        instead = _INSTEAD.get(where.rpartition(".")[2])
+        hint = f"; instead, {instead}" if instead else ""
+        self.error(f"{where} is not supported by turnout yet{hint}", FIELD_NOT_SUPPORTED)
 
     def ignored_field(self, where: str) -> None:
         self.problems.append(
@@ -404,11 +423,16 @@ def _virtualhost(r: _Reader, value: Any) -> VirtualHostSpec:
     r.check_fields(m, path, _VHOST_FIELDS, _IGNORED_VHOST, _REFUSED_VHOST)
     tls = _tls(r, m["tls"], f"{path}.tls") if m.get("tls") is not None else None
     filter_policies = read_virtualhost_policies(r, m, path)
+    auth = None
+    if m.get("authorization") is not None:
+        auth = read_authorization(r, m["authorization"], f"{path}.authorization")
     fqdn = m.get("fqdn")
     if fqdn is not None and not isinstance(fqdn, str):
         r.error(f"{path}.fqdn: must be a string, got {describe(fqdn)}")
-        return VirtualHostSpec(fqdn=None, tls=tls, filter_policies=filter_policies)
-    return VirtualHostSpec(fqdn=fqdn or "", tls=tls, filter_policies=filter_policies)
+        fqdn = None
+    elif fqdn is None:
+        fqdn = ""
+    return VirtualHostSpec(fqdn=fqdn, tls=tls, filter_policies=filter_policies, authorization=auth)
 
 
 def _tls(r: _Reader, value: Any, path: str) -> TLSSpec | None:
@@ -587,6 +611,9 @@ def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:
         upstream=read_route_upstream(r, m, path),
         route_policies=read_traffic_policies(r, m, path),
         health_check=read_route_health_check(r, m, path, services),
+        auth_policy=read_auth_policy(r, m["authPolicy"], f"{path}.authPolicy")
+        if m.get("authPolicy") is not None
+        else None,
         fields=written(m),
     )
 

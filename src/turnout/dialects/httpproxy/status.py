@@ -34,6 +34,7 @@ from turnout.status.model import (
 
 VALID_CONDITION = "Valid"
 VALID_MESSAGE = "Valid HTTPProxy"
+VALID_EXTENSION_MESSAGE = "Valid ExtensionService"
 ERROR_PRESENT = "ErrorPresent"
 ERROR_MESSAGE = "At least one error present, see Errors for details"
 ORPHANED_MESSAGE = "this HTTPProxy is not part of a delegation chain from a root HTTPProxy"
@@ -81,6 +82,23 @@ class ProxyStatusAccessor:
             generation=self.obj.generation,
             conditions=(_valid_condition(errors, warnings, self.obj.generation),),
             fields={"currentStatus": state.value, "description": description},
+        )
+
+    def build_extension(self) -> ObjectStatus:
+        """An ExtensionService's status: Contour's `Valid` condition alone."""
+        errors = tuple(_detail(p) for p in self.errors)
+        warnings = tuple(_detail(p) for p in self.warnings)
+        valid = _valid_condition(errors, warnings, self.obj.generation)
+        if not errors:
+            valid = dataclasses.replace(valid, message=VALID_EXTENSION_MESSAGE)
+        return ObjectStatus(
+            ref=self.obj.ref,
+            api_version=self.obj.api_version,
+            state=State.INVALID if errors else State.VALID,
+            summary=errors[0].message if errors else VALID_EXTENSION_MESSAGE,
+            shape=EXTENSION_SHAPE,
+            generation=self.obj.generation,
+            conditions=(valid,),
         )
 
 
@@ -146,3 +164,18 @@ def _finding_detail(f: Finding) -> Detail:
 
 
 HTTPPROXY_SHAPE = HTTPProxyShape()
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionServiceShape:
+    """Contour's ExtensionService status: `{conditions: [Valid]}`; findings are errors under it."""
+
+    def render(self, status: ObjectStatus) -> dict[str, Any]:
+        return render_plain(status)
+
+    def fold(self, status: ObjectStatus, findings: Sequence[Finding]) -> ObjectStatus:
+        folded = HTTPPROXY_SHAPE.fold(status, findings)
+        return dataclasses.replace(folded, fields=status.fields)
+
+
+EXTENSION_SHAPE = ExtensionServiceShape()

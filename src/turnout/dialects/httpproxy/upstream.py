@@ -430,3 +430,15 @@ def failure_policy_warning(route: RouteUpstream) -> Problem | None:
         IGNORED_FIELD,
         f'ignoring the retries of "{failure.field}"; the route\'s retryPolicy applies',
     )
+
+
+def check_upstream_validation(
+    spec: ValidationSpec, service: str, port: int, ca_bundles: CABundleResolver, namespace: str
+) -> UpstreamValidation | Problem:
+    """Contour's `LookupUpstreamValidation` for an ExtensionService."""
+    return _upstream_validation(spec, service, port, ca_bundles, namespace)
+
+
+def read_validation(r: Reader, value: Any, path: str) -> ValidationSpec | None:
+    """`validation` (caSecret, subjectName, subjectNames) as the services' reader reads it."""
+    return _validation(r, value, path)

@@ -43,12 +43,13 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from envoy.config.core.v3 import address_pb2, base_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2
 from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.compression.gzip.compressor.v3 import gzip_pb2
 from envoy.extensions.filters.http.compressor.v3 import compressor_pb2
 from envoy.extensions.filters.http.cors.v3 import cors_pb2
+from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2
 from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
@@ -63,6 +64,7 @@ from turnout.envoy.translate.common import duration, pack
 from turnout.envoy.translate.rate_limit import rate_limit_filter
 from turnout.graph.model import (
     CorsPolicy,
+    ExternalAuthorization,
     HeaderValue,
     IPFilter,
     IPFilterSource,
@@ -70,6 +72,7 @@ from turnout.graph.model import (
     LocalRateLimit,
     RegexOrigin,
     Route,
+    RouteAuthorization,
     RoutingGraph,
     VirtualHost,
 )
@@ -79,6 +82,7 @@ RBAC_FILTER = "envoy.filters.http.rbac"
 LOCAL_RATELIMIT_FILTER = "envoy.filters.http.local_ratelimit"
 COMPRESSOR_FILTER = "envoy.filters.http.compressor"
 JWT_AUTHN_FILTER = "envoy.filters.http.jwt_authn"
+EXT_AUTHZ_FILTER = "envoy.filters.http.ext_authz"
 
 
 # The name of the one RBAC policy turnout writes; it shows in Envoy's RBAC stats and logs.
@@ -99,16 +103,19 @@ _MIN_FILL_INTERVAL_S = 0.05
 
 
 def policy_http_filters(
-    jwt_providers: Sequence[JwtValidation] = (), rate_limit_service: RateLimitService | None = None
+    jwt_providers: Sequence[JwtValidation] = (),
+    rate_limit_service: RateLimitService | None = None,
+    authorization: ExternalAuthorization | None = None,
 ) -> list[Any]:
     """The policy filters of every HTTP connection manager, disabled until configured, with the
-    JWT filter when some route validates tokens (`jwt_providers`, see `jwt_providers`) and the
-    global rate limiter when a rate limit service is configured (`rate_limit.py`)."""
-    # After the local limiter (a client over its local limit costs the service no call) and
-    # before the JWT filter, as the local limiter is.
+    global rate limiter when a rate limit service is configured (`rate_limit.py`), the JWT filter
+    when some route validates tokens (`jwt_providers`, see `jwt_providers`), and the `ext_authz`
+    filter of a TLS host's chain whose host has `authorization`."""
+    # The global limiter after the local one (a client over its local limit costs the service
+    # no call); then tokens; then external authorization, as in Contour: cheap refusals first.
     optional = [rate_limit_filter(rate_limit_service)] if rate_limit_service is not None else []
-    if jwt_providers:
-        optional.append(jwt_authn_filter(jwt_providers))
+    optional += [jwt_authn_filter(jwt_providers)] if jwt_providers else []
+    optional += [ext_authz_filter(authorization)] if authorization is not None else []
     return [
         hcm_pb2.HttpFilter(name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())),
         # No `rules`: the filter enforces nothing until a virtual host or route sets some (an
@@ -176,6 +183,43 @@ def set_route_filter_configs(out: Any, route: Route, stat_name: str) -> None:
     if policies.jwt is not None and policies.jwt.jwks_endpoint() is not None:
         per_route = jwt_pb2.PerRouteConfig(requirement_name=jwt_provider_name(policies.jwt))
         out.typed_per_filter_config[JWT_AUTHN_FILTER].CopyFrom(pack(per_route))
+    auth = policies.authorization
+    if auth is not None and (auth.disabled or auth.context):
+        out.typed_per_filter_config[EXT_AUTHZ_FILTER].CopyFrom(pack(ext_authz_per_route(auth)))
+
+
+# --- external authorization ----------------------------------------------------------------------
+
+
+def ext_authz_filter(auth: ExternalAuthorization) -> Any:
+    """Envoy's gRPC `ext_authz` (transport API v3) checking every request of the chain with the
+    server at `auth.cluster`; routes opt out or add context with `ext_authz_per_route`. Only the
+    chain of a TLS host with authorization has it, so no other host pays for it or can bypass
+    it. Contour's settings: the peer certificate is passed, `failure_mode_allow` is `fail_open`,
+    and a server that answers nothing within the timeout counts as a failure."""
+    config = ext_authz_pb2.ExtAuthz(
+        transport_api_version=config_source_pb2.ApiVersion.V3,
+        failure_mode_allow=auth.fail_open,
+        include_peer_certificate=True,
+    )
+    config.grpc_service.envoy_grpc.cluster_name = auth.cluster
+    if auth.response_timeout_s is not None:
+        config.grpc_service.timeout.CopyFrom(duration(auth.response_timeout_s))
+    body = auth.with_request_body
+    if body is not None:
+        config.with_request_body.max_request_bytes = body.max_request_bytes
+        config.with_request_body.allow_partial_message = body.allow_partial_message
+        config.with_request_body.pack_as_bytes = body.pack_as_bytes
+    return hcm_pb2.HttpFilter(name=EXT_AUTHZ_FILTER, typed_config=pack(config))
+
+
+def ext_authz_per_route(auth: RouteAuthorization) -> Any:
+    """A route skipping the check, or checked with its context extensions."""
+    if auth.disabled:
+        return ext_authz_pb2.ExtAuthzPerRoute(disabled=True)
+    out = ext_authz_pb2.ExtAuthzPerRoute()
+    out.check_settings.context_extensions.update(dict(auth.context))
+    return out
 
 
 # --- JWT validation ------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ the listener's own answer (404) for a Host none does. Which domains get 421 is d
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +56,7 @@ from turnout.envoy.translate.routes import translate_route_configuration
 from turnout.envoy.translate.secrets import transport_socket
 from turnout.envoy.translate.tcp import tcp_filter_chain, tcp_proxy_filter
 from turnout.envoy.translate.telemetry import access_logs, hcm_tracing
-from turnout.graph.model import Listener, TLSTermination, VirtualHost
+from turnout.graph.model import ExternalAuthorization, Listener, TLSTermination, VirtualHost
 from turnout.graph.sni import (
     MISDIRECTED_STATUS,
     fallback_table,
@@ -162,7 +162,7 @@ def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerRe
         if sni == "*" and fallback is not None:
             continue  # both would be the chain without server names
         name = https_route_name(sni, listener.name)
-        chain = _http_tls_chain(name, tls, stat_prefix, options)
+        chain = _http_tls_chain(name, tls, stat_prefix, options, _authorization(members))
         config = translate_route_configuration(name, tuple(members))
         misdirected = misdirected_domains(sni, members, shadowing, served_names)
         if misdirected:
@@ -185,13 +185,29 @@ def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerRe
     return ListenerResources(listener=out, route_configurations=tuple(route_configs))
 
 
+def _authorization(hosts: Sequence[VirtualHost]) -> ExternalAuthorization | None:
+    """The external authorization of a chain: its (first) host's that has one. A chain shared
+    by hosts without one checks them too (closed rather than open); only the fallback chain and
+    a Gateway listener's chain are shared, and no Gateway API route sets authorization."""
+    return next(
+        (vh.policies.authorization for vh in hosts if vh.policies.authorization is not None), None
+    )
+
+
 def _http_tls_chain(
-    route_config_name: str, tls: TLSTermination, stat_prefix: str, options: TranslateOptions
+    route_config_name: str,
+    tls: TLSTermination,
+    stat_prefix: str,
+    options: TranslateOptions,
+    authorization: ExternalAuthorization | None = None,
 ) -> Any:
     """A chain terminating TLS (with client validation when asked) into an HTTP connection
     manager that loads `route_config_name`; the caller sets its match."""
     hcm = http_connection_manager(
-        stat_prefix=stat_prefix, route_config_name=route_config_name, options=options
+        stat_prefix=stat_prefix,
+        route_config_name=route_config_name,
+        options=options,
+        authorization=authorization,
     )
     return listener_components_pb2.FilterChain(
         name=route_config_name,
@@ -220,7 +236,11 @@ def _fallback_chain(
     first = table.hosts[0].tls
     assert first is not None and first.fallback_secret is not None
     chain = _http_tls_chain(
-        FALLBACK_ROUTE_CONFIG, TLSTermination(secret=first.fallback_secret), stat_prefix, options
+        FALLBACK_ROUTE_CONFIG,
+        TLSTermination(secret=first.fallback_secret),
+        stat_prefix,
+        options,
+        _authorization(table.hosts),
     )
     chain.name = FALLBACK_CHAIN
     chain.filter_chain_match.transport_protocol = "tls"
@@ -265,7 +285,11 @@ _BUILDERS: dict[
 
 
 def http_connection_manager(
-    *, stat_prefix: str, route_config_name: str, options: TranslateOptions
+    *,
+    stat_prefix: str,
+    route_config_name: str,
+    options: TranslateOptions,
+    authorization: ExternalAuthorization | None = None,
 ) -> Any:
     """An HCM that loads `route_config_name` over ADS and ends in the router filter.
 
@@ -291,7 +315,9 @@ def http_connection_manager(
     hcm.strip_trailing_host_dot = True
     hcm.use_remote_address.value = True
     hcm.xff_num_trusted_hops = options.num_trusted_hops
-    hcm.http_filters.extend(policy_http_filters(options.jwt_providers, options.rate_limit_service))
+    hcm.http_filters.extend(
+        policy_http_filters(options.jwt_providers, options.rate_limit_service, authorization)
+    )
     # Idle too until a route names a cookie-rewriting script (`route_policies.py`).
     hcm.http_filters.append(lua_http_filter())
     hcm.http_filters.append(
