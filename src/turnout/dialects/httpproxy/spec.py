@@ -29,6 +29,11 @@ from turnout.dialects.httpproxy.health_check import (
     HealthCheckPolicySpec,
     read_route_health_check,
 )
+from turnout.dialects.httpproxy.jwt import ROUTE_FIELDS as JWT_ROUTE_FIELDS
+from turnout.dialects.httpproxy.jwt import VHOST_FIELDS as JWT_VHOST_FIELDS
+from turnout.dialects.httpproxy.jwt import JWTPolicySpec, JWTProviderSpec
+from turnout.dialects.httpproxy.jwt import read_policy as read_jwt_policy
+from turnout.dialects.httpproxy.jwt import read_providers as read_jwt_providers
 from turnout.dialects.httpproxy.problem import Problem as Problem
 from turnout.dialects.httpproxy.route_policies import (
     NO_ROUTE_POLICIES,
@@ -199,6 +204,7 @@ class RouteSpec:
     route_policies: RoutePolicySpec = NO_ROUTE_POLICIES
     # healthCheckPolicy (`health_check.py`)
     health_check: HealthCheckPolicySpec | None = None
+    jwt_policy: JWTPolicySpec | None = None  # jwtVerificationPolicy (`jwt.py`)
     # The fields written (not null), for rules that depend on what is set (`tcp_route.py`).
     fields: frozenset[str] = frozenset()
 
@@ -230,6 +236,7 @@ class VirtualHostSpec:
     tls: TLSSpec | None = None
     # corsPolicy, rateLimitPolicy, ipAllowPolicy, ipDenyPolicy (`vhost_policies.py`)
     filter_policies: FilterPolicySpec = NO_POLICIES
+    jwt_providers: tuple[JWTProviderSpec, ...] = ()  # `jwt.py`
 
     @property
     def terminates_tls(self) -> bool:
@@ -279,11 +286,11 @@ _IGNORED_ROUTE = frozenset(
 )
 # Fields whose absence would weaken what the user asked for: the object is refused instead.
 _REFUSED_SPEC: frozenset[str] = frozenset()
-_REFUSED_VHOST = frozenset({"authorization", "jwtProviders"})
-_REFUSED_ROUTE = frozenset({"jwtVerificationPolicy"})
+_REFUSED_VHOST = frozenset({"authorization"})
+_REFUSED_ROUTE: frozenset[str] = frozenset()
 
 _SPEC_FIELDS = frozenset({"virtualhost", "routes", "includes", "ingressClassName", "tcpproxy"})
-_VHOST_FIELDS = frozenset({"fqdn", "tls"}) | FILTER_VHOST_FIELDS
+_VHOST_FIELDS = frozenset({"fqdn", "tls"}) | FILTER_VHOST_FIELDS | JWT_VHOST_FIELDS
 _TLS_FIELDS = frozenset(
     {
         "secretName",
@@ -300,6 +307,7 @@ _ROUTE_FIELDS = ROUTE_FIELDS | frozenset(
 _ROUTE_FIELDS |= ROUTE_POLICY_FIELDS
 _ROUTE_FIELDS |= FILTER_ROUTE_FIELDS
 _ROUTE_FIELDS |= HEALTH_ROUTE_FIELDS
+_ROUTE_FIELDS |= JWT_ROUTE_FIELDS
 _INCLUDE_FIELDS = frozenset({"name", "namespace", "conditions"})
 _CONDITION_FIELDS = frozenset(
     {
@@ -403,11 +411,16 @@ def _virtualhost(r: _Reader, value: Any) -> VirtualHostSpec:
     r.check_fields(m, path, _VHOST_FIELDS, _IGNORED_VHOST, _REFUSED_VHOST)
     tls = _tls(r, m["tls"], f"{path}.tls") if m.get("tls") is not None else None
     filter_policies = read_virtualhost_policies(r, m, path)
+    jwt_providers = read_jwt_providers(r, m, path)
     fqdn = m.get("fqdn")
     if fqdn is not None and not isinstance(fqdn, str):
         r.error(f"{path}.fqdn: must be a string, got {describe(fqdn)}")
-        return VirtualHostSpec(fqdn=None, tls=tls, filter_policies=filter_policies)
-    return VirtualHostSpec(fqdn=fqdn or "", tls=tls, filter_policies=filter_policies)
+        fqdn = None
+    else:
+        fqdn = fqdn or ""
+    return VirtualHostSpec(
+        fqdn=fqdn, tls=tls, filter_policies=filter_policies, jwt_providers=jwt_providers
+    )
 
 
 def _tls(r: _Reader, value: Any, path: str) -> TLSSpec | None:
@@ -586,6 +599,7 @@ def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:
         upstream=read_route_upstream(r, m, path),
         route_policies=read_traffic_policies(r, m, path),
         health_check=read_route_health_check(r, m, path, services),
+        jwt_policy=read_jwt_policy(r, m, path),
         fields=written(m),
     )
 
