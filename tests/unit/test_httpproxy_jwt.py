@@ -16,7 +16,15 @@ from turnout.app import compile_snapshot
 from turnout.compile_inputs import CompileOptions
 from turnout.envoy.translate import translate
 from turnout.envoy.translate.http_filters import JWT_AUTHN_FILTER
-from turnout.graph.model import DnsLookupFamily, JwtValidation, Route, RoutingGraph
+from turnout.graph.model import (
+    DnsLookupFamily,
+    JwtValidation,
+    Route,
+    RoutePolicies,
+    RoutingGraph,
+    UpstreamValidation,
+)
+from turnout.graph.validate import policies_problem
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
 
@@ -291,3 +299,17 @@ def test_included_routes_take_the_roots_default_and_permit_insecure_checks_too()
     http = routes_by_prefix(graph, "ingress_http")["/child"].policies.jwt
     assert https is not None and https.issuer == "https://issuer.example.com"
     assert http == https
+
+
+def test_the_net_checks_contours_fields() -> None:
+    def problem(**fields: Any) -> str | None:
+        jwt = JwtValidation(None, "https://keys.example.com/jwks", **fields)
+        return policies_problem(RoutePolicies(jwt=jwt), frozenset())
+
+    assert problem() is None  # no issuer: none checked
+    assert problem(audiences=("api",), timeout_s=0.25, cache_s=600.0) is None
+    assert problem(audiences=("a\r\nb",)) is not None
+    assert problem(timeout_s=-1.0) is not None
+    assert problem(cache_s=float("inf")) is not None
+    bad_name = UpstreamValidation(ca_secret="default/ca/1", subject_names=("",))
+    assert problem(validation=bad_name) is not None

@@ -662,6 +662,10 @@ def _jwt_problem(j: JwtValidation | None) -> str | None:
     for i, audience in enumerate(j.audiences):
         found = _no_crlf(audience)
         problem = problem or (f"JWT audience[{i}] {found}" if found is not None else None)
+    # A missing CA bundle fails closed in the translator, as for clusters.
+    for i, name in enumerate(j.validation.subject_names if j.validation is not None else ()):
+        found = _no_crlf(name) or ("is empty" if not name else None)
+        problem = problem or (f"JWKS subject name[{i}] {found}" if found is not None else None)
     if problem is None and j.issuer == "":
         problem = "JWT issuer is empty"
     if problem is not None:
