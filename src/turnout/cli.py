@@ -849,7 +849,8 @@ def _action_text(decision: Decision) -> str:
                 ),
             )
         )
-        return f"401 unless a valid JWT of issuer {jwt.issuer} (keys {jwt.jwks_uri}), then {rest}"
+        issuer = jwt.issuer or "any"
+        return f"401 unless a valid JWT of issuer {issuer} (keys {jwt.jwks_uri}), then {rest}"
     action = route.action
     if isinstance(action, Forward):
         parts = [f"{c.cluster} (weight {c.weight})" for c in action.clusters]

@@ -12,6 +12,7 @@ from turnout.app import translate_options
 from turnout.cli import build_parser
 from turnout.config import DEFAULT_SYSTEM_CA_FILE, ServeConfig
 from turnout.envoy.translate.clusters import jwks_cluster, translate_cluster
+from turnout.envoy.translate.http_filters import JwksCluster
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.graph.model import CABundle, Cluster, UpstreamProtocol, UpstreamValidation
 from turnout.graph.validate import cluster_problem
@@ -73,7 +74,9 @@ def test_a_bundle_validation_stays_inline_whatever_the_system_file() -> None:
 
 
 def test_jwks_servers_use_the_same_file() -> None:
-    out = jwks_cluster(True, "idp.example.com", 443, TranslateOptions(system_ca_file="/ca.pem"))
+    out = jwks_cluster(
+        JwksCluster(True, "idp.example.com", 443), TranslateOptions(system_ca_file="/ca.pem")
+    )
     vc = tls_context(out).common_tls_context.validation_context
     assert vc.trusted_ca.filename == "/ca.pem"
 

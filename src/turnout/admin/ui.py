@@ -145,7 +145,7 @@ def route_text(route: Route) -> str:
     text = action_text(route.action)
     jwt = route.policies.jwt
     # Not a routing decision: the route is chosen first, then the token is checked.
-    return f"401 unless a valid JWT of {jwt.issuer}, then {text}" if jwt is not None else text
+    return f"401 unless a valid JWT of {jwt.issuer or 'any issuer'}, then {text}" if jwt else text
 
 
 # -- listeners, hosts and routes -----------------------------------------------------------------

@@ -516,6 +516,22 @@ class Compression:
     content_types: tuple[str, ...]
 
 
+# Skipper's key set refresh (filters/auth/jwt_validation.go: refreshInterval, refreshTimeout).
+JWKS_CACHE_S = 3600.0
+JWKS_TIMEOUT_S = 10.0
+
+
+class DnsLookupFamily(enum.Enum):
+    """How a key server's DNS name is resolved (Contour's `dnsLookupFamily`); DEFAULT is
+    turnout's (IPv4 preferred)."""
+
+    DEFAULT = ""
+    AUTO = "auto"
+    V4 = "v4"
+    V6 = "v6"
+    ALL = "all"
+
+
 @dataclass(frozen=True, slots=True)
 class JwtValidation:
     """Requests need a valid JWT in `Authorization: Bearer <token>` (Skipper's `jwtValidation`):
@@ -524,8 +540,21 @@ class JwtValidation:
     401 before the route's action; the token is forwarded upstream unchanged. `jwks_uri` is what
     OpenID discovery of `issuer` answered (control plane, before the compile)."""
 
-    issuer: str
+    issuer: str | None  # None checks no issuer (Contour's provider without `issuer`)
     jwks_uri: str  # an absolute http(s) URL
+    # What Contour's `jwtProviders` add; the defaults are Skipper's `jwtValidation`.
+    audiences: tuple[str, ...] = ()  # `aud` must hold one of them; () checks none
+    forward: bool = True  # keep the token for the backend (Contour's `forwardJWT`)
+    require_subject: bool = True  # Skipper refuses a token without `sub`; Contour does not
+    # Skipper reads `Authorization: Bearer` only; Envoy's defaults (Contour) also read the
+    # `access_token` query parameter.
+    bearer_header_only: bool = True
+    timeout_s: float = JWKS_TIMEOUT_S  # one key set fetch
+    cache_s: float = JWKS_CACHE_S  # how long a fetched key set is used
+    # https only: the key server's certificate chains to this CA bundle and names one of the
+    # subject names; None checks it against the installation's CA file and the URI's host.
+    validation: UpstreamValidation | None = None
+    dns_lookup_family: DnsLookupFamily = DnsLookupFamily.DEFAULT
 
     def jwks_endpoint(self) -> tuple[bool, str, int] | None:
         """(TLS, host, port) that `jwks_uri` is fetched from, or None when it is not an absolute

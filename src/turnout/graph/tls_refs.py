@@ -38,8 +38,16 @@ def tcp_cluster_names(listeners: Iterable[Listener]) -> set[str]:
 
 
 def ca_bundle_names(listeners: Iterable[Listener], clusters: Iterable[Cluster]) -> set[str]:
-    """CA bundles and CRLs: client validation on terminations, upstream validation on clusters."""
+    """CA bundles and CRLs: client validation on terminations, upstream validation on clusters,
+    and the key servers of JWT validations (Contour's `remoteJWKS.validation`)."""
     names: set[str] = set()
+    listeners = tuple(listeners)  # walked twice
+    for listener in listeners:
+        for vh in listener.virtual_hosts:
+            for route in vh.routes:
+                jwt = route.policies.jwt
+                if jwt is not None and jwt.validation is not None:
+                    names.add(jwt.validation.ca_secret)
     for tls in _terminations(listeners):
         cv = tls.client_validation
         if cv is None:

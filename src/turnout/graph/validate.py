@@ -702,8 +702,19 @@ def _hash_problem(i: int, h: HashPolicy) -> str | None:
 def _jwt_problem(j: JwtValidation | None) -> str | None:
     if j is None:
         return None
-    problem = _first(("JWT issuer", lambda: _no_crlf(j.issuer)))
-    if problem is None and not j.issuer:
+    problem = _first(
+        ("JWT issuer", lambda: _optional(j.issuer, _no_crlf)),
+        ("JWKS timeout", lambda: _duration(j.timeout_s)),
+        ("JWKS cache duration", lambda: _duration(j.cache_s)),
+    )
+    for i, audience in enumerate(j.audiences):
+        found = _no_crlf(audience)
+        problem = problem or (f"JWT audience[{i}] {found}" if found is not None else None)
+    # A missing CA bundle fails closed in the translator, as for clusters.
+    for i, name in enumerate(j.validation.subject_names if j.validation is not None else ()):
+        found = _no_crlf(name) or ("is empty" if not name else None)
+        problem = problem or (f"JWKS subject name[{i}] {found}" if found is not None else None)
+    if problem is None and j.issuer == "":
         problem = "JWT issuer is empty"
     if problem is not None:
         return problem

@@ -32,6 +32,7 @@ from turnout.dialects.contour.order import contour_route_order, sorted_headers, 
 from turnout.dialects.httpproxy import (
     authorization,
     health_check,
+    jwt,
     route_policies,
     tcp_route,
     tls_options,
@@ -176,6 +177,7 @@ class _Candidate:
     proxy: tuple[str, str]  # whose status hears about a replaced duplicate
     permit_insecure: bool = False
     auth_policy: AuthPolicySpec | None = None  # the route's own `authPolicy`
+    jwt_provider: str = ""  # the root's provider the route requires (`jwt.py`)
 
 
 class _BudgetExceeded(Exception):
@@ -201,6 +203,7 @@ class _Compiler:
         self.reached: set[tuple[str, str]] = set()
         self.tcp_inputs = TCPInputs(snapshot, ctx, self.proxies, self.status, self.reached)
         self.budget = 0
+        self.jwt_default = ""  # the default JWT provider of the root being walked
         # Service lookups by (namespace, name, port); many routes name the same Service.
         self.ports: dict[tuple[str, str, int], tuple[KubeObject | None, ServicePort | None]] = {}
         self.extensions = compile_extension_services(snapshot, ctx.backends, ctx.secrets.ca_bundles)
@@ -279,6 +282,9 @@ class _Compiler:
         if vh.authorization is not None and vh.authorization.name and vh.tls is None:
             st.add_error(*authorization.not_permitted())
             return []
+        if vh.jwt_providers and not vh.terminates_tls:
+            st.add_error(*jwt.not_permitted())
+            return []
         # Contour checks this one before TLS and before following the includes.
         conflict = vhost_policies.vhost_ip_conflict(vh.filter_policies)
         if conflict is not None and vhost_policies.report(st, [conflict]):
@@ -294,6 +300,13 @@ class _Compiler:
         auth = self._authorization(proxy) if tls is not None else None
         if auth is False:
             return []
+        vhost_jwt = jwt.compile_providers(
+            vh.jwt_providers, proxy.obj.namespace, self.ctx.secrets.ca_bundles
+        )
+        if not isinstance(vhost_jwt, jwt.VhostJwt):
+            st.add_error(*vhost_jwt)
+            return []
+        self.jwt_default = vhost_jwt.default
         if tcp_route.tcp_routes(proxy):
             # Seed 001's `protocol: tcp`: the whole hostname is a TCP proxy, with no HTTP routes
             # left to serve (`tcp_route.py`); an error leaves the root unserved.
@@ -328,7 +341,9 @@ class _Compiler:
             return []
         if not candidates:
             return []  # Contour prunes virtual hosts without routes
-        kept = self._dedupe(candidates)
+        kept = self._with_jwt(st, self._dedupe(candidates), vhost_jwt)
+        if kept is None:
+            return []
         routes = contour_route_order([c.route for c in kept])
         hostname_match = (
             HostnameMatch.WILDCARD_ONE_LABEL if host.startswith("*.") else HostnameMatch.EXACT
@@ -366,6 +381,26 @@ class _Compiler:
             return out
         self.status[proxy.key].add_error(*out)
         return False
+
+    def _with_jwt(
+        self, st: ProxyStatusAccessor, kept: list[_Candidate], vhost_jwt: jwt.VhostJwt
+    ) -> list[_Candidate] | None:
+        """The routes with the JWT validation of the provider each requires; None with
+        Contour's `JWTProviderNotDefined` when one names a provider the root does not define."""
+        out: list[_Candidate] = []
+        for c in kept:
+            if not c.jwt_provider:
+                out.append(c)
+                continue
+            validation = vhost_jwt.providers.get(c.jwt_provider)
+            if validation is None:
+                st.add_error(*jwt.undefined_provider(c.jwt_provider))
+                return None
+            policies = dataclasses.replace(c.route.policies, jwt=validation)
+            out.append(
+                dataclasses.replace(c, route=dataclasses.replace(c.route, policies=policies))
+            )
+        return out
 
     def _tls(self, proxy: ParsedProxy, tls: TLSSpec) -> TLSTermination | Passthrough | None:
         """The root's TLS termination (with its fallback certificate and client validation,
@@ -666,12 +701,16 @@ class _Compiler:
             query=sorted_queries(merge_query(merged)),
         )
         built = Route(match, action, RouteSource(proxy.obj.ref, route.field, via), policies)
+        provider = jwt.route_provider(route.jwt_policy, self.jwt_default)
+        if not isinstance(provider, str):
+            st.add_error(*provider)
+            return None
         ip_filter, problems = vhost_policies.compile_route_ip_filter(route.filter_policies)
         if vhost_policies.report(st, problems):
             return None
         built = vhost_policies.with_route_filters(built, ip_filter, rate_limit, global_limit)
         built = self._failure_policy(proxy, route, built)
-        return _Candidate(built, proxy.key, route.permit_insecure, route.auth_policy)
+        return _Candidate(built, proxy.key, route.permit_insecure, route.auth_policy, provider)
 
     def _failure_policy(self, proxy: ParsedProxy, route: RouteSpec, built: Route) -> Route:
         """failurePolicy's retries (`upstream.py`); its passive health check is on the clusters."""

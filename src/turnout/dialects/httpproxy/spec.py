@@ -35,6 +35,11 @@ from turnout.dialects.httpproxy.health_check import (
     HealthCheckPolicySpec,
     read_route_health_check,
 )
+from turnout.dialects.httpproxy.jwt import ROUTE_FIELDS as JWT_ROUTE_FIELDS
+from turnout.dialects.httpproxy.jwt import VHOST_FIELDS as JWT_VHOST_FIELDS
+from turnout.dialects.httpproxy.jwt import JWTPolicySpec, JWTProviderSpec
+from turnout.dialects.httpproxy.jwt import read_policy as read_jwt_policy
+from turnout.dialects.httpproxy.jwt import read_providers as read_jwt_providers
 from turnout.dialects.httpproxy.problem import Problem as Problem
 from turnout.dialects.httpproxy.route_policies import (
     NO_ROUTE_POLICIES,
@@ -206,6 +211,7 @@ class RouteSpec:
     # healthCheckPolicy (`health_check.py`)
     health_check: HealthCheckPolicySpec | None = None
     auth_policy: AuthPolicySpec | None = None  # `authorization.py`
+    jwt_policy: JWTPolicySpec | None = None  # jwtVerificationPolicy (`jwt.py`)
     # The fields written (not null), for rules that depend on what is set (`tcp_route.py`).
     fields: frozenset[str] = frozenset()
 
@@ -238,6 +244,7 @@ class VirtualHostSpec:
     # corsPolicy, rateLimitPolicy, ipAllowPolicy, ipDenyPolicy (`vhost_policies.py`)
     filter_policies: FilterPolicySpec = NO_POLICIES
     authorization: AuthorizationSpec | None = None  # `authorization.py`
+    jwt_providers: tuple[JWTProviderSpec, ...] = ()  # `jwt.py`
 
     @property
     def terminates_tls(self) -> bool:
@@ -282,17 +289,13 @@ _IGNORED_VHOST: frozenset[str] = frozenset()
 _IGNORED_ROUTE: frozenset[str] = frozenset()
 # Fields whose absence would weaken what the user asked for: the object is refused instead.
 _REFUSED_SPEC: frozenset[str] = frozenset()
-_REFUSED_VHOST = frozenset({"jwtProviders"})
+_REFUSED_VHOST: frozenset[str] = frozenset()
 # What to use instead of a refused field, in its message.
-_INSTEAD = {
-    "jwtProviders": "validate tokens in an authorization server (virtualhost.authorization)",
-    "jwtVerificationPolicy": "validate tokens in an authorization server "
-    "(virtualhost.authorization, with routes[].authPolicy)",
-}
-_REFUSED_ROUTE = frozenset({"jwtVerificationPolicy"})
+_INSTEAD: dict[str, str] = {}
+_REFUSED_ROUTE: frozenset[str] = frozenset()
 
 _SPEC_FIELDS = frozenset({"virtualhost", "routes", "includes", "ingressClassName", "tcpproxy"})
-_VHOST_FIELDS = frozenset({"fqdn", "tls", "authorization"}) | FILTER_VHOST_FIELDS
+_VHOST_FIELDS = frozenset({"fqdn", "tls", "authorization"}) | FILTER_VHOST_FIELDS | JWT_VHOST_FIELDS
 _TLS_FIELDS = frozenset(
     {
         "secretName",
@@ -316,6 +319,7 @@ _ROUTE_FIELDS = ROUTE_FIELDS | frozenset(
 _ROUTE_FIELDS |= ROUTE_POLICY_FIELDS
 _ROUTE_FIELDS |= FILTER_ROUTE_FIELDS
 _ROUTE_FIELDS |= HEALTH_ROUTE_FIELDS
+_ROUTE_FIELDS |= JWT_ROUTE_FIELDS
 _INCLUDE_FIELDS = frozenset({"name", "namespace", "conditions"})
 _CONDITION_FIELDS = frozenset(
     {
@@ -426,13 +430,20 @@ def _virtualhost(r: _Reader, value: Any) -> VirtualHostSpec:
     auth = None
     if m.get("authorization") is not None:
         auth = read_authorization(r, m["authorization"], f"{path}.authorization")
+    jwt_providers = read_jwt_providers(r, m, path)
     fqdn = m.get("fqdn")
     if fqdn is not None and not isinstance(fqdn, str):
         r.error(f"{path}.fqdn: must be a string, got {describe(fqdn)}")
         fqdn = None
-    elif fqdn is None:
-        fqdn = ""
-    return VirtualHostSpec(fqdn=fqdn, tls=tls, filter_policies=filter_policies, authorization=auth)
+    else:
+        fqdn = fqdn or ""
+    return VirtualHostSpec(
+        fqdn=fqdn,
+        tls=tls,
+        filter_policies=filter_policies,
+        authorization=auth,
+        jwt_providers=jwt_providers,
+    )
 
 
 def _tls(r: _Reader, value: Any, path: str) -> TLSSpec | None:
@@ -614,6 +625,7 @@ def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:
         auth_policy=read_auth_policy(r, m["authPolicy"], f"{path}.authPolicy")
         if m.get("authPolicy") is not None
         else None,
+        jwt_policy=read_jwt_policy(r, m, path),
         fields=written(m),
     )
 

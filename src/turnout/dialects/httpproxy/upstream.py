@@ -169,14 +169,15 @@ _AGGRESSION = re.compile(r"([0-9]+([.][0-9]+)?|[.][0-9]+)")
 def read_service_upstream(r: Reader, m: Mapping[str, Any], path: str) -> ServiceUpstream:
     validation = None
     if m.get("validation") is not None:
-        validation = _validation(r, m["validation"], f"{path}.validation")
+        validation = read_validation(r, m["validation"], f"{path}.validation")
     slow_start = None
     if m.get("slowStartPolicy") is not None:
         slow_start = _slow_start(r, m["slowStartPolicy"], f"{path}.slowStartPolicy")
     return ServiceUpstream(validation=validation, slow_start=slow_start)
 
 
-def _validation(r: Reader, value: Any, path: str) -> ValidationSpec | None:
+def read_validation(r: Reader, value: Any, path: str) -> ValidationSpec | None:
+    """A `validation` block (services, and JWT providers' `remoteJWKS`)."""
     m = r.mapping(value, path)
     if m is None:
         return None
@@ -437,8 +438,3 @@ def check_upstream_validation(
 ) -> UpstreamValidation | Problem:
     """Contour's `LookupUpstreamValidation` for an ExtensionService."""
     return _upstream_validation(spec, service, port, ca_bundles, namespace)
-
-
-def read_validation(r: Reader, value: Any, path: str) -> ValidationSpec | None:
-    """`validation` (caSecret, subjectName, subjectNames) as the services' reader reads it."""
-    return _validation(r, value, path)

@@ -52,7 +52,7 @@ from turnout.envoy.translate.clusters import (
     translate_cluster,
     translate_load_assignment,
 )
-from turnout.envoy.translate.http_filters import jwt_providers
+from turnout.envoy.translate.http_filters import jwks_cluster_key, jwks_cluster_name, jwt_providers
 from turnout.envoy.translate.listeners import (
     ListenerResources,
     https_route_name,
@@ -112,12 +112,12 @@ def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> E
             clusters.append(pair[0])
             if pair[1] is not None:  # DNS clusters carry their endpoints themselves
                 endpoints.append(pair[1])
-    jwks_endpoints = {e for e in (j.jwks_endpoint() for j in providers) if e is not None}
-    for tls, host, port in sorted(jwks_endpoints):
+    jwks_keys = {k for k in (jwks_cluster_key(j) for j in providers) if k is not None}
+    for key in sorted(jwks_keys, key=jwks_cluster_name):
         try:
-            clusters.append(jwks_cluster(tls, host, port, opts))
+            clusters.append(jwks_cluster(key, opts, ca_bundles))
         except Exception as err:
-            log_translation_failure(f"JWKS cluster for {host}:{port}", err)
+            log_translation_failure(f"JWKS cluster for {key.host}:{key.port}", err)
     if opts.tracing is not None:
         try:
             clusters.append(tracing_cluster(opts.tracing, opts))

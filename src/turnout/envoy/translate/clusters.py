@@ -58,7 +58,7 @@ from envoy.type.v3 import http_pb2
 
 from turnout.compile_inputs import DEFAULT_SYSTEM_CA_FILE, RateLimitService
 from turnout.envoy.translate.common import ads_config_source, duration, pack
-from turnout.envoy.translate.http_filters import jwks_cluster_name
+from turnout.envoy.translate.http_filters import JwksCluster, jwks_cluster_name
 from turnout.envoy.translate.options import Tracing, TranslateOptions
 from turnout.envoy.translate.rate_limit import rate_limit_cluster_name
 from turnout.envoy.translate.route_policies import apply_idle_connection_timeout
@@ -68,6 +68,7 @@ from turnout.envoy.translate.telemetry import tracing_cluster_name
 from turnout.graph.model import (
     CABundle,
     Cluster,
+    DnsLookupFamily,
     HTTPHealthCheck,
     LoadBalancerStrategy,
     OutlierDetection,
@@ -158,10 +159,10 @@ def translate_cluster(
     return out
 
 
-def _dns_discovery(out: Any, cluster: Cluster) -> None:
+def _dns_discovery(out: Any, cluster: Cluster, family: int = dns_pb2.V4_PREFERRED) -> None:
     dns = dns_cluster_pb2.DnsCluster(
         # "localhost"-like names often resolve to ::1 first while servers bind IPv4 only.
-        dns_lookup_family=dns_pb2.V4_PREFERRED,
+        dns_lookup_family=family,
         # Every resolved address is a host, as STRICT_DNS (Contour's choice) does.
         all_addresses_in_single_endpoint=False,
     )
@@ -355,25 +356,55 @@ def translate_load_assignment(cluster: Cluster) -> Any:
     return cla
 
 
-def jwks_cluster(tls: bool, host: str, port: int, options: TranslateOptions) -> Any:
+# Contour's `dnsLookupFamily` values as Envoy's (Contour's own mapping, envoy/v3/cluster.go).
+_DNS_FAMILIES = {
+    DnsLookupFamily.DEFAULT: dns_pb2.V4_PREFERRED,
+    DnsLookupFamily.AUTO: dns_pb2.AUTO,
+    DnsLookupFamily.V4: dns_pb2.V4_ONLY,
+    DnsLookupFamily.V6: dns_pb2.V6_ONLY,
+    DnsLookupFamily.ALL: dns_pb2.ALL,
+}
+
+
+def jwks_cluster(
+    key: JwksCluster, options: TranslateOptions, ca_bundles: Mapping[str, CABundle] | None = None
+) -> Any:
     """The cluster Envoy's JWT filter fetches a key set from (`http_filters.jwks_cluster_name`):
     static for an IP address, DNS otherwise. Over https the server's certificate must chain to
-    `options.system_ca_file` and name `host` (a DNS SAN, or an IP SAN for an address): a key set
-    from an unauthenticated server would let whoever answers in its place mint valid tokens."""
-    out = _host_port_cluster(jwks_cluster_name(tls, host, port), host, port, options)
-    if tls:
+    the validation's CA bundle and carry one of its subject names (Contour's `validation`), or
+    else to `options.system_ca_file` and name the host (a DNS SAN, or an IP SAN for an address):
+    a key set from an unauthenticated server would let whoever answers in its place mint valid
+    tokens."""
+    host, port = key.host, key.port
+    family = _DNS_FAMILIES[key.dns_lookup_family]
+    out = _host_port_cluster(jwks_cluster_name(key), host, port, options, family)
+    if key.tls:
         ctx = tls_pb2.UpstreamTlsContext()
         common = ctx.common_tls_context
         common.tls_params.tls_minimum_protocol_version = common_pb2.TlsParameters.TLSv1_2
         common.tls_params.tls_maximum_protocol_version = common_pb2.TlsParameters.TLSv1_3
         vc = common.validation_context
-        vc.trusted_ca.filename = options.system_ca_file
-        if _is_ip(host):
-            san_type = common_pb2.SubjectAltNameMatcher.IP_ADDRESS
+        if key.validation is not None:
+            bundle = (ca_bundles or {}).get(key.validation.ca_secret)
+            if bundle is None or not bundle.ca_certificates:
+                vc.verify_certificate_spki.append(_NO_SUCH_SPKI)  # fail closed
+            else:
+                vc.trusted_ca.inline_string = bundle.ca_certificates
+                for name in key.validation.subject_names:
+                    san = vc.match_typed_subject_alt_names.add(
+                        san_type=common_pb2.SubjectAltNameMatcher.DNS
+                    )
+                    san.matcher.exact = name
+            if not _is_ip(host):
+                ctx.sni = host
         else:
-            ctx.sni = host
-            san_type = common_pb2.SubjectAltNameMatcher.DNS
-        vc.match_typed_subject_alt_names.add(san_type=san_type).matcher.exact = host
+            vc.trusted_ca.filename = options.system_ca_file
+            if _is_ip(host):
+                san_type = common_pb2.SubjectAltNameMatcher.IP_ADDRESS
+            else:
+                ctx.sni = host
+                san_type = common_pb2.SubjectAltNameMatcher.DNS
+            vc.match_typed_subject_alt_names.add(san_type=san_type).matcher.exact = host
         out.transport_socket.CopyFrom(transport_socket(ctx))
     return out
 
@@ -400,7 +431,9 @@ def rate_limit_cluster(service: RateLimitService, options: TranslateOptions) -> 
     return out
 
 
-def _host_port_cluster(name: str, host: str, port: int, options: TranslateOptions) -> Any:
+def _host_port_cluster(
+    name: str, host: str, port: int, options: TranslateOptions, family: int = dns_pb2.V4_PREFERRED
+) -> Any:
     """A cluster of one `host`:`port` that turnout's settings name: static for an IP address,
     DNS otherwise."""
     out = cluster_pb2.Cluster(name=name, connect_timeout=duration(options.connect_timeout_s))
@@ -411,5 +444,5 @@ def _host_port_cluster(name: str, host: str, port: int, options: TranslateOption
         lb.endpoint.address.socket_address.address = host
         lb.endpoint.address.socket_address.port_value = port
     else:
-        _dns_discovery(out, Cluster(name, "", "", port, dns_name=host))
+        _dns_discovery(out, Cluster(name, "", "", port, dns_name=host), family)
     return out

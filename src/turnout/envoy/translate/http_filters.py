@@ -38,9 +38,11 @@ never makes Envoy reject a whole route table.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2
@@ -64,6 +66,7 @@ from turnout.envoy.translate.common import duration, pack
 from turnout.envoy.translate.rate_limit import rate_limit_filter
 from turnout.graph.model import (
     CorsPolicy,
+    DnsLookupFamily,
     ExternalAuthorization,
     HeaderValue,
     IPFilter,
@@ -74,6 +77,7 @@ from turnout.graph.model import (
     Route,
     RouteAuthorization,
     RoutingGraph,
+    UpstreamValidation,
     VirtualHost,
 )
 
@@ -224,12 +228,20 @@ def ext_authz_per_route(auth: RouteAuthorization) -> Any:
 
 # --- JWT validation ------------------------------------------------------------------------------
 
-# Skipper's key set refresh (filters/auth/jwt_validation.go: refreshInterval, refreshTimeout).
-JWKS_CACHE_S = 3600.0
-JWKS_TIMEOUT_S = 10.0
 # A failed key set fetch is tried again this often (Envoy's async_fetch.failed_refetch_duration).
 JWKS_REFETCH_S = 5.0
 JWKS_RETRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class JwksCluster:
+    """One cluster that JWT providers fetch key sets through (`clusters.jwks_cluster`)."""
+
+    tls: bool
+    host: str
+    port: int
+    validation: UpstreamValidation | None = None
+    dns_lookup_family: DnsLookupFamily = DnsLookupFamily.DEFAULT
 
 
 def jwt_providers(graph: RoutingGraph) -> tuple[JwtValidation, ...]:
@@ -241,46 +253,70 @@ def jwt_providers(graph: RoutingGraph) -> tuple[JwtValidation, ...]:
         for route in vh.routes
         if route.policies.jwt is not None and route.policies.jwt.jwks_endpoint() is not None
     }
-    return tuple(sorted(found, key=lambda j: (j.issuer, j.jwks_uri)))
+    return tuple(sorted(found, key=lambda j: (j.issuer or "", j.jwks_uri, repr(j))))
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:12]
 
 
 def jwt_provider_name(jwt: JwtValidation) -> str:
-    """The provider (and requirement) name of an (issuer, JWKS URI) pair."""
-    return f"{jwt.issuer} {jwt.jwks_uri}"
+    """The provider (and requirement) name of a validation: its (issuer, JWKS URI) pair, with a
+    digest of its other settings when they are not Skipper's (two Contour providers of one
+    issuer may differ in audiences or forwarding)."""
+    base = f"{jwt.issuer or '-'} {jwt.jwks_uri}"
+    return base if jwt == JwtValidation(jwt.issuer, jwt.jwks_uri) else f"{base} {_digest(jwt)}"
 
 
-def jwks_cluster_name(tls: bool, host: str, port: int) -> str:
+def jwks_cluster_key(jwt: JwtValidation) -> JwksCluster | None:
+    """What the cluster a validation fetches its key set through depends on."""
+    endpoint = jwt.jwks_endpoint()
+    if endpoint is None:
+        return None
+    tls, host, port = endpoint
+    return JwksCluster(tls, host, port, jwt.validation if tls else None, jwt.dns_lookup_family)
+
+
+def jwks_cluster_name(key: JwksCluster) -> str:
     """The cluster Envoy fetches a JWKS from (`clusters.jwks_cluster`); Service clusters are
     `namespace/service/port/hash`, so the names never meet."""
-    return f"turnout-jwks/{'https' if tls else 'http'}/{host}:{port}"
+    base = f"turnout-jwks/{'https' if key.tls else 'http'}/{key.host}:{key.port}"
+    plain = key.validation is None and key.dns_lookup_family is DnsLookupFamily.DEFAULT
+    return base if plain else f"{base}/{_digest((key.validation, key.dns_lookup_family))}"
 
 
 def jwt_authn_filter(providers: Sequence[JwtValidation]) -> Any:
-    """`envoy.filters.http.jwt_authn` with one provider per validation, checked as Skipper's
-    `jwtValidation` does: the token from `Authorization: Bearer` only (not Envoy's default
-    `access_token` query parameter), forwarded to the backend unchanged, a non-empty `sub`, and
-    a failure answered with a bare 401 (`strip_failure_response`: no body and no
-    WWW-Authenticate, as Skipper's `unauthorized`). Envoy also requires `iss` to be the issuer.
+    """`envoy.filters.http.jwt_authn` with one provider per validation. Skipper's
+    `jwtValidation`: the token from `Authorization: Bearer` only (not Envoy's default
+    `access_token` query parameter), forwarded to the backend unchanged, a non-empty `sub`.
+    Contour's providers: Envoy's token sources, audiences, and the token removed unless
+    `forwardJWT`. Either way a failure is a bare 401 (`strip_failure_response`: no body and no
+    WWW-Authenticate, as Skipper's `unauthorized`) and Envoy requires `iss` to be the issuer
+    when there is one.
 
     The key set is fetched when the listener starts and refreshed in the background
     (`async_fetch` with `fast_listener`, so one slow issuer never holds a listener update
     back); until it arrives, tokens fail with 401."""
     config = jwt_pb2.JwtAuthentication(strip_failure_response=True)
     for jwt in providers:
-        endpoint = jwt.jwks_endpoint()
-        if endpoint is None:
+        key = jwks_cluster_key(jwt)
+        if key is None:
             continue
         name = jwt_provider_name(jwt)
         provider = config.providers[name]
-        provider.issuer = jwt.issuer
-        provider.forward = True
-        provider.from_headers.add(name="Authorization", value_prefix="Bearer ")
-        provider.subjects.safe_regex.regex = ".+"
+        if jwt.issuer is not None:
+            provider.issuer = jwt.issuer
+        provider.audiences.extend(jwt.audiences)
+        provider.forward = jwt.forward
+        if jwt.bearer_header_only:
+            provider.from_headers.add(name="Authorization", value_prefix="Bearer ")
+        if jwt.require_subject:
+            provider.subjects.safe_regex.regex = ".+"
         remote = provider.remote_jwks
         remote.http_uri.uri = jwt.jwks_uri
-        remote.http_uri.cluster = jwks_cluster_name(*endpoint)
-        remote.http_uri.timeout.CopyFrom(duration(JWKS_TIMEOUT_S))
-        remote.cache_duration.CopyFrom(duration(JWKS_CACHE_S))
+        remote.http_uri.cluster = jwks_cluster_name(key)
+        remote.http_uri.timeout.CopyFrom(duration(jwt.timeout_s))
+        remote.cache_duration.CopyFrom(duration(jwt.cache_s))
         remote.async_fetch.fast_listener = True
         remote.async_fetch.failed_refetch_duration.CopyFrom(duration(JWKS_REFETCH_S))
         remote.retry_policy.num_retries.value = JWKS_RETRIES
