@@ -273,6 +273,10 @@ class Redirect:
     path: str | None = None
     prefix: str | None = None
     status: int = 302
+    # Kept request query plus this one: `?<request query>&<query_suffix>` (Skipper's merge; the
+    # `&` is there even when the request has no query). None: the query is the request's, or
+    # the one `path` carries.
+    query_suffix: str | None = None
 
 
 RouteAction = Forward | DirectResponse | Redirect
@@ -282,6 +286,10 @@ RouteAction = Forward | DirectResponse | Redirect
 class HeaderValue:
     name: str
     value: str  # may use Envoy's %VAR% substitutions; a literal % is written %%
+    # Set (or appended) only when every substitution the value uses comes out non-empty;
+    # otherwise the header is left as the request has it (Skipper's templates). False: Envoy's
+    # rule, skipped only when the whole value is empty.
+    when_resolved: bool = False
 
 
 @dataclass(frozen=True, slots=True)
