@@ -523,7 +523,8 @@ def test_no_route_may_name_the_loop_mark() -> None:
 
 def test_the_loop_replaces_x_forwarded_for_with_the_client_address() -> None:
     """The loopback share sets the mark and X-Forwarded-For to the address the first hop took for
-    the client, so the second hop sees no client-supplied list."""
+    the client, so the second hop sees no client-supplied list, and sends that address for the
+    second hop's ClientIP."""
     result = compile_snapshot(Snapshot.of([routegroup("b", _one_route([]))]))
     decision = evaluate(result.graph, make_request("b.example.org", "/x"))
     assert decision.route is not None
@@ -532,6 +533,7 @@ def test_the_loop_replaces_x_forwarded_for_with_the_client_address() -> None:
     assert {(h.name, h.value) for h in share.policies.request_headers.set} == {
         ("x-turnout-loopback", "1"),
         ("x-forwarded-for", "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"),
+        ("x-turnout-loopback-client", "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"),
     }
 
 

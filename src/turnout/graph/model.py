@@ -217,6 +217,9 @@ class Cluster:
     # Bounded-load consistent hashing (Skipper consistentHashBalanceFactor): a percentage, 150 =
     # an endpoint takes at most 1.5 times the average load (Envoy's hash_balance_factor, >= 100).
     hash_balance_factor: int | None = None
+    # The local address Envoy connects from (None: the system's choice). Set only on turnout's
+    # own upstreams; see compile_inputs.OWN_HOP_SOURCE_ADDRESS.
+    source_address: str | None = None
 
 
 # The cluster name of "an invalid backend" (Gateway API: a backendRef that does not resolve):

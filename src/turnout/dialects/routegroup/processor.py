@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.routegroup import backends as rg_backends
+from turnout.dialects.routegroup import predicates as rg_predicates
 from turnout.dialects.routegroup.eskip import (
     Call,
     EskipError,
@@ -966,9 +967,13 @@ def _with_loopback_mark(policies: BackendPolicies | None) -> BackendPolicies:
     # the route's filters or the client left: with --num-trusted-hops 1 the second hop takes it
     # for the client; with 0 (or more than 1) it takes the peer, 127.0.0.1.
     client = HeaderValue("x-forwarded-for", "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%")
+    # ClientIP on the second hop reads it (only there: see rg_predicates.LOOPBACK_CLIENT_HEADER).
+    looped = HeaderValue(
+        rg_predicates.LOOPBACK_CLIENT_HEADER, "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"
+    )
     kept = tuple(h for h in headers.set if h.name.lower() != "x-forwarded-for")
     return dataclasses.replace(
-        policies, request_headers=dataclasses.replace(headers, set=(*kept, mark, client))
+        policies, request_headers=dataclasses.replace(headers, set=(*kept, mark, client, looped))
     )
 
 
