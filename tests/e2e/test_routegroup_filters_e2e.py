@@ -15,7 +15,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from tests.e2e.harness import Harness
+from tests.e2e.harness import Harness, service_yaml
 from tests.e2e.stats import within_sigmas
 from turnout.dialects.routegroup.eskip import parse_filters, parse_predicates
 from turnout.dialects.routegroup.filters import translate_filters
@@ -629,3 +629,30 @@ async def test_redirects_follow_skippers_table(harness: Harness) -> None:
     # Without a request query Skipper still joins with "&" (RawQuery + "&" + query).
     r = await harness.get(host, "/some/path", {"X-Row": "8"})
     assert r.headers["location"] == f"https://{host}/some/other/path?&newquery=3"
+
+
+async def test_a_backend_without_endpoints_answers_502_for_its_share(harness: Harness) -> None:
+    """Skipper routes each backend of a split on its own; the one of a Service without ready
+    endpoints answers 502 "no endpoints", the others forward."""
+    host = "empty-share.rgf.example.org"
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "rgf-a"))
+            + "---\n"
+            + service_yaml("default", "rgf-empty", 80, None),
+            "rg.yaml": routegroup(
+                "empty-share",
+                host,
+                """\
+                - pathSubtree: /
+                  backends: [{backendName: a, weight: 50}, {backendName: empty, weight: 50}]
+                """,
+                "- {name: empty, type: service, serviceName: rgf-empty, servicePort: 80}",
+            ),
+        }
+    )
+    answers: Counter[tuple[int, str]] = Counter()
+    for _ in range(60):
+        r = await harness.get(host, "/x")
+        answers[(r.status_code, r.text if r.status_code != 200 else r.json()["service"])] += 1
+    assert set(answers) == {(200, "rgf-a"), (502, "no endpoints")}, answers

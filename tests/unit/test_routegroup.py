@@ -706,3 +706,26 @@ def test_a_loopback_cannot_re_enter_a_host_shared_with_another_namespace() -> No
         Snapshot.of([in_namespace("b", "owner", guarded), in_namespace("b", "loops", looping)])
     )
     assert all(s.state is State.VALID for s in same.statuses)
+
+
+def test_a_backend_without_endpoints_answers_502_for_its_share_only() -> None:
+    """Skipper's route for a backend of a Service without endpoints answers 502 itself; in a
+    split, that backend's share does, and the evaluator reports the share."""
+    spec = {
+        "hosts": ["split.example.org"],
+        "backends": [
+            {"name": "a", "type": "service", "serviceName": "web", "servicePort": 80},
+            {"name": "e", "type": "service", "serviceName": "empty", "servicePort": 80},
+        ],
+        "routes": [
+            {
+                "pathSubtree": "/",
+                "backends": [{"backendName": "a", "weight": 3}, {"backendName": "e", "weight": 1}],
+            }
+        ],
+    }
+    empty = shop_object("Service", "empty", {"spec": {"ports": [{"name": "http", "port": 80}]}})
+    result = compile_snapshot(Snapshot.of([routegroup("split", spec), *web_service(), empty]))
+    decision = evaluate(result.graph, make_request("split.example.org", "/x"))
+    assert decision.status == 200
+    assert decision.answered_shares == ((502, 0.25),)

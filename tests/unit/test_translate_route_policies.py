@@ -386,3 +386,20 @@ def test_a_redirect_query_suffix_is_appended_by_the_lua_script() -> None:
     assert out.redirect.path_redirect == "/p"
     script = _lua(out.typed_per_filter_config[LUA_FILTER])
     assert 'local suffix = "a\\0611\\038b"' in script
+
+
+def test_a_backend_that_answers_itself_responds_from_its_weighted_cluster() -> None:
+    answer = DirectResponse(502, "no endpoints")
+    out = envoy_route(
+        RoutePolicies(),
+        Forward(
+            (
+                WeightedCluster(APP, 1),
+                WeightedCluster(OTHER, 1, BackendPolicies(direct_response=answer)),
+            )
+        ),
+    )
+    plain, answering = out.route.weighted_clusters.clusters
+    assert LUA_FILTER not in plain.typed_per_filter_config
+    script = _lua(answering.typed_per_filter_config[LUA_FILTER])
+    assert '[":status"] = "502"' in script and '"no endpoints"' in script

@@ -490,6 +490,9 @@ class BackendPolicies:
     response_headers: HeaderPolicy | None = None
     host_rewrite: HostRewrite | None = None  # literal only: Envoy has no per-backend header form
     cookie_rewrites: tuple[CookieRewrite, ...] = ()
+    # The requests this backend's share takes are answered with this instead of being forwarded
+    # (a backend with nothing to forward to, in a split with backends that have).
+    direct_response: DirectResponse | None = None
 
 
 @dataclass(frozen=True, slots=True)

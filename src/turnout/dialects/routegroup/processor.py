@@ -473,6 +473,12 @@ class _Compiler:
             backend_policies = filters.backend_policies
             if result.loopback:
                 backend_policies = _with_loopback_mark(backend_policies)
+            if result.no_endpoints:
+                # Skipper's route for this backend answers 502 itself; so does its share here
+                # (all shares empty: the whole route, below).
+                backend_policies = dataclasses.replace(
+                    backend_policies or BackendPolicies(), direct_response=_NO_ENDPOINTS
+                )
             if result.host_rewrite is not None and not filters.preserve_host:
                 backend_policies = dataclasses.replace(
                     backend_policies or BackendPolicies(),
@@ -485,7 +491,7 @@ class _Compiler:
             )
         if clusters and empty == len(clusters):
             # Skipper's route for a Service without endpoints: status(502) -> inlineContent.
-            return DirectResponse(502, "no endpoints"), policies
+            return _NO_ENDPOINTS, policies
         if hashed and not policies.hash_policies:
             # Skipper hashes on the client address unless consistentHashKey says otherwise.
             policies = dataclasses.replace(
@@ -957,6 +963,10 @@ def _loops(action: RouteAction) -> bool:
         and any(h.name == rg_backends.LOOPBACK_HEADER for h in wc.policies.request_headers.set)
         for wc in action.clusters
     )
+
+
+# What Skipper's route for a Service without endpoints answers: status(502) -> inlineContent.
+_NO_ENDPOINTS = DirectResponse(502, "no endpoints")
 
 
 def _with_loopback_mark(policies: BackendPolicies | None) -> BackendPolicies:

@@ -193,3 +193,26 @@ def location_query_script(suffix: str) -> str:
     """`envoy_on_response` appending `suffix` to the query of the Location Envoy's redirect
     wrote."""
     return _LOCATION_SCRIPT % lua_string(suffix)
+
+
+_RESPOND_SCRIPT = """\
+function envoy_on_request(handle)
+  handle:respond({%s}, %s)
+end
+"""
+
+
+def respond_script(status: int, body: str, headers: Sequence[HeaderValue]) -> str:
+    """`envoy_on_request` answering `status` with `body` and `headers` (literal values) instead
+    of forwarding: a weighted cluster's own direct response, which Envoy's route fields cannot
+    give one share of a split. Envoy picks the weighted cluster before the filters run, so the
+    cluster's per-filter config decides."""
+    fields = [f'[":status"] = "{status if 200 <= status < 600 else 500}"']
+    names = {h.name.lower() for h in headers}
+    if body and "content-type" not in names:
+        fields.append('["content-type"] = "text/plain"')
+    fields.extend(
+        f"[{lua_string(h.name.lower())}] = {lua_string(h.value.replace('%%', '%'))}"
+        for h in headers
+    )
+    return _RESPOND_SCRIPT % (", ".join(fields), lua_string(body))

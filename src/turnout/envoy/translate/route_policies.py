@@ -51,6 +51,7 @@ from turnout.envoy.translate.lua_scripts import (
     location_query_script,
     lua_string,
     request_header_script,
+    respond_script,
     split_conditional_headers,
 )
 from turnout.graph.model import (
@@ -266,7 +267,14 @@ def _set_cluster_weight_policies(
         )
     if p.host_rewrite is not None and p.host_rewrite.literal:
         entry.host_rewrite_literal = p.host_rewrite.literal
-    if p.cookie_rewrites:
+    if p.direct_response is not None:
+        answer = p.direct_response
+        config = lua_pb2.LuaPerRoute()
+        config.source_code.inline_string = respond_script(
+            answer.status, answer.body, answer.headers
+        )
+        entry.typed_per_filter_config[LUA_FILTER].CopyFrom(pack(config))
+    elif p.cookie_rewrites:
         # The most specific per-filter config wins in Envoy, so the backend's script must also
         # carry the route's rules (the backend's own win for the same cookie and attribute)
         # and the route's scripted request headers.
