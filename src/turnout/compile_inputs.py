@@ -16,6 +16,12 @@ HTTPS_LISTENER = "ingress_https"
 
 DEFAULT_GATEWAY_CONTROLLER_NAME = "turnout.dev/gateway-controller"
 
+# The local address Envoy connects from when it sends a request back to its own HTTP listener
+# (RouteGroup `loopback`): that listener trusts X-Forwarded-For only on connections from it, so a
+# looped request keeps the client address the first hop determined and no client can claim one.
+# Any 127.0.0.0/8 address is this host's on Linux; this one is used for nothing else.
+OWN_HOP_SOURCE_ADDRESS = "127.0.0.84"
+
 # Debian's and Ubuntu's system CA bundle.
 DEFAULT_SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 

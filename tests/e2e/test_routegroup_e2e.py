@@ -817,3 +817,57 @@ async def test_hosts_match_with_any_port(harness: Harness) -> None:
     ):
         assert await harness.served_by(host, "/x") == "default/ported-app", host
     assert await harness.served_by("other.example.org:8080", "/x") == "404"
+
+
+async def test_loopback_keeps_the_client_address(harness: Harness) -> None:
+    """ClientIP on the second hop sees the client the first hop determined, as Skipper's
+    in-process loop does: Envoy connects to itself from 127.0.0.84, and only there does the
+    client address the first hop sends count. A client cannot claim an address, directly or
+    through the loop."""
+    await apply_routegroup(
+        harness,
+        "loop-client",
+        loopback_spec(
+            "loop-client.example.org",
+            "loop-app",
+            """
+            - path: /via-loop
+              filters: ['setPath("/guarded")']
+              backends: [{backendName: loop}]
+            - path: /via-loop-hop
+              filters: ['setPath("/hop-only")']
+              backends: [{backendName: loop}]
+            - path: /via-loop-office
+              filters: ['setPath("/office")']
+              backends: [{backendName: loop}]
+            - path: /guarded
+              predicates: ['ClientIP("127.0.0.1/32")', 'Header("X-Turnout-Loopback", "1")']
+              filters: ['setResponseHeader("X-Guard", "client")']
+            - path: /hop-only
+              predicates: ['ClientIP("127.0.0.84/32")']
+              filters: ['setResponseHeader("X-Guard", "hop")']
+            - path: /office
+              predicates: ['ClientIP("10.0.0.0/8")']
+              filters: ['setResponseHeader("X-Guard", "office")']
+            """,
+        ),
+        "loop-app",
+    )
+    host = "loop-client.example.org"
+    r = await harness.get(host, "/via-loop")
+    assert r.status_code == 200 and r.headers.get("x-guard") == "client"
+    # Envoy's own source address is not the client's.
+    r = await harness.get(host, "/via-loop-hop")
+    assert r.status_code == 200 and "x-guard" not in r.headers
+    forged = {
+        "X-Envoy-External-Address": "10.1.2.3",
+        "X-Forwarded-For": "10.1.2.3",
+        "X-Turnout-Loopback-Client": "10.1.2.3",
+    }
+    for path in ("/office", "/via-loop-office"):
+        r = await harness.get(host, path, forged)
+        assert r.status_code == 200 and "x-guard" not in r.headers, path
+    # Envoy overwrites a client's x-envoy-external-address: it cannot pose as the loop hop.
+    forged["X-Envoy-External-Address"] = "127.0.0.84"
+    r = await harness.get(host, "/office", forged)
+    assert r.status_code == 200 and "x-guard" not in r.headers

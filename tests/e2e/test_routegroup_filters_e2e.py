@@ -15,7 +15,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from tests.e2e.harness import Harness
+from tests.e2e.harness import Harness, service_yaml
 from tests.e2e.stats import within_sigmas
 from turnout.dialects.routegroup.eskip import parse_filters, parse_predicates
 from turnout.dialects.routegroup.filters import translate_filters
@@ -544,3 +544,115 @@ async def test_request_header_templates(harness: Harness) -> None:
     assert headers["x-seen"] == "GET from 127.0.0.1 100%"
     r = await harness.get(host, "/x")
     assert "x-user" not in r.json()["headers"]
+
+
+# Skipper's ApplyContext (eskip/template.go): a template is resolved only when every placeholder
+# comes out non-empty, and the header filters leave the header alone otherwise. Each row: the
+# filter, the request's headers, the header the backend sees (None: not sent).
+TEMPLATE_ROWS = [
+    ('setRequestHeader("X-T", "p-${request.header.X-Id}")', {}, None),
+    ('setRequestHeader("X-T", "p-${request.header.X-Id}")', {"X-Id": "7"}, "p-7"),
+    ('setRequestHeader("X-T", "p-${request.header.X-Id}")', {"X-Id": ""}, None),
+    ('setRequestHeader("X-T", "p-${request.header.X-Id}")', {"X-T": "mine"}, "mine"),
+    ('setRequestHeader("X-T", "p-${request.header.X-Id}")', {"X-T": "a", "X-Id": "b"}, "p-b"),
+    ('setRequestHeader("X-T", "${request.header.A}/${request.header.B}")', {"A": "1"}, None),
+    (
+        'setRequestHeader("X-T", "${request.header.A}/${request.header.B}")',
+        {"A": "1", "B": "2"},
+        "1/2",
+    ),
+    ('appendRequestHeader("X-T", "q-${request.header.X-Id}")', {"X-T": "old"}, "old"),
+    ('appendRequestHeader("X-T", "q-${request.header.X-Id}")', {"X-Id": "9"}, "q-9"),
+    ('setRequestHeader("X-T", "${request.method} 100%")', {}, "GET 100%"),
+    ('setRequestHeader("X-T", "Bearer ${request.header.Token}")', {}, None),
+    ('setRequestHeader("X-T", "Bearer ${request.header.Token}")', {"Token": "t"}, "Bearer t"),
+]
+
+
+async def test_header_templates_follow_skippers_table(harness: Harness) -> None:
+    host = "tpl-table.rgf.example.org"
+    routes = "".join(
+        f"- path: /r{i}\n  filters: [{filter_!r}]\n  backends: [{{backendName: a}}]\n"
+        for i, (filter_, _, _) in enumerate(TEMPLATE_ROWS)
+    )
+    await apply(harness, "tpl-table", host, routes)
+    for i, (filter_, sent, expected) in enumerate(TEMPLATE_ROWS):
+        r = await harness.get(host, f"/r{i}", sent)
+        assert r.status_code == 200, (filter_, r.status_code)
+        assert r.json()["headers"].get("x-t") == expected, (filter_, sent)
+
+
+# Skipper's own redirect table (filters/builtin/redirect_test.go, TestRedirect): the request is
+# `/some/path?foo=1&bar=2` on incoming.example.org, each row the location and the Location sent.
+REDIRECT_ROWS = [
+    (None, "https://{host}/some/path?foo=1&bar=2"),
+    ("http:", "http://{host}/some/path?foo=1&bar=2"),
+    ("http://redirect.example.org", "http://redirect.example.org/some/path?foo=1&bar=2"),
+    (
+        "http://redirect.example.org/some/other/path",
+        "http://redirect.example.org/some/other/path?foo=1&bar=2",
+    ),
+    (
+        "http://redirect.example.org/some/other/path?newquery=3",
+        "http://redirect.example.org/some/other/path?foo=1&bar=2&newquery=3",
+    ),
+    ("//redirect.example.org", "https://redirect.example.org/some/path?foo=1&bar=2"),
+    (
+        "//redirect.example.org/some/other/path?newquery=3",
+        "https://redirect.example.org/some/other/path?foo=1&bar=2&newquery=3",
+    ),
+    ("/some/other/path", "https://{host}/some/other/path?foo=1&bar=2"),
+    ("/some/other/path?newquery=3", "https://{host}/some/other/path?foo=1&bar=2&newquery=3"),
+    ("?newquery=3", "https://{host}/some/path?foo=1&bar=2&newquery=3"),
+    ("http:///some/other/path?newquery=3", "http://{host}/some/other/path?foo=1&bar=2&newquery=3"),
+    ("http://?newquery=3", "http://{host}/some/path?foo=1&bar=2&newquery=3"),
+]
+
+
+def redirect_filter(location: str | None) -> str:
+    return "redirectTo(302)" if location is None else f'redirectTo(302, "{location}")'
+
+
+async def test_redirects_follow_skippers_table(harness: Harness) -> None:
+    host = "redirect-table.rgf.example.org"
+    routes = "".join(
+        f'- path: /some/path\n  predicates: [\'Header("X-Row", "{i}")\']\n'
+        f"  filters: ['{redirect_filter(location)}']\n"
+        "  backends: [{backendName: shunt}]\n"
+        for i, (location, _) in enumerate(REDIRECT_ROWS)
+    )
+    await apply(harness, "redirect-table", host, routes)
+    for i, (location, expected) in enumerate(REDIRECT_ROWS):
+        r = await harness.get(host, "/some/path?foo=1&bar=2", {"X-Row": str(i)})
+        assert r.status_code == 302, (location, r.status_code)
+        assert r.headers["location"] == expected.format(host=host), location
+    # Without a request query Skipper still joins with "&" (RawQuery + "&" + query).
+    r = await harness.get(host, "/some/path", {"X-Row": "8"})
+    assert r.headers["location"] == f"https://{host}/some/other/path?&newquery=3"
+
+
+async def test_a_backend_without_endpoints_answers_502_for_its_share(harness: Harness) -> None:
+    """Skipper routes each backend of a split on its own; the one of a Service without ready
+    endpoints answers 502 "no endpoints", the others forward."""
+    host = "empty-share.rgf.example.org"
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(("default", "rgf-a"))
+            + "---\n"
+            + service_yaml("default", "rgf-empty", 80, None),
+            "rg.yaml": routegroup(
+                "empty-share",
+                host,
+                """\
+                - pathSubtree: /
+                  backends: [{backendName: a, weight: 50}, {backendName: empty, weight: 50}]
+                """,
+                "- {name: empty, type: service, serviceName: rgf-empty, servicePort: 80}",
+            ),
+        }
+    )
+    answers: Counter[tuple[int, str]] = Counter()
+    for _ in range(60):
+        r = await harness.get(host, "/x")
+        answers[(r.status_code, r.text if r.status_code != 200 else r.json()["service"])] += 1
+    assert set(answers) == {(200, "rgf-a"), (502, "no endpoints")}, answers

@@ -486,7 +486,8 @@ RESOLVER = "parsed and checked by the resolver that builds it"
 # the translator emits for it, or say why it needs none.
 MODEL_FIELDS: dict[str, str] = {
     **{f"BackendPolicies.{f}": CHECKED for f in
-       ("request_headers", "response_headers", "host_rewrite", "cookie_rewrites")},
+       ("request_headers", "response_headers", "host_rewrite", "cookie_rewrites",
+        "direct_response")},
     **{f"CABundle.{f}": RESOLVER for f in
        ("name", "namespace", "secret", "ca_certificates", "crl")},
     "ClientValidation.ca_bundle": "a missing bundle fails closed in the translator",
@@ -500,6 +501,7 @@ MODEL_FIELDS: dict[str, str] = {
     "Cluster.namespace": "names the Service in problems; the SNI candidate is length-checked",
     "Cluster.service": "names the Service in problems; the SNI candidate is length-checked",
     "Cluster.protocol": ENUM,
+    "Cluster.source_address": "set by the dialect from compile_inputs.OWN_HOP_SOURCE_ADDRESS only",
     "Cluster.lb_strategy": ENUM,
     **{f"CookieRewrite.{f}": CHECKED for f in ("name", "path", "domain", "same_site")},
     "CookieRewrite.secure": CHECKED,
@@ -558,6 +560,7 @@ MODEL_FIELDS: dict[str, str] = {
     **{f"HeaderPolicy.{f}": CHECKED for f in ("set", "add", "remove")},
     "HeaderValue.name": CHECKED,
     "HeaderValue.value": CHECKED,
+    "HeaderValue.when_resolved": "a flag: the value is checked; the Lua script escapes strings",
     "HostRewrite.literal": CHECKED,
     "HostRewrite.from_header": CHECKED,
     "IPFilter.rules": CHECKED,
@@ -584,7 +587,8 @@ MODEL_FIELDS: dict[str, str] = {
     "QueryMatch.value": CHECKED,
     "QueryMatch.kind": CHECKED,
     "QueryMatch.ignore_case": CHECKED,
-    **{f"Redirect.{f}": CHECKED for f in ("scheme", "hostname", "port", "path", "prefix")},
+    **{f"Redirect.{f}": CHECKED for f in
+       ("scheme", "hostname", "port", "path", "prefix", "query_suffix")},
     "Redirect.status": TRANSLATOR,
     **{f"RetryPolicy.{f}": CHECKED for f in
        ("count", "per_try_timeout_s", "retry_on", "retriable_status_codes")},

@@ -523,7 +523,8 @@ def test_no_route_may_name_the_loop_mark() -> None:
 
 def test_the_loop_replaces_x_forwarded_for_with_the_client_address() -> None:
     """The loopback share sets the mark and X-Forwarded-For to the address the first hop took for
-    the client, so the second hop sees no client-supplied list."""
+    the client, so the second hop sees no client-supplied list, and sends that address for the
+    second hop's ClientIP."""
     result = compile_snapshot(Snapshot.of([routegroup("b", _one_route([]))]))
     decision = evaluate(result.graph, make_request("b.example.org", "/x"))
     assert decision.route is not None
@@ -532,6 +533,7 @@ def test_the_loop_replaces_x_forwarded_for_with_the_client_address() -> None:
     assert {(h.name, h.value) for h in share.policies.request_headers.set} == {
         ("x-turnout-loopback", "1"),
         ("x-forwarded-for", "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"),
+        ("x-turnout-loopback-client", "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"),
     }
 
 
@@ -704,3 +706,26 @@ def test_a_loopback_cannot_re_enter_a_host_shared_with_another_namespace() -> No
         Snapshot.of([in_namespace("b", "owner", guarded), in_namespace("b", "loops", looping)])
     )
     assert all(s.state is State.VALID for s in same.statuses)
+
+
+def test_a_backend_without_endpoints_answers_502_for_its_share_only() -> None:
+    """Skipper's route for a backend of a Service without endpoints answers 502 itself; in a
+    split, that backend's share does, and the evaluator reports the share."""
+    spec = {
+        "hosts": ["split.example.org"],
+        "backends": [
+            {"name": "a", "type": "service", "serviceName": "web", "servicePort": 80},
+            {"name": "e", "type": "service", "serviceName": "empty", "servicePort": 80},
+        ],
+        "routes": [
+            {
+                "pathSubtree": "/",
+                "backends": [{"backendName": "a", "weight": 3}, {"backendName": "e", "weight": 1}],
+            }
+        ],
+    }
+    empty = shop_object("Service", "empty", {"spec": {"ports": [{"name": "http", "port": 80}]}})
+    result = compile_snapshot(Snapshot.of([routegroup("split", spec), *web_service(), empty]))
+    decision = evaluate(result.graph, make_request("split.example.org", "/x"))
+    assert decision.status == 200
+    assert decision.answered_shares == ((502, 0.25),)

@@ -105,10 +105,12 @@ def test_request_header_templates_envoy_can_fill() -> None:
     )
     assert t.policies.request_headers == HeaderPolicy(
         set=(
-            HeaderValue("X-User", "u-%REQ(X-Id)% 100%%"),
-            HeaderValue("X-Client", "%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%"),
+            HeaderValue("X-User", "u-%REQ(X-Id)% 100%%", when_resolved=True),
+            HeaderValue(
+                "X-Client", "%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%", when_resolved=True
+            ),
         ),
-        add=(HeaderValue("X-Via", "%REQ(:METHOD)% %REQ(:AUTHORITY)%"),),
+        add=(HeaderValue("X-Via", "%REQ(:METHOD)% %REQ(:AUTHORITY)%", when_resolved=True),),
     )
 
 
@@ -164,7 +166,11 @@ def test_set_path() -> None:
             'redirectTo(308, "https://login.example.org")',  # seed 003: the request path stays
             Redirect(scheme="https", hostname="login.example.org", status=308),
         ),
-        ('redirectTo(301, "/new?x=1")', Redirect(scheme="https", path="/new?x=1", status=301)),
+        (
+            'redirectTo(301, "/new?x=1")',
+            Redirect(scheme="https", path="/new", status=301, query_suffix="x=1"),
+        ),
+        ('redirectTo(302, "?x=1")', Redirect(scheme="https", status=302, query_suffix="x=1")),
         ('redirectTo(308, "https:")', Redirect(scheme="https", status=308)),
         ('redirectTo(302, "http://a.org:8080")', Redirect("http", "a.org", 8080, status=302)),
         ("redirectTo(307)", Redirect(scheme="https", status=307)),

@@ -400,3 +400,53 @@ def test_an_unknown_route_field_is_not_set() -> None:
     # Guards against a policy landing on a message where Envoy would ignore it silently.
     out = envoy_route(RoutePolicies(websockets=True))
     assert isinstance(out, rc.Route) and out.route.upgrade_configs
+
+
+def test_headers_set_only_when_resolved_move_to_the_lua_script() -> None:
+    """Every change of a header with a `when_resolved` value runs in the script, in order; the
+    route's other headers stay Envoy's route fields."""
+    policies = RoutePolicies(
+        request_headers=HeaderPolicy(
+            set=(
+                HeaderValue("X-T", "p-%REQ(X-Id)% 100%%", when_resolved=True),
+                HeaderValue("X-Plain", "1"),
+            ),
+            add=(HeaderValue("X-Ip", "%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%", True),),
+            remove=("x-t", "x-gone"),
+        ),
+        cookie_rewrites=(CookieRewrite("sid", secure=True),),
+    )
+    out = envoy_route(policies)
+    assert [h.header.key for h in out.request_headers_to_add] == ["X-Plain"]
+    assert list(out.request_headers_to_remove) == ["x-gone"]
+    script = _lua(out.typed_per_filter_config[LUA_FILTER])
+    assert '{"set", "x-t", {{"s", "p-"}, {"h", "x-id"}, {"s", " 100"}, {"s", "%"}}, true}' in (
+        script
+    )
+    assert '{"add", "x-ip", {{"ip"}}, true}' in script
+    assert '{"remove", "x-t", {}, false}' in script
+    assert "function envoy_on_request" in script and "function envoy_on_response" in script
+
+
+def test_a_redirect_query_suffix_is_appended_by_the_lua_script() -> None:
+    out = envoy_route(RoutePolicies(), Redirect(path="/p", query_suffix="a=1&b"))
+    assert out.redirect.path_redirect == "/p"
+    script = _lua(out.typed_per_filter_config[LUA_FILTER])
+    assert 'local suffix = "a\\0611\\038b"' in script
+
+
+def test_a_backend_that_answers_itself_responds_from_its_weighted_cluster() -> None:
+    answer = DirectResponse(502, "no endpoints")
+    out = envoy_route(
+        RoutePolicies(),
+        Forward(
+            (
+                WeightedCluster(APP, 1),
+                WeightedCluster(OTHER, 1, BackendPolicies(direct_response=answer)),
+            )
+        ),
+    )
+    plain, answering = out.route.weighted_clusters.clusters
+    assert LUA_FILTER not in plain.typed_per_filter_config
+    script = _lua(answering.typed_per_filter_config[LUA_FILTER])
+    assert '[":status"] = "502"' in script and '"no endpoints"' in script

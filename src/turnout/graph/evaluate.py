@@ -243,6 +243,20 @@ class Decision:
         return invalid / total if total else 0.0
 
     @property
+    def answered_shares(self) -> tuple[tuple[int, float], ...]:
+        """(status, fraction of the chosen Forward's requests) for each share that answers
+        itself (`BackendPolicies.direct_response`) instead of forwarding."""
+        if self.route is None or not isinstance(self.route.action, Forward):
+            return ()
+        forward = self.route.action
+        total = sum(w for _, w in effective_forward(forward))
+        return tuple(
+            (wc.policies.direct_response.status, wc.weight / total)
+            for wc in forward.clusters
+            if total and wc.weight > 0 and wc.policies and wc.policies.direct_response
+        )
+
+    @property
     def clusters(self) -> tuple[tuple[str, int], ...]:
         """The chosen Forward's clusters as the graph lists them (zero weights included)."""
         if self.route is not None and isinstance(self.route.action, Forward):

@@ -217,6 +217,9 @@ class Cluster:
     # Bounded-load consistent hashing (Skipper consistentHashBalanceFactor): a percentage, 150 =
     # an endpoint takes at most 1.5 times the average load (Envoy's hash_balance_factor, >= 100).
     hash_balance_factor: int | None = None
+    # The local address Envoy connects from (None: the system's choice). Set only on turnout's
+    # own upstreams; see compile_inputs.OWN_HOP_SOURCE_ADDRESS.
+    source_address: str | None = None
 
 
 # The cluster name of "an invalid backend" (Gateway API: a backendRef that does not resolve):
@@ -273,6 +276,10 @@ class Redirect:
     path: str | None = None
     prefix: str | None = None
     status: int = 302
+    # Kept request query plus this one: `?<request query>&<query_suffix>` (Skipper's merge; the
+    # `&` is there even when the request has no query). None: the query is the request's, or
+    # the one `path` carries.
+    query_suffix: str | None = None
 
 
 RouteAction = Forward | DirectResponse | Redirect
@@ -282,6 +289,10 @@ RouteAction = Forward | DirectResponse | Redirect
 class HeaderValue:
     name: str
     value: str  # may use Envoy's %VAR% substitutions; a literal % is written %%
+    # Set (or appended) only when every substitution the value uses comes out non-empty;
+    # otherwise the header is left as the request has it (Skipper's templates). False: Envoy's
+    # rule, skipped only when the whole value is empty.
+    when_resolved: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -610,6 +621,9 @@ class BackendPolicies:
     response_headers: HeaderPolicy | None = None
     host_rewrite: HostRewrite | None = None  # literal only: Envoy has no per-backend header form
     cookie_rewrites: tuple[CookieRewrite, ...] = ()
+    # The requests this backend's share takes are answered with this instead of being forwarded
+    # (a backend with nothing to forward to, in a split with backends that have).
+    direct_response: DirectResponse | None = None
 
 
 @dataclass(frozen=True, slots=True)

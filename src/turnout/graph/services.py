@@ -379,22 +379,29 @@ class BackendResolver:
         dns_name: str | None = None,
         settings: UpstreamSettings | None = None,
         own: bool = False,
+        source_address: str | None = None,
     ) -> Cluster:
         """A cluster of fixed IP endpoints, or of one DNS name resolved by Envoy (RouteGroup `lb`
         and `network` backends). `name` stands where a Service name would; the endpoints are part
         of the cluster's identity, so two backends of one name never share a cluster.
 
         `own`: turnout's own upstream (RouteGroup `loopback`: Envoy's HTTP listener), exempt
-        from `drop_forbidden_endpoints`; never for an address a tenant wrote."""
+        from `drop_forbidden_endpoints`; never for an address a tenant wrote. `source_address`:
+        the local address Envoy connects from."""
         settings = settings or UpstreamSettings()
         endpoints = tuple(sorted(set(endpoints)))
-        digest = hashlib.sha1(repr((settings, endpoints, dns_name)).encode()).hexdigest()[:10]
+        identity: tuple[object, ...] = (settings, endpoints, dns_name)
+        if source_address is not None:
+            identity = (*identity, source_address)
+        digest = hashlib.sha1(repr(identity).encode()).hexdigest()[:10]
         cname = f"{namespace}/{name}/{port}/{digest}"
         cluster = self._clusters.get(cname)
         if cluster is None:
             cluster = _cluster(
                 cname, namespace, name, port, settings, endpoints=endpoints, dns_name=dns_name
             )
+            if source_address is not None:
+                cluster = replace(cluster, source_address=source_address)
             self._clusters[cname] = cluster
         if own:
             self._own.add(cname)

@@ -526,6 +526,7 @@ def _redirect_problem(action: Redirect) -> str | None:
         ("redirect port", lambda: _optional(action.port, port)),
         ("redirect path", lambda: _optional(action.path, _no_crlf)),
         ("redirect prefix", lambda: _optional(action.prefix, _no_crlf)),
+        ("redirect query", lambda: _optional(action.query_suffix, _no_crlf)),
     )
 
 
@@ -603,6 +604,7 @@ def _backend_policies_problem(p: BackendPolicies) -> str | None:
         or _header_policy_problem("response headers", p.response_headers)
         or _host_rewrite_problem(p.host_rewrite)
         or _cookie_problem(p.cookie_rewrites)
+        or (_direct_problem(p.direct_response) if p.direct_response is not None else None)
     )
 
 

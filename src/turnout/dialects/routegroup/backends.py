@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from turnout.compile_inputs import CompileOptions
+from turnout.compile_inputs import OWN_HOP_SOURCE_ADDRESS, CompileOptions
 from turnout.dialects.routegroup.spec import (
     ACCEPTED,
     RESOLVED_REFS,
@@ -95,13 +95,25 @@ def loopback_cluster(resolver: BackendResolver, options: CompileOptions) -> Clus
         address = "127.0.0.1"
     elif address == "::":
         address = "::1"
+    # From a source address of its own, which the listener trusts to report the client in
+    # X-Forwarded-For (IPv4 loopback only: IPv6 has no second loopback address to tell it by).
+    source = OWN_HOP_SOURCE_ADDRESS if _ipv4_loopback(address) else None
     return resolver.static(
         "turnout",
         "loopback",
         options.http_port,
         endpoints=(Endpoint(address, options.http_port),),
         own=True,
+        source_address=source,
     )
+
+
+def _ipv4_loopback(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return ip.version == 4 and ip.is_loopback
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ form of it cannot be expressed); any other name is a problem naming it, never dr
 | `setRequestHeader("Host", h)` | host rewrite | native |
 | `modPath(/re/, "repl")` | regex path rewrite (`$1` -> `\\1`) | native |
 | `setPath("/p")` | full path rewrite | native |
-| `redirectTo(code[, "location"])` | redirect | native |
+| `redirectTo(code[, "location"])` | redirect (the query merged by a Lua script) | native |
 | `status(code)`, `inlineContent(body[, type])` | direct response | native (shunt) |
 | `preserveHost("true"/"false")` | `preserve_host` | native |
 | `tee("url")` | mirror to the URL's cluster | approximated |
@@ -33,10 +33,12 @@ Approximations (the user-facing list is in docs/dialects/routegroup.md):
 
 - header values: in request headers Skipper's `${request.header.X}`, `${request.method}`,
   `${request.host}` and `${request.clientIP}` become Envoy's `%REQ(X)%`, `%REQ(:METHOD)%`,
-  `%REQ(:AUTHORITY)%` and `%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%`; Skipper skips the
-  header when a placeholder is unresolved, Envoy skips it only when the whole value is empty.
-  Other placeholders, and any in response headers or the Host, are refused; a `%` is escaped
-  for Envoy's own substitutions;
+  `%REQ(:AUTHORITY)%` and `%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%`, marked
+  `when_resolved` so that, as in Skipper, a header whose placeholder comes out empty is left
+  as the request has it (the translator runs such headers in a Lua script). A templated set
+  after another change of the same header drops that change when the placeholder is empty
+  (Skipper would keep it). Other placeholders, and any in response headers or the Host, are
+  refused; a `%` is escaped for Envoy's own substitutions;
 - tee: Envoy mirrors to a cluster and appends `-shadow` to the mirrored Host; the path rewriting
   form `tee(url, /re/, "repl")` is refused;
 - compress: gzip only (Skipper also deflate and brotli), Envoy's minimum of 30 bytes and
@@ -213,16 +215,16 @@ class _Headers:
     add: list[HeaderValue] = field(default_factory=list)
     remove: list[str] = field(default_factory=list)
 
-    def do_set(self, name: str, value: str) -> None:
+    def do_set(self, name: str, value: str, when_resolved: bool = False) -> None:
         key = name.lower()
         self.add = [h for h in self.add if h.name.lower() != key]
         self.remove = [r for r in self.remove if r != key]
-        self.set[key] = HeaderValue(name, value)
+        self.set[key] = HeaderValue(name, value, when_resolved)
 
-    def do_add(self, name: str, value: str) -> None:
+    def do_add(self, name: str, value: str, when_resolved: bool = False) -> None:
         key = name.lower()
         self.remove = [r for r in self.remove if r != key]
-        self.add.append(HeaderValue(name, value))
+        self.add.append(HeaderValue(name, value, when_resolved))
 
     def do_remove(self, name: str) -> None:
         key = name.lower()
@@ -486,11 +488,13 @@ def _set_request_header(state: _State, call: Call) -> None:
         state.host = HostRewrite(literal=_literal_value(value).replace("%%", "%"))
         state.preserve_host = False
         return
+    # Skipper leaves the header alone when a placeholder comes out empty (ApplyContext's ok).
+    templated = _TEMPLATE.search(value) is not None
     value = _templated_value(value)
     if call.name == "setRequestHeader":
-        state.request.do_set(name, value)
+        state.request.do_set(name, value, templated)
     else:
-        state.request.do_add(name, value)
+        state.request.do_add(name, value, templated)
 
 
 def _drop_request_header(state: _State, call: Call) -> None:
@@ -671,19 +675,16 @@ def _redirect_to(state: _State, call: Call) -> None:
         raise _Refused(f"{_INVALID}: {location!r} is not a URL") from None
     if url.fragment or url.username or url.password:
         raise _Refused(f"a location with user info or a fragment is not supported: {location!r}")
-    if url.query and not url.path:
-        raise _Refused(f"a location with a query but no path is not supported: {location!r}")
-    path: str | None = None
-    if url.path:
-        path = url.path + (f"?{url.query}" if url.query else "")
     # Skipper fills what the location leaves out from the request, except the scheme, which
-    # is https when the location has none (the request URL of a server has no scheme).
+    # is https when the location has none (the request URL of a server has no scheme), and
+    # appends the location's query to the request's (`?<request>&<location>`).
     state.redirect = Redirect(
         scheme=(url.scheme or "https").lower(),
         hostname=url.hostname or None,
         port=port,
-        path=path,
+        path=url.path or None,
         status=code,
+        query_suffix=url.query or None,
     )
 
 

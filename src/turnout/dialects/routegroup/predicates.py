@@ -44,7 +44,9 @@ Notes on the approximations (docs/dialects/routegroup.md has the user-facing ver
   Envoy sets before routing are matched instead (the HTTP connection manager has
   `use_remote_address`). ClientIP (the peer) is `x-envoy-external-address`, which Envoy sets to
   the peer address (with `--num-trusted-hops` above 0: to the client address the trusted proxies
-  report) and removes from clients. X-Forwarded-For is what the client sent followed by one
+  report) and overwrites on every request from outside; on the second hop of a `loopback` (the
+  peer is OWN_HOP_SOURCE_ADDRESS) it is the client the first hop sent in
+  LOOPBACK_CLIENT_HEADER. X-Forwarded-For is what the client sent followed by one
   entry Envoy appended (the peer, or Envoy's own address for a loopback peer): Source (the first
   entry sent, else the peer) is its first entry when it has two or more, else the peer;
   SourceFromLast (the last entry sent, else the peer) the one before the last, else the peer.
@@ -65,10 +67,11 @@ import ipaddress
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import re2
 
+from turnout.compile_inputs import OWN_HOP_SOURCE_ADDRESS
 from turnout.dialects.routegroup.eskip import Call, number_arg, string_arg
 from turnout.graph.evaluate import normalize_path
 from turnout.graph.model import (
@@ -390,6 +393,11 @@ _ENTRY_SPACE = "[ \\t]*"
 # Envoy sets this to the client address it trusts (the peer, with no trusted hops) and removes
 # any a client sends.
 EXTERNAL_ADDRESS = "x-envoy-external-address"
+# The client address a RouteGroup `loopback` hop determined, sent along with the looped request.
+# It counts only where the peer is Envoy's own loopback hop (OWN_HOP_SOURCE_ADDRESS), which no
+# client connects from, so a client sending it claims nothing; no filter may name it (it holds
+# the loop mark's name).
+LOOPBACK_CLIENT_HEADER = "x-turnout-loopback-client"
 
 
 def _address_matches(
@@ -401,7 +409,12 @@ def _address_matches(
     peer = HeaderMatch(EXTERNAL_ADDRESS, StringMatchKind.REGEX, entry)
     _checked_regex(entry, "the address regex for these networks")
     if name == "ClientIP":
-        return (MatchVariant((peer,)),)
+        # On the second hop of a loop the peer is Envoy itself; the client is the one the first
+        # hop saw, as Skipper's in-process loop keeps it.
+        own_hop = HeaderMatch(EXTERNAL_ADDRESS, StringMatchKind.EXACT, OWN_HOP_SOURCE_ADDRESS)
+        looped = HeaderMatch(LOOPBACK_CLIENT_HEADER, StringMatchKind.REGEX, entry)
+        not_own_hop = replace(own_hop, invert=True)
+        return (MatchVariant((peer, not_own_hop)), MatchVariant((own_hop, looped)))
     # Source: the first entry the client sent; SourceFromLast: the last one it sent, just before
     # the one Envoy appended.
     sent = f"{entry},.*" if name == "Source" else f"(?:.*,)?{entry},[^,]*"

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.routegroup import backends as rg_backends
+from turnout.dialects.routegroup import predicates as rg_predicates
 from turnout.dialects.routegroup.eskip import (
     Call,
     EskipError,
@@ -473,6 +474,12 @@ class _Compiler:
             backend_policies = filters.backend_policies
             if result.loopback:
                 backend_policies = _with_loopback_mark(backend_policies)
+            if result.no_endpoints:
+                # Skipper's route for this backend answers 502 itself; so does its share here
+                # (all shares empty: the whole route, below).
+                backend_policies = dataclasses.replace(
+                    backend_policies or BackendPolicies(), direct_response=_NO_ENDPOINTS
+                )
             if result.host_rewrite is not None and not filters.preserve_host:
                 backend_policies = dataclasses.replace(
                     backend_policies or BackendPolicies(),
@@ -485,7 +492,7 @@ class _Compiler:
             )
         if clusters and empty == len(clusters):
             # Skipper's route for a Service without endpoints: status(502) -> inlineContent.
-            return DirectResponse(502, "no endpoints"), policies
+            return _NO_ENDPOINTS, policies
         if hashed and not policies.hash_policies:
             # Skipper hashes on the client address unless consistentHashKey says otherwise.
             policies = dataclasses.replace(
@@ -959,6 +966,10 @@ def _loops(action: RouteAction) -> bool:
     )
 
 
+# What Skipper's route for a Service without endpoints answers: status(502) -> inlineContent.
+_NO_ENDPOINTS = DirectResponse(502, "no endpoints")
+
+
 def _with_loopback_mark(policies: BackendPolicies | None) -> BackendPolicies:
     policies = policies or BackendPolicies()
     headers = policies.request_headers or HeaderPolicy()
@@ -967,9 +978,13 @@ def _with_loopback_mark(policies: BackendPolicies | None) -> BackendPolicies:
     # the route's filters or the client left: with --num-trusted-hops 1 the second hop takes it
     # for the client; with 0 (or more than 1) it takes the peer, 127.0.0.1.
     client = HeaderValue("x-forwarded-for", "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%")
+    # ClientIP on the second hop reads it (only there: see rg_predicates.LOOPBACK_CLIENT_HEADER).
+    looped = HeaderValue(
+        rg_predicates.LOOPBACK_CLIENT_HEADER, "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"
+    )
     kept = tuple(h for h in headers.set if h.name.lower() != "x-forwarded-for")
     return dataclasses.replace(
-        policies, request_headers=dataclasses.replace(headers, set=(*kept, mark, client))
+        policies, request_headers=dataclasses.replace(headers, set=(*kept, mark, client, looped))
     )
 
 

@@ -123,6 +123,9 @@ def translate_cluster(
         ),
         lb_policy=LB_POLICIES[cluster.lb_strategy],
     )
+    if cluster.source_address is not None:
+        bind = out.upstream_bind_config.source_address
+        bind.address, bind.port_value = cluster.source_address, 0
     if cluster.dns_name is not None:
         _dns_discovery(out, cluster)
     else:

@@ -52,6 +52,13 @@ from envoy.type.matcher.v3 import regex_pb2
 from envoy.type.v3 import percent_pb2
 
 from turnout.envoy.translate.common import duration, pack
+from turnout.envoy.translate.lua_scripts import (
+    location_query_script,
+    lua_string,
+    request_header_script,
+    respond_script,
+    split_conditional_headers,
+)
 from turnout.graph.model import (
     BackendPolicies,
     Cluster,
@@ -65,6 +72,7 @@ from turnout.graph.model import (
     InternalRedirectPolicy,
     Mirror,
     PathRewrite,
+    Redirect,
     RetryPolicy,
     Route,
     RoutePolicies,
@@ -94,6 +102,10 @@ def apply_route_policies(out: Any, route: Route) -> None:
             # Envoy adds a route's response headers to the redirect it answers as well.
             headers = route.policies.response_headers
             _set_headers(out.response_headers_to_add, out.response_headers_to_remove, headers)
+        if isinstance(route.action, Redirect) and route.action.query_suffix:
+            config = lua_pb2.LuaPerRoute()
+            config.source_code.inline_string = location_query_script(route.action.query_suffix)
+            out.typed_per_filter_config[LUA_FILTER].CopyFrom(pack(config))
         return
     p = route.policies
     action = out.route
@@ -105,8 +117,9 @@ def apply_route_policies(out: Any, route: Route) -> None:
         # One upstream attempt (Gateway API backendRequest) is Envoy's per-try timeout; a retry
         # policy without conditions only carries it.
         action.retry_policy.per_try_timeout.CopyFrom(duration(p.timeouts.backend_request_s))
-    if p.request_headers is not None:
-        _set_headers(out.request_headers_to_add, out.request_headers_to_remove, p.request_headers)
+    native, scripted = split_conditional_headers(p.request_headers)
+    if native is not None:
+        _set_headers(out.request_headers_to_add, out.request_headers_to_remove, native)
     if p.response_headers is not None:
         _set_headers(
             out.response_headers_to_add, out.response_headers_to_remove, p.response_headers
@@ -119,12 +132,13 @@ def apply_route_policies(out: Any, route: Route) -> None:
     if p.websockets:
         action.upgrade_configs.add(upgrade_type=WEBSOCKET)
     action.hash_policy.extend(translate_hash_policy(h) for h in p.hash_policies)
-    if p.cookie_rewrites:
-        out.typed_per_filter_config[LUA_FILTER].CopyFrom(cookie_rewrite_config(p.cookie_rewrites))
+    if p.cookie_rewrites or scripted is not None:
+        config = lua_config(p.cookie_rewrites, scripted)
+        out.typed_per_filter_config[LUA_FILTER].CopyFrom(config)
     if p.internal_redirect is not None:
         _set_internal_redirect(action.internal_redirect_policy, p.internal_redirect)
     if isinstance(route.action, Forward):
-        _set_backend_policies(action, route.action, p)
+        _set_backend_policies(action, route.action, p, scripted)
 
 
 # --- timeouts and retries ------------------------------------------------------------------------
@@ -232,7 +246,9 @@ def translate_hash_policy(h: HashPolicy) -> Any:
 # --- per-backend policies ------------------------------------------------------------------------
 
 
-def _set_backend_policies(action: Any, forward: Forward, route: RoutePolicies) -> None:
+def _set_backend_policies(
+    action: Any, forward: Forward, route: RoutePolicies, scripted: HeaderPolicy | None
+) -> None:
     if all(wc.policies is None for wc in forward.clusters):
         return
     entries: list[tuple[str, int, BackendPolicies | None]] = []
@@ -254,11 +270,14 @@ def _set_backend_policies(action: Any, forward: Forward, route: RoutePolicies) -
         entry = split.clusters.add(name=name)
         entry.weight.value = min(weight, _MAX_UINT32)
         if policies is not None:
-            _set_cluster_weight_policies(entry, policies, route.cookie_rewrites)
+            _set_cluster_weight_policies(entry, policies, route.cookie_rewrites, scripted)
 
 
 def _set_cluster_weight_policies(
-    entry: Any, p: BackendPolicies, route_cookies: Sequence[CookieRewrite]
+    entry: Any,
+    p: BackendPolicies,
+    route_cookies: Sequence[CookieRewrite],
+    scripted: HeaderPolicy | None,
 ) -> None:
     if p.request_headers is not None:
         _set_headers(
@@ -270,11 +289,19 @@ def _set_cluster_weight_policies(
         )
     if p.host_rewrite is not None and p.host_rewrite.literal:
         entry.host_rewrite_literal = p.host_rewrite.literal
-    if p.cookie_rewrites:
+    if p.direct_response is not None:
+        answer = p.direct_response
+        config = lua_pb2.LuaPerRoute()
+        config.source_code.inline_string = respond_script(
+            answer.status, answer.body, answer.headers
+        )
+        entry.typed_per_filter_config[LUA_FILTER].CopyFrom(pack(config))
+    elif p.cookie_rewrites:
         # The most specific per-filter config wins in Envoy, so the backend's script must also
-        # carry the route's rules (the backend's own win for the same cookie and attribute).
+        # carry the route's rules (the backend's own win for the same cookie and attribute)
+        # and the route's scripted request headers.
         merged = merge_cookie_rewrites([*route_cookies, *p.cookie_rewrites])
-        entry.typed_per_filter_config[LUA_FILTER].CopyFrom(cookie_rewrite_config(merged))
+        entry.typed_per_filter_config[LUA_FILTER].CopyFrom(lua_config(merged, scripted))
 
 
 # --- cookie rewriting ----------------------------------------------------------------------------
@@ -300,19 +327,20 @@ def merge_cookie_rewrites(rules: Iterable[CookieRewrite]) -> tuple[CookieRewrite
 
 def cookie_rewrite_config(rules: Sequence[CookieRewrite]) -> Any:
     """`LuaPerRoute` running `cookie_rewrite_script(rules)`."""
+    return lua_config(rules, None)
+
+
+def lua_config(rules: Sequence[CookieRewrite], headers: HeaderPolicy | None) -> Any:
+    """`LuaPerRoute` with one script (Envoy takes one per route): the scripted request headers
+    on the request, the cookie rewrites on the response."""
+    scripts = []
+    if headers is not None:
+        scripts.append(request_header_script(headers))
+    if rules:
+        scripts.append(cookie_rewrite_script(merge_cookie_rewrites(rules)))
     config = lua_pb2.LuaPerRoute()
-    config.source_code.inline_string = cookie_rewrite_script(merge_cookie_rewrites(rules))
+    config.source_code.inline_string = "\n".join(scripts)
     return pack(config)
-
-
-def lua_string(value: str) -> str:
-    """A Lua string literal for `value`: anything but plain characters as a decimal byte escape,
-    so no user-supplied text can end the literal or the script."""
-    out = []
-    for byte in value.encode("utf-8"):
-        ch = chr(byte)
-        out.append(ch if ch.isascii() and (ch.isalnum() or ch in " -_./:") else f"\\{byte:03d}")
-    return '"' + "".join(out) + '"'
 
 
 def _lua_rule(rule: CookieRewrite) -> str:
