@@ -102,14 +102,21 @@ def _collector(value: str) -> str:
     return value
 
 
-def _percent(value: str) -> float:
+def _float_in(value: str, low: float, high: float, expected: str, *, above: bool = False) -> float:
+    """`value` as a number from `low` (or above it, `above`) to `high`, else an argparse error
+    saying what was `expected`."""
     try:
-        percent = float(value)
+        number = float(value)
     except ValueError:
-        percent = -1.0
-    if not 0 <= percent <= 100:  # NaN fails the comparison too
-        raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {value!r}")
-    return percent
+        number = float("nan")
+    # NaN fails both comparisons.
+    if not ((low < number) if above else (low <= number)) or not number <= high:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
+    return number
+
+
+def _percent(value: str) -> float:
+    return _float_in(value, 0, 100, "a percentage from 0 to 100")
 
 
 def _access_log(value: str) -> str:
@@ -363,23 +370,11 @@ def _add_listen_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _discover_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds <= 3600:  # NaN fails the comparison too
-        raise argparse.ArgumentTypeError(f"expected seconds above 0, at most 3600, got {value!r}")
-    return seconds
+    return _float_in(value, 0, 3600, "seconds above 0, at most 3600", above=True)
 
 
 def _grace_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= 3600:  # NaN fails the comparison too
-        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 3600, got {value!r}")
-    return seconds
+    return _float_in(value, 0, 3600, "seconds from 0 to 3600")
 
 
 def _add_discover_flags(p: argparse.ArgumentParser) -> None:

@@ -168,18 +168,22 @@ class ObjectStatus:
         return dataclasses.replace(folded, findings=(*self.findings, *findings))
 
     def to_json(self, *, cluster_scoped: bool = False) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"name": self.ref.name}
-        if not cluster_scoped:
-            metadata = {"namespace": self.ref.namespace, "name": self.ref.name}
-        out: dict[str, Any] = {
-            "apiVersion": self.api_version,
-            "kind": self.ref.kind,
-            "metadata": metadata,
-            "status": self.body,
-        }
-        if self.origin is not None:
-            out["source"] = {"file": self.origin.source, "line": self.origin.line}
-        return out
+        out = object_json(self.ref, self.api_version, self.origin, cluster_scoped)
+        return {**out, "status": self.body}
+
+
+def object_json(
+    ref: ObjectRef, api_version: str, origin: Origin | None, cluster_scoped: bool
+) -> dict[str, Any]:
+    """An object's identity as JSON (no namespace for a cluster-scoped kind), with `source`
+    (file and line) when known; the key order `check -o json` prints."""
+    metadata: dict[str, Any] = {"name": ref.name}
+    if not cluster_scoped:
+        metadata = {"namespace": ref.namespace, "name": ref.name}
+    out: dict[str, Any] = {"apiVersion": api_version, "kind": ref.kind, "metadata": metadata}
+    if origin is not None:
+        out["source"] = {"file": origin.source, "line": origin.line}
+    return out
 
 
 def render_plain(status: ObjectStatus, *, conditions_key: bool = True) -> dict[str, Any]:
@@ -251,15 +255,5 @@ class IgnoredObject:
         return IgnoredObject(obj.ref, obj.api_version, obj.origin, reason)
 
     def to_json(self, *, cluster_scoped: bool = False) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"name": self.ref.name}
-        if not cluster_scoped:
-            metadata = {"namespace": self.ref.namespace, "name": self.ref.name}
-        out: dict[str, Any] = {
-            "apiVersion": self.api_version,
-            "kind": self.ref.kind,
-            "metadata": metadata,
-            "reason": self.reason,
-        }
-        if self.origin is not None:
-            out["source"] = {"file": self.origin.source, "line": self.origin.line}
-        return out
+        out = object_json(self.ref, self.api_version, self.origin, cluster_scoped)
+        return {**out, "reason": self.reason}
