@@ -260,8 +260,9 @@ class _Compiler:
         for listener in claimed_listeners(proxy):
             owner = self.ctx.ownership.owner(listener, host)
             if owner is not None and owner.ref != proxy.obj.ref:
-                # turnout's ownership rule: the oldest root keeps the hostname (design.md
-                # section 4). A TLS host needs both listeners; half a host is not served.
+                # turnout's ownership rule: the oldest root keeps the hostname
+                # (docs/architecture.md). A TLS host needs both listeners; half a host is not
+                # served.
                 st.add_error(
                     VIRTUAL_HOST_ERROR,
                     "DuplicateVhost",

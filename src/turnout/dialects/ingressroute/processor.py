@@ -248,8 +248,9 @@ class _Compiler:
         return out
 
     def _owns_hostnames(self, ir: ParsedIngressRoute) -> bool:
-        """turnout's ownership rule (design.md section 4): the oldest claimant of a hostname on a
-        listener keeps it; a root that lost any of its hostnames is rejected whole."""
+        """turnout's ownership rule (docs/architecture.md, "Compiling"): the oldest claimant of a
+        hostname on a listener keeps it; a root that lost any of its hostnames is rejected
+        whole."""
         st = self.status[ir.key]
         owns = True
         for listener, host in claimed_hostnames(ir, self.ctx.options):
