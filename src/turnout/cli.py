@@ -864,14 +864,6 @@ def _client_address(value: str) -> str:
         raise argparse.ArgumentTypeError(f"{value!r} is not an IP address") from None
 
 
-def policy_answer_text(answer: PolicyAnswer) -> str:
-    """`answered by <policy> before the route: 403 (...)`, or `may be answered 429 ...`."""
-    where = f"{answer.policy} of {answer.source}"
-    if answer.definite:
-        return f"answered by {where} before the route: {answer.status} ({answer.reason})"
-    return f"may be answered {answer.status} by {where} {answer.reason}"
-
-
 def policy_answer_json(answer: PolicyAnswer) -> dict[str, Any]:
     return {
         "status": answer.status,
@@ -974,7 +966,7 @@ def _explain(args: argparse.Namespace) -> int:
     if decision.route is not None:
         print(f"route: {decision.route.source}")
     for answer in decision.policy_answers:
-        print(policy_answer_text(answer))
+        print(answer.text)
         for name, value in answer.headers:
             print(f"  {name}: {value}")
     print(f"action: {_action_text(decision)}")

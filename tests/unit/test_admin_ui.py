@@ -95,3 +95,21 @@ def test_explain_says_why_nothing_matched() -> None:
 def test_headers_form_field() -> None:
     assert ui.parse_headers("X-A: 1\n\nx-b:two") == [("x-a", "1"), ("x-b", "two")]
     assert isinstance(ui.parse_headers("no colon"), str)
+
+
+def test_explain_shows_what_a_policy_answers_before_the_route() -> None:
+    allowed = proxy(
+        "admin",
+        {
+            "virtualhost": {
+                "fqdn": "admin.example.com",
+                "ipAllowPolicy": [{"source": "Peer", "cidr": "10.0.0.0/8"}],
+            },
+            "routes": [{"services": [{"name": "app", "port": 80}]}],
+        },
+    )
+    result = compile_snapshot(snapshot(allowed, service("app")))
+    request = make_request("admin.example.com", "/")  # from 127.0.0.1, not allow-listed
+    html = ui.explain_html(request, evaluate(result.graph, request))
+    assert '<span class="policy">answered by ' in html
+    assert "before the route: 403" in html

@@ -402,9 +402,13 @@ def decision_lines(decision: Decision) -> list[str]:
     route = decision.route
     if route is None:
         return [*lines, "action: 404 (no route matched)"]
+    # What the policies answer before the route (IP rules, CORS, rate limits, JWT), as
+    # `turnout explain` prints it.
+    answers = [f'<span class="policy">{esc(a.text)}</span>' for a in decision.policy_answers]
     return [
         *lines,
         f'route: <b class="route">{esc(route.source)}</b>',
+        *answers,
         f"action: {esc(route_text(route))}",
     ]
 

@@ -90,6 +90,14 @@ class PolicyAnswer:
     reason: str
     headers: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def text(self) -> str:
+        """`answered by <policy> before the route: 403 (...)`, or `may be answered 429 ...`."""
+        where = f"{self.policy} of {self.source}"
+        if self.definite:
+            return f"answered by {where} before the route: {self.status} ({self.reason})"
+        return f"may be answered {self.status} by {where} {self.reason}"
+
 
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
