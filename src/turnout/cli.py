@@ -958,6 +958,8 @@ def _explain(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     if decision.virtual_host is None:
         print("virtual host: none matches this host: 404")
+        for ignored in (i for i in result.ignored if i.names(request.host)):
+            print(f"  {_ignored_line(ignored)}")
         return EXIT_INVALID
     vh = decision.virtual_host
     print(f"virtual host: {vh.hostname} (owned by {vh.owner})")

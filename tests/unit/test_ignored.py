@@ -385,3 +385,17 @@ def test_admin_status_lists_the_ignored_objects() -> None:
             "source": {"file": "unknown", "line": None},
         }
     ]
+
+
+def test_explain_names_the_ignored_objects_that_name_an_unserved_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.yaml").write_text(SERVED)
+    assert main(["explain", str(tmp_path), "--host", "B.example.com"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "virtual host: none matches this host: 404" in out
+    at = f"{tmp_path / 'a.yaml'}:{line_of('other')}: "
+    assert f"  {at}Ingress default/other: ignored: class 'nginx' is not turnout's" in "\n".join(out)
+    # A host no object names: nothing to point at.
+    assert main(["explain", str(tmp_path), "--host", "c.example.com"]) == 1
+    assert "ignored" not in capsys.readouterr().out

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -249,11 +250,39 @@ class IgnoredObject:
     api_version: str
     origin: Origin | None
     reason: str
+    # The lower-cased strings its spec holds (at most `MAX_SPEC_STRINGS`), so that `explain` can
+    # say which ignored objects name a host nothing serves.
+    spec_strings: frozenset[str] = frozenset()
 
     @staticmethod
     def of(obj: KubeObject, reason: str) -> IgnoredObject:
-        return IgnoredObject(obj.ref, obj.api_version, obj.origin, reason)
+        strings = frozenset(_strings(obj.raw.get("spec"), MAX_SPEC_STRINGS))
+        return IgnoredObject(obj.ref, obj.api_version, obj.origin, reason, strings)
+
+    def names(self, hostname: str) -> bool:
+        """Whether its spec holds `hostname` as a value (a host of another class's object)."""
+        return hostname.lower().rstrip(".") in self.spec_strings
 
     def to_json(self, *, cluster_scoped: bool = False) -> dict[str, Any]:
         out = object_json(self.ref, self.api_version, self.origin, cluster_scoped)
         return {**out, "reason": self.reason}
+
+
+# Enough for the hosts of any real object; bounded, so a huge ignored object costs little.
+MAX_SPEC_STRINGS = 256
+
+
+def _strings(value: object, limit: int) -> list[str]:
+    """The string leaves of `value` (mappings and lists), lower-cased, breadth-first, at most
+    `limit` of them."""
+    found: list[str] = []
+    queue: deque[object] = deque([value])
+    while queue and len(found) < limit:
+        item = queue.popleft()
+        if isinstance(item, str):
+            found.append(item.lower())
+        elif isinstance(item, Mapping):
+            queue.extend(item.values())
+        elif isinstance(item, list | tuple):
+            queue.extend(item)
+    return found
