@@ -177,7 +177,8 @@ def _file_bytes(value: str) -> int:
     return limit
 
 
-def _add_compile_flags(p: argparse.ArgumentParser) -> None:
+def _add_input_flags(p: argparse.ArgumentParser) -> None:
+    """What the files source reads."""
     p.add_argument("paths", nargs="+", type=Path, help="YAML/JSON files or directories")
     p.add_argument(
         "--exclude",
@@ -195,6 +196,10 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         help="refuse (unread) any file larger than this "
         f"(default: {DEFAULT_MAX_FILE_BYTES} bytes, 4 MiB)",
     )
+
+
+def _add_compile_flags(p: argparse.ArgumentParser) -> None:
+    _add_input_flags(p)
     p.add_argument(
         "--root-namespaces",
         type=_namespaces,
@@ -481,7 +486,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_serve, _add_check, _add_explain, _add_translate, _add_bootstrap):
+        add(sub)
+    return parser
 
+
+def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """`turnout serve`: compile, program Envoy, watch."""
     serve = sub.add_parser("serve", help="compile routing files and program Envoy over xDS")
     _add_compile_flags(serve)
     _add_listen_flags(serve)
@@ -535,6 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
         "/tmp/turnout-<uid>-<http-port>)",
     )
 
+
+def _add_check(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """`turnout check`: every object's status."""
     check = sub.add_parser("check", help="validate files and print every object's status")
     _add_compile_flags(check)
     _add_listen_flags(check)
@@ -543,6 +557,9 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format"
     )
 
+
+def _add_explain(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """`turnout explain`: which route serves a request, and why."""
     explain = sub.add_parser("explain", help="show which route serves a request, and why")
     _add_compile_flags(explain)
     _add_listen_flags(explain)
@@ -584,6 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", choices=["text", "json", "yaml"], default="text", help="output format"
     )
 
+
+def _add_translate(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """`turnout translate`: the xDS resources turnout would send."""
     tr = sub.add_parser("translate", help="print the xDS resources turnout would send Envoy")
     _add_compile_flags(tr)
     _add_listen_flags(tr)
@@ -596,6 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="only the resources of this xDS type (default: all); private keys are redacted",
     )
 
+
+def _add_bootstrap(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """`turnout bootstrap`: an external Envoy's bootstrap."""
     boot = sub.add_parser("bootstrap", help="write the bootstrap for an external Envoy")
     boot.add_argument(
         "file", metavar="OUTPUT", nargs="?", default="-", help="file to write (default: stdout)"
@@ -615,7 +638,6 @@ def build_parser() -> argparse.ArgumentParser:
         default="yaml",
         help="output format (--format is a deprecated alias)",
     )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
