@@ -92,6 +92,7 @@ from turnout.graph.model import (
     HostnameMatch,
     LoadBalancerStrategy,
     Mirror,
+    PathMatch,
     PathMatchKind,
     Redirect,
     Route,
@@ -234,62 +235,10 @@ class _Compiler:
         st = self.status[proxy.key]
         vh = proxy.spec.virtualhost
         assert vh is not None
-        if vh.fqdn is None:
-            return []  # the field has the wrong type; the reader reported it
-        if not vh.fqdn.strip():
-            st.add_error(
-                VIRTUAL_HOST_ERROR, "FQDNNotSpecified", "Spec.VirtualHost.Fqdn must be specified"
-            )
-            return []
-        host = vh.fqdn.lower()
-        if not FQDN_PATTERN.fullmatch(host):
-            st.add_error(
-                VIRTUAL_HOST_ERROR,
-                "FQDNNotValid",
-                f'Spec.VirtualHost.Fqdn "{vh.fqdn}" is not a valid hostname: it must be lower-case '
-                'DNS labels, optionally after "*." for exactly one label',
-            )
-            return []
-        if not root_allowed(proxy.obj.namespace, self.ctx.options):
-            st.add_error(
-                ROOT_NAMESPACE_ERROR,
-                "RootProxyNotAllowedInNamespace",
-                "root HTTPProxy cannot be defined in this namespace",
-            )
-            return []
-        for listener in claimed_listeners(proxy):
-            owner = self.ctx.ownership.owner(listener, host)
-            if owner is not None and owner.ref != proxy.obj.ref:
-                # turnout's ownership rule: the oldest root keeps the hostname
-                # (docs/architecture.md). A TLS host needs both listeners; half a host is not
-                # served.
-                st.add_error(
-                    VIRTUAL_HOST_ERROR,
-                    "DuplicateVhost",
-                    f'fqdn "{host}" is already owned by {owner.kind} '
-                    f"{owner.namespace}/{owner.name}",
-                )
-                return []
-        if not proxy.schema_valid:
+        host = self._root_host(proxy)
+        if host is None or not self._root_spec_ok(proxy):
             return []
         spec = proxy.spec
-        if not spec.routes and not spec.includes and not spec.tcpproxy:
-            st.add_error(
-                SPEC_ERROR,
-                "NothingDefined",
-                "HTTPProxy.Spec must have at least one Route, Include, or a TCPProxy",
-            )
-            return []
-        if vh.authorization is not None and vh.authorization.name and vh.tls is None:
-            st.add_error(*authorization.not_permitted())
-            return []
-        if vh.jwt_providers and not vh.terminates_tls:
-            st.add_error(*jwt.not_permitted())
-            return []
-        # Contour checks this one before TLS and before following the includes.
-        conflict = vhost_policies.vhost_ip_conflict(vh.filter_policies)
-        if conflict is not None and vhost_policies.report(st, [conflict]):
-            return []
         tls: TLSTermination | None = None
         passthrough = False
         if vh.tls is not None:
@@ -369,6 +318,75 @@ class _Compiler:
             # plain HTTP, redirecting to HTTPS unless they permit insecure traffic (Contour).
             secure = [(lst, v) for lst, v in secure if lst == HTTP_LISTENER]
         return vhost_policies.with_vhost_policies(secure, policies)
+
+    def _root_host(self, proxy: ParsedProxy) -> str | None:
+        """The root's hostname if it may have it (valid, its namespace may hold roots, it owns
+        the name on every listener it needs); None with the error reported."""
+        st = self.status[proxy.key]
+        vh = proxy.spec.virtualhost
+        assert vh is not None
+        if vh.fqdn is None:
+            return None  # the field has the wrong type; the reader reported it
+        if not vh.fqdn.strip():
+            st.add_error(
+                VIRTUAL_HOST_ERROR, "FQDNNotSpecified", "Spec.VirtualHost.Fqdn must be specified"
+            )
+            return None
+        host = vh.fqdn.lower()
+        if not FQDN_PATTERN.fullmatch(host):
+            st.add_error(
+                VIRTUAL_HOST_ERROR,
+                "FQDNNotValid",
+                f'Spec.VirtualHost.Fqdn "{vh.fqdn}" is not a valid hostname: it must be lower-case '
+                'DNS labels, optionally after "*." for exactly one label',
+            )
+            return None
+        if not root_allowed(proxy.obj.namespace, self.ctx.options):
+            st.add_error(
+                ROOT_NAMESPACE_ERROR,
+                "RootProxyNotAllowedInNamespace",
+                "root HTTPProxy cannot be defined in this namespace",
+            )
+            return None
+        for listener in claimed_listeners(proxy):
+            owner = self.ctx.ownership.owner(listener, host)
+            if owner is not None and owner.ref != proxy.obj.ref:
+                # turnout's ownership rule: the oldest root keeps the hostname
+                # (docs/architecture.md). A TLS host needs both listeners; half a host is not
+                # served.
+                st.add_error(
+                    VIRTUAL_HOST_ERROR,
+                    "DuplicateVhost",
+                    f'fqdn "{host}" is already owned by {owner.kind} '
+                    f"{owner.namespace}/{owner.name}",
+                )
+                return None
+        return host
+
+    def _root_spec_ok(self, proxy: ParsedProxy) -> bool:
+        """Whether the root's spec may be served at all, in Contour's order of checks; False
+        with the error reported."""
+        st = self.status[proxy.key]
+        vh = proxy.spec.virtualhost
+        assert vh is not None
+        if not proxy.schema_valid:
+            return False
+        if not proxy.spec.routes and not proxy.spec.includes and not proxy.spec.tcpproxy:
+            st.add_error(
+                SPEC_ERROR,
+                "NothingDefined",
+                "HTTPProxy.Spec must have at least one Route, Include, or a TCPProxy",
+            )
+            return False
+        if vh.authorization is not None and vh.authorization.name and vh.tls is None:
+            st.add_error(*authorization.not_permitted())
+            return False
+        if vh.jwt_providers and not vh.terminates_tls:
+            st.add_error(*jwt.not_permitted())
+            return False
+        # Contour checks this one before TLS and before following the includes.
+        conflict = vhost_policies.vhost_ip_conflict(vh.filter_policies)
+        return conflict is None or not vhost_policies.report(st, [conflict])
 
     def _authorization(self, proxy: ParsedProxy) -> ExternalAuthorization | bool | None:
         """The root's external authorization, None without one, False with an error reported."""
@@ -603,47 +621,10 @@ class _Compiler:
         via: tuple[ObjectRef, ...],
     ) -> _Candidate | None:
         st = self.status[proxy.key]
-        actions = (
-            int(bool(route.services))
-            + int(route.redirect is not None)
-            + int(route.direct_response is not None)
-        )
-        if actions != 1:
-            st.add_error(
-                ROUTE_ERROR,
-                "RouteActionCountNotValid",
-                "must set exactly one of route.services or route.requestRedirectPolicy "
-                "or route.directResponsePolicy",
-            )
+        matched = self._route_conditions(proxy, route, conds)
+        if matched is None:
             return None
-        err = path_conditions_error(route.conditions)
-        if err is not None:
-            st.add_error(ROUTE_ERROR, "PathMatchConditionsNotValid", f"route: {err}")
-            return None
-        misplaced = tcp_route.misplaced_tcp_service(route)
-        if misplaced is not None:
-            st.add_error(TCPPROXY_ERROR, tcp_route.TCP_ROUTE_NOT_VALID, misplaced)
-            return None
-        merged = (*conds, *route.conditions)
-        err = header_conditions_error(merged)
-        if err is not None:
-            st.add_error(ROUTE_ERROR, "HeaderMatchConditionsNotValid", err)
-            return None
-        err = query_conditions_error(merged)
-        if err is not None:
-            st.add_error(ROUTE_ERROR, "QueryParameterMatchConditionsNotValid", err)
-            return None
-        path = merge_path(merged)
-        if path.kind is PathMatchKind.REGEX:
-            # Each regex was checked alone; the merged one can still be too large for Envoy.
-            err = regex_error(path.value)
-            if err is not None:
-                st.add_error(
-                    ROUTE_ERROR,
-                    "PathMatchConditionsNotValid",
-                    f"route: supplied regex: {path.value} invalid. error: {route.field}: {err}",
-                )
-                return None
+        merged, path = matched
         settings = route_policies.route_settings(route.route_policies, proxy.obj.namespace, st)
         if settings is None:
             return None
@@ -712,6 +693,55 @@ class _Compiler:
         built = vhost_policies.with_route_filters(built, ip_filter, rate_limit, global_limit)
         built = self._failure_policy(proxy, route, built)
         return _Candidate(built, proxy.key, route.permit_insecure, route.auth_policy, provider)
+
+    def _route_conditions(
+        self, proxy: ParsedProxy, route: RouteSpec, conds: tuple[MatchCondition, ...]
+    ) -> tuple[tuple[MatchCondition, ...], PathMatch] | None:
+        """The route's conditions merged with its include chain's, and the path match they make,
+        checked in Contour's order; None with the error reported."""
+        st = self.status[proxy.key]
+        actions = (
+            int(bool(route.services))
+            + int(route.redirect is not None)
+            + int(route.direct_response is not None)
+        )
+        if actions != 1:
+            st.add_error(
+                ROUTE_ERROR,
+                "RouteActionCountNotValid",
+                "must set exactly one of route.services or route.requestRedirectPolicy "
+                "or route.directResponsePolicy",
+            )
+            return None
+        err = path_conditions_error(route.conditions)
+        if err is not None:
+            st.add_error(ROUTE_ERROR, "PathMatchConditionsNotValid", f"route: {err}")
+            return None
+        misplaced = tcp_route.misplaced_tcp_service(route)
+        if misplaced is not None:
+            st.add_error(TCPPROXY_ERROR, tcp_route.TCP_ROUTE_NOT_VALID, misplaced)
+            return None
+        merged = (*conds, *route.conditions)
+        err = header_conditions_error(merged)
+        if err is not None:
+            st.add_error(ROUTE_ERROR, "HeaderMatchConditionsNotValid", err)
+            return None
+        err = query_conditions_error(merged)
+        if err is not None:
+            st.add_error(ROUTE_ERROR, "QueryParameterMatchConditionsNotValid", err)
+            return None
+        path = merge_path(merged)
+        if path.kind is PathMatchKind.REGEX:
+            # Each regex was checked alone; the merged one can still be too large for Envoy.
+            err = regex_error(path.value)
+            if err is not None:
+                st.add_error(
+                    ROUTE_ERROR,
+                    "PathMatchConditionsNotValid",
+                    f"route: supplied regex: {path.value} invalid. error: {route.field}: {err}",
+                )
+                return None
+        return merged, path
 
     def _failure_policy(self, proxy: ParsedProxy, route: RouteSpec, built: Route) -> Route:
         """failurePolicy's retries (`upstream.py`); its passive health check is on the clusters."""
