@@ -288,33 +288,7 @@ def translate_filters(
     """
     state = _State(mirror_cluster, shunt, discovery)
     state.rate_limit_service = rate_limit_service
-    unavailable: list[Unavailable] = []
-    problems: list[CallProblem] = []
-    status_index = -1
-    for index, call in enumerate(calls):
-        handler = _HANDLERS.get(call.name)
-        if handler is None:
-            reason = _REFUSED.get(call.name)
-            if reason is None:
-                message = (
-                    f"filter {call.name} is not supported: turnout translates only filters "
-                    f"Envoy can express, listed in {SUPPORTED_LIST}"
-                )
-            else:
-                message = f"filter {call.name} is not supported: {reason}"
-            problems.append(CallProblem(call.name, index, message))
-            continue
-        state.unavailable = None
-        state.index = index
-        try:
-            handler(state, call)
-        except _Refused as err:
-            problems.append(CallProblem(call.name, index, f"filter {call.name}: {err}"))
-            continue
-        if state.unavailable is not None:
-            unavailable.append(replace(state.unavailable, index=index))
-        if call.name == "status":
-            status_index = index
+    problems, unavailable, status_index = _run_handlers(state, calls)
     action = _action(state)
     if (
         isinstance(action, DirectResponse)
@@ -349,7 +323,58 @@ def translate_filters(
         # carries its own.
         action = replace(action, headers=(*action.headers, *response.set, *response.add))
         response = None
-    policies = RoutePolicies(
+    policies = _route_policies(state, response, jwt_available=not unavailable)
+    return FilterTranslation(
+        policies=policies,
+        backend_policies=None,
+        action=action,
+        upstream=dict(state.upstream),
+        preserve_host=state.preserve_host,
+        problems=tuple(problems),
+        unavailable=tuple(unavailable),
+    )
+
+
+def _run_handlers(
+    state: _State, calls: Sequence[Call]
+) -> tuple[list[CallProblem], list[Unavailable], int]:
+    """Runs each filter's handler on `state`: the problems of the filters that cannot be
+    installed, the filters waiting for an outside answer, and the index of `status()` (-1)."""
+    unavailable: list[Unavailable] = []
+    problems: list[CallProblem] = []
+    status_index = -1
+    for index, call in enumerate(calls):
+        handler = _HANDLERS.get(call.name)
+        if handler is None:
+            reason = _REFUSED.get(call.name)
+            if reason is None:
+                message = (
+                    f"filter {call.name} is not supported: turnout translates only filters "
+                    f"Envoy can express, listed in {SUPPORTED_LIST}"
+                )
+            else:
+                message = f"filter {call.name} is not supported: {reason}"
+            problems.append(CallProblem(call.name, index, message))
+            continue
+        state.unavailable = None
+        state.index = index
+        try:
+            handler(state, call)
+        except _Refused as err:
+            problems.append(CallProblem(call.name, index, f"filter {call.name}: {err}"))
+            continue
+        if state.unavailable is not None:
+            unavailable.append(replace(state.unavailable, index=index))
+        if call.name == "status":
+            status_index = index
+    return problems, unavailable, status_index
+
+
+def _route_policies(
+    state: _State, response: HeaderPolicy | None, *, jwt_available: bool
+) -> RoutePolicies:
+    """The route policies the handlers gathered in `state`."""
+    return RoutePolicies(
         timeouts=Timeouts(response_s=state.timeout_s) if state.timeout_s is not None else None,
         request_headers=state.request.policy(),
         response_headers=response,
@@ -363,16 +388,7 @@ def translate_filters(
         hash_policies=tuple(state.hash_policies),
         cors=state.cors,
         compression=state.compression,
-        jwt=state.jwt if not unavailable else None,
-    )
-    return FilterTranslation(
-        policies=policies,
-        backend_policies=None,
-        action=action,
-        upstream=dict(state.upstream),
-        preserve_host=state.preserve_host,
-        problems=tuple(problems),
-        unavailable=tuple(unavailable),
+        jwt=state.jwt if jwt_available else None,
     )
 
 
