@@ -715,51 +715,13 @@ def _uninstallable(
                     )
                 )
             continue
-        for b in backends:
-            if name in _ENDPOINT_FILTERS and b.type is BackendType.LOOPBACK:
-                out.append(
-                    CallProblem(
-                        name,
-                        index,
-                        f'filter {name} is not supported with the loopback backend "{b.name}" '
-                        f"({b.field}): its requests go back to turnout's own listener, which "
-                        "has no endpoints of the backend's to apply it to",
-                    )
-                )
-                break
-            strategy = rg_backends.LB_STRATEGIES.get(b.algorithm)
-            if (
-                name == "fadeIn"
-                and b.type in (BackendType.SERVICE, BackendType.LB, BackendType.NETWORK)
-                and strategy not in _SLOW_START_STRATEGIES
-            ):
-                out.append(
-                    CallProblem(
-                        name,
-                        index,
-                        f'filter fadeIn is not supported with backend "{b.name}" ({b.field}): '
-                        f"Envoy has slow start only for round robin and least request "
-                        f'balancing, not for algorithm "{b.algorithm}"',
-                    )
-                )
-                break
+        problem = _backend_problem(name, index, backends)
+        if problem is not None:
+            out.append(problem)
     loopbacks = [b for b in backends if b.type is BackendType.LOOPBACK]
     if loopbacks and answers is None:
-        marked = {p.index for p in out}
-        for index, (call, _) in enumerate(filter_calls):
-            if index in refused or index in marked:
-                continue
-            escape = _loop_escape(call)
-            if escape is not None:
-                b = loopbacks[0]
-                out.append(
-                    CallProblem(
-                        call.name,
-                        index,
-                        f'filter {call.name} is not supported with the loopback backend "{b.name}" '
-                        f"({b.field}): {escape}",
-                    )
-                )
+        skipped = refused | {p.index for p in out}
+        out.extend(_loop_escapes(filter_calls, skipped, loopbacks[0]))
     host_filter = _host_filter(filter_calls)
     if loopbacks and answers is None and host_filter >= 0 and host_filter not in refused:
         out.extend(_foreign_loop_host(rg, loopbacks[0], filter_calls, host_filter, filters))
@@ -775,6 +737,54 @@ def _uninstallable(
                     f'backend "{b.name}" ({b.field}): turnout sends the client\'s Host to '
                     "Service and lb endpoints (Skipper's -proxy-preserve-host), and Envoy cannot "
                     "send the chosen endpoint's address instead",
+                )
+            )
+    return out
+
+
+def _backend_problem(name: str, index: int, backends: Sequence[BackendSpec]) -> CallProblem | None:
+    """Why filter `name` has nothing to act on with one of the route's backends, if it has not:
+    endpoint filters on a loopback, fadeIn with a balancing Envoy has no slow start for."""
+    for b in backends:
+        if name in _ENDPOINT_FILTERS and b.type is BackendType.LOOPBACK:
+            return CallProblem(
+                name,
+                index,
+                f'filter {name} is not supported with the loopback backend "{b.name}" '
+                f"({b.field}): its requests go back to turnout's own listener, which "
+                "has no endpoints of the backend's to apply it to",
+            )
+        strategy = rg_backends.LB_STRATEGIES.get(b.algorithm)
+        if (
+            name == "fadeIn"
+            and b.type in (BackendType.SERVICE, BackendType.LB, BackendType.NETWORK)
+            and strategy not in _SLOW_START_STRATEGIES
+        ):
+            return CallProblem(
+                name,
+                index,
+                f'filter fadeIn is not supported with backend "{b.name}" ({b.field}): '
+                f"Envoy has slow start only for round robin and least request "
+                f'balancing, not for algorithm "{b.algorithm}"',
+            )
+    return None
+
+
+def _loop_escapes(
+    filter_calls: Sequence[tuple[Call, str]], skipped: set[int], loopback: BackendSpec
+) -> list[CallProblem]:
+    """The filters (not already refused, `skipped`) that would let a looped request leave the
+    RouteGroup's own hosts."""
+    out: list[CallProblem] = []
+    for index, (call, _) in enumerate(filter_calls):
+        escape = _loop_escape(call) if index not in skipped else None
+        if escape is not None:
+            out.append(
+                CallProblem(
+                    call.name,
+                    index,
+                    f"filter {call.name} is not supported with the loopback backend "
+                    f'"{loopback.name}" ({loopback.field}): {escape}',
                 )
             )
     return out
