@@ -15,7 +15,8 @@ from turnout.status.model import Finding
 
 
 def cluster_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]]:
-    """Cluster name -> the routes (and TCP proxies) that send to it or mirror to it."""
+    """Cluster name -> the routes (and TCP proxies, and hosts with an authorization server)
+    that send to it or mirror to it."""
     # Dicts as ordered sets: one object's thousands of routes to one Service stay linear.
     found: dict[str, dict[RouteSource, None]] = {}
 
@@ -24,6 +25,9 @@ def cluster_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]
 
     for lst in graph.listeners:
         for vh in lst.virtual_hosts:
+            # An authorization server's cluster is used by the virtual host, not by a route.
+            if vh.policies.authorization is not None:
+                note(vh.policies.authorization.cluster, RouteSource(vh.owner, "spec"))
             for route in vh.routes:
                 if isinstance(route.action, Forward):
                     for wc in route.action.clusters:

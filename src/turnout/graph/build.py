@@ -29,7 +29,6 @@ from turnout.graph.model import (
     INVALID_BACKEND,
     CABundle,
     Cluster,
-    Forward,
     HostnameMatch,
     Listener,
     RoutingGraph,
@@ -45,7 +44,7 @@ from turnout.graph.services import (
     endpoint_reserved_ports,
     endpoint_sources,
 )
-from turnout.graph.tls_refs import ca_bundle_names, tcp_cluster_names, tls_secret_names
+from turnout.graph.tls_refs import ca_bundle_names, tls_secret_names
 from turnout.graph.validate import (
     GraphProblem,
     enforce_envoy_limits,
@@ -209,6 +208,53 @@ def build_graph(
         for listener, proxy in out.tcp_proxies:
             tcp_proxies.setdefault(listener, {}).setdefault(proxy.name, proxy)
 
+    listeners = _listeners(vhosts, tcp_proxies, declared, options)
+    used = _used_clusters(listeners)
+    served = tuple(c for c in backends.clusters() if c.name in used)
+    clusters, forbidden = drop_forbidden_endpoints(
+        served,
+        endpoint_reserved_ports(options, declared.values()),
+        options,
+        backends.own_clusters(),
+    )
+    used_secrets = tls_secret_names(listeners)
+    tls_secrets = tuple(s for s in secrets.secrets() if s.name in used_secrets)
+    statuses.sort(key=lambda s: (s.ref.group, s.ref.kind, s.ref.namespace, s.ref.name))
+    # The net under every dialect: what Envoy would refuse is confined to the object that wrote it.
+    graph, limit_problems = enforce_envoy_limits(
+        RoutingGraph(
+            listeners=tuple(listeners),
+            clusters=clusters,
+            secrets=tls_secrets,
+            ca_bundles=_used_ca_bundles(listeners, clusters, secrets),
+        )
+    )
+    graph = _hold_owned_hosts(graph, ownership)
+    findings = (*_limit_findings(limit_problems), *_endpoint_findings(forbidden, graph))
+    return CompileResult(
+        graph=graph,
+        statuses=fold_findings(statuses, findings, snapshot),
+        problems=(
+            *snapshot.problems,
+            *kinds.problems,
+            *_forbidden_problems(forbidden, snapshot),
+            *source_problems(limit_problems, snapshot),
+        ),
+        dns_names=dns_names(served),
+        ignored=_ignored(kinds.ignored, dialects, snapshot, options),
+        rejected=kinds.rejected,
+    )
+
+
+def _listeners(
+    vhosts: dict[str, dict[str, VirtualHost]],
+    tcp_proxies: dict[str, dict[str, TCPProxy]],
+    declared: dict[str, ListenerDecl],
+    options: CompileOptions,
+) -> list[Listener]:
+    """`ingress_http` always, `ingress_https` when something is served over TLS, then every
+    declared listener (never on the shared ports), each with its hosts and TCP proxies in name
+    order; sorted by name."""
     listeners = [
         Listener(
             name=HTTP_LISTENER,
@@ -251,54 +297,15 @@ def build_graph(
         )
     listeners.sort(key=lambda lst: lst.name)
 
-    used = tcp_cluster_names(listeners)
-    # An authorization server's cluster is used by the virtual host, not by any route.
-    used.update(
-        vh.policies.authorization.cluster
-        for lst in listeners
-        for vh in lst.virtual_hosts
-        if vh.policies.authorization is not None
-    )
-    for route in (r for lst in listeners for vh in lst.virtual_hosts for r in vh.routes):
-        if isinstance(route.action, Forward):
-            used.update(wc.cluster for wc in route.action.clusters)
-        # A mirror's cluster receives copies of requests without being part of any split.
-        used.update(m.cluster for m in route.policies.mirrors)
+    return listeners
+
+
+def _used_clusters(listeners: Sequence[Listener]) -> set[str]:
+    """The clusters something served sends to: routes, mirrors, TCP proxies and the virtual
+    hosts' authorization servers (`attribution.cluster_writers`)."""
+    used = set(cluster_writers(RoutingGraph(listeners=tuple(listeners))))
     used.discard(INVALID_BACKEND)  # a share answered 500, never a cluster (model.py)
-    served = tuple(c for c in backends.clusters() if c.name in used)
-    clusters, forbidden = drop_forbidden_endpoints(
-        served,
-        endpoint_reserved_ports(options, declared.values()),
-        options,
-        backends.own_clusters(),
-    )
-    used_secrets = tls_secret_names(listeners)
-    tls_secrets = tuple(s for s in secrets.secrets() if s.name in used_secrets)
-    statuses.sort(key=lambda s: (s.ref.group, s.ref.kind, s.ref.namespace, s.ref.name))
-    # The net under every dialect: what Envoy would refuse is confined to the object that wrote it.
-    graph, limit_problems = enforce_envoy_limits(
-        RoutingGraph(
-            listeners=tuple(listeners),
-            clusters=clusters,
-            secrets=tls_secrets,
-            ca_bundles=_used_ca_bundles(listeners, clusters, secrets),
-        )
-    )
-    graph = _hold_owned_hosts(graph, ownership)
-    findings = (*_limit_findings(limit_problems), *_endpoint_findings(forbidden, graph))
-    return CompileResult(
-        graph=graph,
-        statuses=fold_findings(statuses, findings, snapshot),
-        problems=(
-            *snapshot.problems,
-            *kinds.problems,
-            *_forbidden_problems(forbidden, snapshot),
-            *source_problems(limit_problems, snapshot),
-        ),
-        dns_names=dns_names(served),
-        ignored=_ignored(kinds.ignored, dialects, snapshot, options),
-        rejected=kinds.rejected,
-    )
+    return used
 
 
 def _ignored(
