@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from turnout.dialects.contour.names import namespaced_name
 from turnout.dialects.fields import NANOS_PER_SECOND, parse_go_duration
 from turnout.dialects.httpproxy.upstream import Reader, ValidationSpec, read_validation
 from turnout.graph.ca_bundles import CABundleResolver
@@ -271,10 +272,7 @@ def _upstream_validation(
 ) -> UpstreamValidation | Problem:
     """Contour's `LookupUpstreamValidation` with the JWT reasons: delegation, the CA Secret,
     then the names."""
-    ns, sep, secret = spec.ca_secret.partition("/")
-    if not sep:
-        ns, secret = namespace, spec.ca_secret
-    ns = ns or namespace
+    ns, secret = namespaced_name(spec.ca_secret, namespace)
     ref = f"{ns}/{secret}"
     where = f"{_WHERE}.RemoteJWKS.UpstreamValidation"
     bundle = ca_bundles.ca_bundle(ns, secret, for_namespace=namespace)

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
+from turnout.dialects.contour.names import namespaced_name
 from turnout.dialects.contour.order import contour_route_order, sorted_headers, sorted_queries
 from turnout.dialects.httpproxy import (
     authorization,
@@ -162,14 +163,6 @@ def claimed_listeners(proxy: ParsedProxy) -> tuple[str, ...]:
     if vh is not None and (vh.terminates_tls or passthrough):
         return (HTTP_LISTENER, HTTPS_LISTENER)
     return (HTTP_LISTENER,)
-
-
-def secret_reference(secret_name: str, namespace: str) -> tuple[str, str]:
-    """`name` or `namespace/name` (Contour's `NamespacedNameFrom`: split at the first "/")."""
-    ns, sep, name = secret_name.partition("/")
-    if not sep:
-        return namespace, secret_name
-    return ns or namespace, name
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,7 +441,7 @@ class _Compiler:
                 "Spec.VirtualHost.TLS: neither Passthrough nor SecretName were specified",
             )
             return None
-        namespace, name = secret_reference(tls.secret_name, proxy.obj.namespace)
+        namespace, name = namespaced_name(tls.secret_name, proxy.obj.namespace)
         secret = self.ctx.secrets.tls_secret(namespace, name, for_namespace=proxy.obj.namespace)
         if isinstance(secret, Unresolved):
             if secret.reason == "DelegationNotPermitted":

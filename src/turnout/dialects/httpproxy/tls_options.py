@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from turnout.dialects.contour.names import namespaced_name
 from turnout.dialects.httpproxy.problem import Problem
 from turnout.dialects.httpproxy.status import ProxyStatusAccessor
 from turnout.dialects.httpproxy.status_names import IGNORED_FIELD, SPEC_ERROR, TLS_ERROR
@@ -84,14 +85,6 @@ def _ignored(r: Any, message: str) -> None:
     r.problems.append(Problem(SPEC_ERROR, IGNORED_FIELD, message, warning=True))
 
 
-def _reference(written: str, namespace: str) -> tuple[str, str]:
-    """`name` or `namespace/name` (Contour's `NamespacedNameFrom`: split at the first "/")."""
-    ns, sep, name = written.partition("/")
-    if not sep:
-        return namespace, written
-    return ns or namespace, name
-
-
 def extend_termination(
     ctx: CompileContext,
     st: ProxyStatusAccessor,
@@ -132,7 +125,7 @@ def _fallback_secret(ctx: CompileContext, st: ProxyStatusAccessor, namespace: st
             "configured (turnout serve --fallback-certificate)",
         )
         return None
-    secret_ns, name = _reference(configured, namespace)
+    secret_ns, name = namespaced_name(configured, namespace)
     secret = ctx.secrets.tls_secret(secret_ns, name, for_namespace=namespace)
     if isinstance(secret, Unresolved):
         if secret.reason == "DelegationNotPermitted":
@@ -158,7 +151,7 @@ def _client_validation(
 ) -> ClientValidation | None:
     ca_bundle: str | None = None
     if spec.ca_secret:
-        ca_ns, ca_name = _reference(spec.ca_secret, namespace)
+        ca_ns, ca_name = namespaced_name(spec.ca_secret, namespace)
         ca = ctx.secrets.ca_bundles.ca_bundle(ca_ns, ca_name, for_namespace=namespace)
         if isinstance(ca, Unresolved):
             _bundle_error(st, "CA", spec.ca_secret, f"{ca_ns}/{ca_name}", ca)
@@ -181,7 +174,7 @@ def _client_validation(
                 "Spec.VirtualHost.TLS client validation is invalid: a CRL Secret needs a CA Secret",
             )
             return None
-        crl_ns, crl_name = _reference(spec.crl_secret, namespace)
+        crl_ns, crl_name = namespaced_name(spec.crl_secret, namespace)
         crl = ctx.secrets.ca_bundles.crl(crl_ns, crl_name, for_namespace=namespace)
         if isinstance(crl, Unresolved):
             _bundle_error(st, "CRL", spec.crl_secret, f"{crl_ns}/{crl_name}", crl)

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from turnout.dialects.contour.names import namespaced_name
 from turnout.dialects.fields import NANOS_PER_SECOND, go_duration_seconds, parse_go_duration
 from turnout.dialects.httpproxy.status_names import (
     IGNORED_FIELD,
@@ -332,11 +333,7 @@ def _upstream_validation(
     namespace: str,
 ) -> UpstreamValidation | Problem:
     """Contour's `LookupUpstreamValidation`: delegation, the CA Secret, then the names."""
-    # Contour's `NamespacedNameFrom`: `name`, or `namespace/name` split at the first "/".
-    ns, sep, secret = spec.ca_secret.partition("/")
-    if not sep:
-        ns, secret = namespace, spec.ca_secret
-    ns = ns or namespace
+    ns, secret = namespaced_name(spec.ca_secret, namespace)
     ref = f"{ns}/{secret}"
     where = f"Service [{service}:{port}] TLS upstream validation policy error"
     bundle = ca_bundles.ca_bundle(ns, secret, for_namespace=namespace)
