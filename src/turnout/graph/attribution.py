@@ -67,6 +67,10 @@ def rejection_findings(
     name ("cluster", "secret", ...), on the objects that wrote each: a cluster's routes, a
     Secret's hosts. Listeners and route configurations are shared by many objects; the dialect
     that declared a listener reports its own (Gateway `Programmed`), readiness the rest."""
+    rejections = list(rejections)
+    if not rejections:
+        # The controller asks after every Envoy answer: no walk of the graph when none refused.
+        return ()
     writers = {"cluster": cluster_writers(graph), "secret": secret_writers(graph)}
     found: dict[Finding, None] = {}
     for type_, name, message in rejections:
