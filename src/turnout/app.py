@@ -58,6 +58,7 @@ def compile_options(config: ServeConfig) -> CompileOptions:
         http_port=config.http_port,
         https_port=config.https_port,
         root_namespaces=config.root_namespaces,
+        max_include_revisits=config.max_include_revisits,
         disable_permit_insecure=config.disable_permit_insecure,
         ingress_class_name=config.ingress_class_name,
         # Every source is a files source: nothing else could take a classless Ingress.

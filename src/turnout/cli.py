@@ -28,6 +28,7 @@ import yaml
 from turnout import app
 from turnout.compile_inputs import (
     DEFAULT_GATEWAY_CONTROLLER_NAME,
+    DEFAULT_MAX_INCLUDE_REVISITS,
     DEFAULT_SYSTEM_CA_FILE,
     HTTP_LISTENER,
     HTTPS_LISTENER,
@@ -208,6 +209,15 @@ def _add_compile_flags(p: argparse.ArgumentParser) -> None:
         help="namespaces where root HTTPProxies and IngressRoutes may live (default: all)",
     )
     p.add_argument(
+        "--max-include-revisits",
+        type=_revisits,
+        default=DEFAULT_MAX_INCLUDE_REVISITS,
+        metavar="N",
+        help="how often one root's HTTPProxy include walk (or IngressRoute delegation walk) may "
+        "reach an object it already reached on another path before the root is refused "
+        "(IncludeGraphTooLarge); distinct objects are not counted",
+    )
+    p.add_argument(
         "--disable-permit-insecure",
         action="store_true",
         help="ignore permitInsecure: TLS hosts always redirect plain HTTP to HTTPS",
@@ -378,6 +388,16 @@ def _discover_seconds(value: str) -> float:
     return _float_in(value, 0, 3600, "seconds above 0, at most 3600", above=True)
 
 
+def _revisits(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 10_000_000:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number from 0 to 10000000")
+    return n
+
+
 def _grace_seconds(value: str) -> float:
     return _float_in(value, 0, 3600, "seconds from 0 to 3600")
 
@@ -420,6 +440,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         watch=not getattr(args, "no_watch", not defaults.watch),
         demo_backends=not getattr(args, "no_demo_backends", not defaults.demo_backends),
         root_namespaces=args.root_namespaces,
+        max_include_revisits=args.max_include_revisits,
         disable_permit_insecure=args.disable_permit_insecure,
         ingress_class_name=args.ingress_class_name,
         routegroup_class=args.routegroup_class,

@@ -128,6 +128,9 @@ class RateLimitService:
             raise ValueError(f"a rate limit timeout must be positive, got {self.timeout_s}")
 
 
+DEFAULT_MAX_INCLUDE_REVISITS = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class CompileOptions:
     address: str = "127.0.0.1"
@@ -174,6 +177,10 @@ class CompileOptions:
     # `--rate-limit-service`: without one, global rate limit policies are refused (Envoy would
     # have no one to ask).
     rate_limit_service: RateLimitService | None = None
+    # `--max-include-revisits`: how many times one root's include (HTTPProxy) or delegation
+    # (IngressRoute) walk may reach an object it already walked on another path. Distinct
+    # objects cost linearly and are not counted; shared children are what grows exponentially.
+    max_include_revisits: int = DEFAULT_MAX_INCLUDE_REVISITS
 
     def dns_answer(self, name: str) -> DnsAnswer | None:
         for found in self.dns_answers:

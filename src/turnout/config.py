@@ -7,6 +7,7 @@ from pathlib import Path
 
 from turnout.compile_inputs import (
     DEFAULT_GATEWAY_CONTROLLER_NAME,
+    DEFAULT_MAX_INCLUDE_REVISITS,
     DEFAULT_SYSTEM_CA_FILE,
     EscapedSlashes,
 )
@@ -34,6 +35,7 @@ class ServeConfig:
     watch: bool = True
     demo_backends: bool = True
     root_namespaces: tuple[str, ...] = ()
+    max_include_revisits: int = DEFAULT_MAX_INCLUDE_REVISITS
     disable_permit_insecure: bool = False
     ingress_class_name: str = "turnout"
     routegroup_class: str = "skipper"  # Skipper's -kubernetes-routegroup-class

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tests.builders import kube_object, service
 from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
 from turnout.app import compile_snapshot
-from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
+from turnout.compile_inputs import DEFAULT_MAX_INCLUDE_REVISITS, HTTP_LISTENER, CompileOptions
 from turnout.dialects.contour.order import contour_route_order, sorted_headers
 from turnout.dialects.httpproxy import HTTPProxyDialect
 from turnout.dialects.httpproxy.classes import serves
@@ -25,7 +25,6 @@ from turnout.dialects.httpproxy.conditions import (
     include_conditions_identical,
     merge_path,
 )
-from turnout.dialects.httpproxy.processor import MAX_VISITS_PER_ROOT
 from turnout.dialects.httpproxy.spec import HeaderCondition, MatchCondition
 from turnout.graph.build import CompileResult
 from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
@@ -418,7 +417,49 @@ def test_exponential_include_graphs_are_cut_off() -> None:
     result = compile_objects(objects)
     assert errors_of(result, "root") == ["IncludeGraphTooLarge"]
     assert not has_routes(result, "big.com")
-    assert 2**levels >= MAX_VISITS_PER_ROOT
+    assert "more than 10000 times (--max-include-revisits)" in str(status_of(result, "root"))
+    assert 2**levels >= DEFAULT_MAX_INCLUDE_REVISITS
+
+
+def _team_includes(teams: int) -> list[KubeObject]:
+    """One shared host including `teams` distinct children, one route each."""
+    includes = [{"name": f"team{i}", "conditions": [{"prefix": f"/t{i}"}]} for i in range(teams)]
+    objects = [
+        service("svc"),
+        proxy("root", {"virtualhost": {"fqdn": "shared.com"}, "includes": includes}),
+    ]
+    route = {"routes": [{"services": [{"name": "svc", "port": 80}]}]}
+    objects.extend(proxy(f"team{i}", route) for i in range(teams))
+    return objects
+
+
+def test_distinct_includes_do_not_count_against_the_revisit_limit() -> None:
+    # A platform team's shared host including many teams walks each child once: more children
+    # than the limit is still served.
+    result = compile_objects(_team_includes(50), max_include_revisits=5)
+    assert errors_of(result, "root") == []
+    for i in (0, 49):
+        decision = evaluate(result.graph, make_request("shared.com", f"/t{i}"))
+        assert decision.status == 200
+
+
+def test_the_revisit_limit_is_the_flags_and_named_in_the_status() -> None:
+    # A child included twice is walked twice: one revisit.
+    shared = {"routes": [{"services": [{"name": "svc", "port": 80}]}]}
+    includes = [
+        {"name": "child", "conditions": [{"prefix": "/a"}]},
+        {"name": "child", "conditions": [{"prefix": "/b"}]},
+    ]
+    objects = [
+        service("svc"),
+        proxy("root", {"virtualhost": {"fqdn": "twice.com"}, "includes": includes}),
+        proxy("child", shared),
+    ]
+    assert errors_of(compile_objects(objects, max_include_revisits=1), "root") == []
+    refused = compile_objects(objects, max_include_revisits=0)
+    assert errors_of(refused, "root") == ["IncludeGraphTooLarge"]
+    assert "more than 0 times (--max-include-revisits)" in str(status_of(refused, "root"))
+    assert not has_routes(refused, "twice.com")
 
 
 # --- ingress class -------------------------------------------------------------------------------

@@ -18,10 +18,15 @@ from hypothesis import strategies as st
 from tests.builders import kube_object, service
 from tests.unit.fuzzing import json_values, mutations, mutator, typed_leaf
 from turnout.app import compile_snapshot
-from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
+from turnout.compile_inputs import (
+    DEFAULT_MAX_INCLUDE_REVISITS,
+    HTTP_LISTENER,
+    HTTPS_LISTENER,
+    CompileOptions,
+)
 from turnout.dialects.httpproxy import HTTPProxyDialect
 from turnout.dialects.ingressroute import IngressRouteDialect
-from turnout.dialects.ingressroute.processor import MAX_VISITS_PER_ROOT, contained
+from turnout.dialects.ingressroute.processor import contained
 from turnout.dialects.ingressroute.spec import parse_ingressroute
 from turnout.envoy.translate import translate
 from turnout.graph.build import CompileResult
@@ -320,7 +325,16 @@ def test_exponential_delegation_graphs_are_cut_off() -> None:
     result = compile_objects(objects)
     assert reasons(result, "root") == ["DelegationGraphTooLarge"]
     assert not has_routes(result, "big.com")
-    assert 2**levels >= MAX_VISITS_PER_ROOT
+    assert "(--max-include-revisits)" in str(status_of(result, "root"))
+    assert 2**levels >= DEFAULT_MAX_INCLUDE_REVISITS
+    # Each level's two delegations reach the next one twice: with room for every revisit the
+    # same shape (shortened) is served.
+    short = objects[: 2 + 8]
+    short[-1] = ir("l7", {"routes": [route("/7", "svc")]})
+    assert reasons(compile_objects(short, max_include_revisits=2**8), "root") == []
+    assert reasons(compile_objects(short, max_include_revisits=2), "root") == [
+        "DelegationGraphTooLarge"
+    ]
 
 
 def test_a_missing_service_in_a_child_only_costs_its_prefix() -> None:

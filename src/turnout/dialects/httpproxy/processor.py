@@ -114,11 +114,6 @@ from turnout.store import Snapshot
 # The CRD's pattern for `virtualhost.fqdn`: a bare `*` is not a hostname.
 FQDN_PATTERN = re.compile(r"(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
-# Include graphs with shared children grow exponentially in the number of paths through them. A
-# tenant must not be able to stall every compile with one, so each root walks at most this many
-# proxies (a budget far above any real tree; Contour has no such limit).
-MAX_VISITS_PER_ROOT = 10_000
-
 
 # Contour's `annotation.TLSVersion`: any other value means the default.
 _TLS_VERSIONS = ("1.2", "1.3")
@@ -197,6 +192,7 @@ class _Compiler:
         self.reached: set[tuple[str, str]] = set()
         self.tcp_inputs = TCPInputs(snapshot, ctx, self.proxies, self.status, self.reached)
         self.budget = 0
+        self.walked: set[tuple[str, str]] = set()  # the proxies the current root's walk reached
         self.jwt_default = ""  # the default JWT provider of the root being walked
         # Service lookups by (namespace, name, port); many routes name the same Service.
         self.ports: dict[tuple[str, str, int], tuple[KubeObject | None, ServicePort | None]] = {}
@@ -265,15 +261,18 @@ class _Compiler:
                 return []
             self.tcp_proxies.append((HTTPS_LISTENER, tcp))
 
-        self.budget = MAX_VISITS_PER_ROOT
+        # Include graphs with shared children grow exponentially in the number of paths through
+        # them: a tenant must not stall every compile with one (Contour has no such limit).
+        limit = self.ctx.options.max_include_revisits
+        self.budget, self.walked = limit, set()
         try:
             candidates = self._routes(proxy, (), ())
         except _BudgetExceeded:
             st.add_error(
                 INCLUDE_ERROR,
                 "IncludeGraphTooLarge",
-                f"the include graph of this root reaches more than {MAX_VISITS_PER_ROOT} "
-                "HTTPProxies along its paths; none of its routes are served",
+                f"the include graph of this root reaches HTTPProxies it already walked more "
+                f"than {limit} times (--max-include-revisits); none of its routes are served",
             )
             return []
         # After the routes, as in Contour, whose errors come first; an error drops the host.
@@ -512,9 +511,11 @@ class _Compiler:
                 INCLUDE_ERROR, "IncludeCreatesCycle", f"include creates an include cycle: {chain}"
             )
             return None
-        self.budget -= 1
-        if self.budget < 0:
-            raise _BudgetExceeded
+        if proxy.key in self.walked:
+            self.budget -= 1
+            if self.budget < 0:
+                raise _BudgetExceeded
+        self.walked.add(proxy.key)
         if not proxy.schema_valid:
             return None
         visited = (*visited, proxy)

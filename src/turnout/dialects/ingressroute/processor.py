@@ -76,10 +76,6 @@ from turnout.graph.services import ServicePort, Unresolved, external_name_phrase
 from turnout.objects import KubeObject, ObjectRef
 from turnout.store import Snapshot
 
-# Delegation graphs with shared children grow exponentially in the number of paths through them;
-# one tenant must not be able to stall every compile with one (Contour has no such limit).
-MAX_VISITS_PER_ROOT = 10_000
-
 _STRATEGIES = {
     "": LoadBalancerStrategy.ROUND_ROBIN,
     "WeightedLeastRequest": LoadBalancerStrategy.WEIGHTED_LEAST_REQUEST,
@@ -163,6 +159,7 @@ class _Compiler:
         # Service lookups by (namespace, name, port); many routes name the same Service.
         self.ports: dict[tuple[str, str, int], tuple[KubeObject | None, ServicePort | None]] = {}
         self.budget = 0
+        self.walked: set[tuple[str, str]] = set()  # the routes the current root's walk reached
 
     def run(self) -> DialectOutput:
         vhosts: list[tuple[str, VirtualHost]] = []
@@ -211,15 +208,18 @@ class _Compiler:
             self.tcp_proxies.extend((HTTPS_LISTENER, p) for p in proxies)
             tls = None
 
-        self.budget = MAX_VISITS_PER_ROOT
+        # Delegation graphs with shared children grow exponentially in the number of paths
+        # through them: a tenant must not stall every compile with one (Contour has no limit).
+        limit = self.ctx.options.max_include_revisits
+        self.budget, self.walked = limit, set()
         try:
             candidates = self._walk(ir, None, ())
         except _BudgetExceeded:
             st.error(
                 DELEGATION_ORDER,
                 "DelegationGraphTooLarge",
-                f"the delegation graph of this root reaches more than {MAX_VISITS_PER_ROOT} "
-                "IngressRoutes along its paths; none of its routes are served",
+                f"the delegation graph of this root reaches IngressRoutes it already walked "
+                f"more than {limit} times (--max-include-revisits); none of its routes are served",
             )
             return []
         if not candidates:
@@ -335,9 +335,11 @@ class _Compiler:
                 )
             if outside:
                 return None
-        self.budget -= 1
-        if self.budget < 0:
-            raise _BudgetExceeded
+        if ir.key in self.walked:
+            self.budget -= 1
+            if self.budget < 0:
+                raise _BudgetExceeded
+        self.walked.add(ir.key)
         visited = (*visited, ir)
         via = tuple(v.obj.ref for v in visited[:-1])
         out: list[_Candidate] = []
