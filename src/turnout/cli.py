@@ -39,6 +39,7 @@ from turnout.compile_inputs import (
 from turnout.config import ServeConfig, split_host_port
 from turnout.controller import envoy_state_dir, running_envoy
 from turnout.envoy.state import StateDirError
+from turnout.envoy.stats import EnvoyStats
 from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, authorization_check, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
@@ -436,6 +437,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         envoy_admin_port=args.envoy_admin_port,
         log_level=getattr(args, "log_level", defaults.log_level),
         envoy_log_level=getattr(args, "envoy_log_level", defaults.envoy_log_level),
+        envoy_stats=getattr(args, "envoy_stats", defaults.envoy_stats),
         run_envoy=not getattr(args, "no_envoy", not defaults.run_envoy),
         watch=not getattr(args, "no_watch", not defaults.watch),
         demo_backends=not getattr(args, "no_demo_backends", not defaults.demo_backends),
@@ -528,6 +530,15 @@ def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
         default="text",
         choices=["text", "json"],
         help="text lines, or JSON lines with time, level, logger and message",
+    )
+    serve.add_argument(
+        "--envoy-stats",
+        type=EnvoyStats,
+        choices=list(EnvoyStats),
+        default=EnvoyStats.TRIMMED,
+        help="Envoy's statistics: 'trimmed' keeps all but the per-cluster ones, and of those the "
+        "request, latency, connection and endpoint-health ones (docs/observability.md); 'all' "
+        "keeps every statistic (several hundred per cluster)",
     )
     serve.add_argument(
         "--envoy-log-level",
@@ -649,6 +660,15 @@ def _add_bootstrap(sub: argparse._SubParsersAction[_Parser]) -> None:
     boot.add_argument("--admin-address", default="127.0.0.1", help="Envoy's admin address")
     boot.add_argument("--admin-port", type=_port, default=9901, help="Envoy's admin port")
     boot.add_argument("--node-id", default="turnout-envoy", help="Envoy's node id")
+    boot.add_argument(
+        "--envoy-stats",
+        type=EnvoyStats,
+        choices=list(EnvoyStats),
+        default=EnvoyStats.TRIMMED,
+        help="Envoy's statistics: 'trimmed' keeps all but the per-cluster ones, and of those the "
+        "request, latency, connection and endpoint-health ones (docs/observability.md); 'all' "
+        "keeps every statistic (several hundred per cluster)",
+    )
     # `-o` is the output format in every command; `--format` is its old, deprecated name here.
     boot.add_argument(
         "-o",
@@ -1052,6 +1072,7 @@ def _bootstrap(args: argparse.Namespace) -> int:
         admin_address=args.admin_address,
         admin_port=args.admin_port,
         node_id=args.node_id,
+        stats=args.envoy_stats,
     )
     text = _dump(config, args.format)
     if args.file == "-":

@@ -11,6 +11,7 @@ from turnout.compile_inputs import (
     DEFAULT_SYSTEM_CA_FILE,
     EscapedSlashes,
 )
+from turnout.envoy.stats import EnvoyStats
 from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, DEFAULT_MAX_FILE_BYTES
 
 
@@ -31,6 +32,7 @@ class ServeConfig:
     log_level: str = "info"
     # Envoy's own log level: its info-level startup dump would drown turnout's log.
     envoy_log_level: str = "warning"
+    envoy_stats: EnvoyStats = EnvoyStats.TRIMMED  # `--envoy-stats` (envoy/stats.py)
     run_envoy: bool = True
     watch: bool = True
     demo_backends: bool = True

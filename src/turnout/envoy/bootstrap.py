@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from turnout.envoy.stats import EnvoyStats, stats_config
+
 XDS_CLUSTER = "turnout_xds"
 
 _HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -99,13 +101,14 @@ def bootstrap_config(
     admin_socket: Path | None = None,
     node_cluster: str = "turnout",
     max_downstream_connections: int = 50_000,
+    stats: EnvoyStats = EnvoyStats.TRIMMED,
 ) -> dict[str, Any]:
     """An Envoy v3 bootstrap that takes listeners, clusters and everything they reference over
     one State-of-the-World ADS stream to `xds_address:xds_port`.
 
     Envoy's admin listens on the Unix socket `admin_socket` when given (turnout's own Envoy),
     else on `admin_address:admin_port` (an external Envoy's choice)."""
-    return {
+    config: dict[str, Any] = {
         "node": {"id": node_id, "cluster": node_cluster},
         "admin": _admin(admin_address, admin_port, admin_socket),
         "dynamic_resources": {
@@ -140,6 +143,10 @@ def bootstrap_config(
             ]
         },
     }
+    matcher = stats_config(stats)
+    if matcher is not None:
+        config["stats_config"] = matcher
+    return config
 
 
 def bootstrap_yaml(config: dict[str, Any]) -> str:
