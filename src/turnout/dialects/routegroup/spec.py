@@ -191,6 +191,7 @@ class _Reader(FieldReader):
     def __init__(self) -> None:
         self.problems: list[Problem] = []
         self.seen: set[Problem] = set()  # `problems` as a set: a repeat is cheap to skip
+        self.what = "spec"
 
     def field_error(self, where: str, message: str) -> None:
         self.error("InvalidField", f"{where}: {message}")
@@ -202,14 +203,14 @@ class _Reader(FieldReader):
             self.problems.append(problem)
 
     def fields(self, m: Mapping[str, Any], path: str, known: frozenset[str], what: str) -> None:
-        for key in m:
-            if key in known:
-                continue
-            hint = _HINTS.get((what, key))
-            self.error(
-                "UnknownField",
-                f'{path}.{key}: unknown field "{key}"' + (f"; {hint}" if hint else ""),
-            )
+        self.what = what  # which hints apply to the unknown keys of `m`
+        self.check_fields(m, path, known)
+
+    def unknown_field(self, where: str, key: str) -> None:
+        hint = _HINTS.get((self.what, key))
+        self.error(
+            "UnknownField", f'{where}: unknown field "{key}"' + (f"; {hint}" if hint else "")
+        )
 
     def strings(self, m: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
         out: list[str] = []

@@ -1,0 +1,52 @@
+"""The seed 002 Route (`contour.heptio.com/v1alpha1`) fields turnout reads: the table `turnout
+manifests` renders into the CRD's schema, with the enums and bounds `spec.py` enforces."""
+
+from __future__ import annotations
+
+from turnout.dialects.contour_route.spec import MAX_SECONDS, MAX_THRESHOLD, STRATEGIES
+from turnout.dialects.openapi import (
+    Column,
+    integer,
+    obj,
+    objects,
+    string,
+)
+
+SHORT_NAMES: tuple[str, ...] = ()
+PRINTER_COLUMNS = (
+    Column("Host", ".spec.host", "The virtual host"),
+    Column("Status", ".status.currentStatus", "The current status of the Route"),
+)
+
+SPEC = obj(
+    "spec",
+    string("host", required=True),
+    obj(
+        "lbHealthCheck",
+        integer("healthyThresholdCount", 1, MAX_THRESHOLD),
+        integer("intervalSeconds", 1, MAX_SECONDS),
+        string("path", required=True),
+        integer("timeoutSeconds", 1, MAX_SECONDS),
+        integer("unhealthyThresholdCount", 1, MAX_THRESHOLD),
+    ),
+    objects(
+        "routes",
+        string("pathPrefix", required=True),
+        string("strategy", enum=tuple(STRATEGIES)),
+        objects(
+            "upstreams",
+            obj(
+                "lbHealthCheck",
+                integer("healthyThresholdCount", 1, MAX_THRESHOLD),
+                integer("intervalSeconds", 1, MAX_SECONDS),
+                string("path", required=True),
+                integer("timeoutSeconds", 1, MAX_SECONDS),
+                integer("unhealthyThresholdCount", 1, MAX_THRESHOLD),
+            ),
+            string("serviceName", required=True),
+            integer("servicePort", 1, 65535),
+            integer("weight", 0, 100),
+        ),
+    ),
+    string("strategy", enum=tuple(STRATEGIES)),
+)

@@ -1,0 +1,62 @@
+"""The RouteGroup (`zalando.org/v1`) fields turnout reads: the table `turnout manifests` renders
+into the CRD's schema."""
+
+from __future__ import annotations
+
+from turnout.dialects.openapi import (
+    Column,
+    integer,
+    obj,
+    objects,
+    string,
+    strings,
+)
+from turnout.dialects.routegroup.spec import BackendType
+
+BACKEND_TYPES = tuple(t.value for t in BackendType)
+SHORT_NAMES = ("rg", "rgs")
+PRINTER_COLUMNS = (
+    Column("Hosts", ".spec.hosts", "Hosts"),
+    Column("Prefix", ".spec.routes[*].pathSubtree", "Path prefixes"),
+    Column("Path", ".spec.routes[*].path", "Paths"),
+    Column("Age", ".metadata.creationTimestamp", type="date"),
+)
+
+SPEC = obj(
+    "spec",
+    objects(
+        "backends",
+        string("address"),
+        string("algorithm"),
+        strings("endpoints"),
+        string("name", required=True),
+        string("serviceName"),
+        integer("servicePort", 0, 65535),
+        string("type", required=True, enum=BACKEND_TYPES),
+    ),
+    objects(
+        "defaultBackends",
+        string("backendName"),
+        integer("weight", 0),
+    ),
+    strings("hosts"),
+    objects(
+        "routes",
+        objects(
+            "backends",
+            string("backendName"),
+            integer("weight", 0),
+        ),
+        strings("filters"),
+        strings("methods"),
+        string("path"),
+        string("pathRegexp"),
+        string("pathSubtree"),
+        strings("predicates"),
+    ),
+    objects(
+        "tls",
+        strings("hosts"),
+        string("secretName", required=True),
+    ),
+)
