@@ -80,6 +80,11 @@ def opaque(name: str, *, description: str = "") -> Field:
     return Field(name, "opaque", description=description)
 
 
+def opaque_list(name: str, *, description: str = "") -> Field:
+    """A list turnout knows but refuses or ignores: its entries are kept as written."""
+    return Field(name, "array", items="opaque", max_items=list_cap(name), description=description)
+
+
 def objects(
     name: str,
     *fields: Field,

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from turnout.dialects.openapi import (
     Column,
+    Field,
     boolean,
     integer,
     integers,
     obj,
     objects,
     opaque,
+    opaque_list,
     string,
     string_map,
     strings,
@@ -23,6 +25,39 @@ PRINTER_COLUMNS = (
     Column("TLS Secret", ".spec.virtualhost.tls.secretName", "Secret with TLS credentials"),
     Column("Status", ".status.currentStatus", "The current status of the HTTPProxy"),
     Column("Status Description", ".status.description", "Description of the current status"),
+)
+
+
+def _headers_policy(name: str) -> Field:
+    return obj(
+        name,
+        strings("remove"),
+        objects("set", string("name", required=True), string("value", required=True)),
+    )
+
+
+_SLOW_START = obj(
+    "slowStartPolicy",
+    string("aggression"),
+    integer("minWeightPercent"),
+    string("window", required=True),
+)
+_UPSTREAM_VALIDATION = obj(
+    "validation",
+    string("caSecret", required=True),
+    string("subjectName"),
+    strings("subjectNames"),
+)
+_LOAD_BALANCER = obj(
+    "loadBalancerPolicy",
+    objects(
+        "requestHashPolicies",
+        obj("headerHashOptions", string("headerName")),
+        boolean("hashSourceIP"),
+        obj("queryParameterHashOptions", string("parameterName")),
+        boolean("terminal"),
+    ),
+    string("strategy"),
 )
 
 SPEC = obj(
@@ -169,23 +204,7 @@ SPEC = obj(
             boolean("disabled"),
             string("require"),
         ),
-        obj(
-            "loadBalancerPolicy",
-            objects(
-                "requestHashPolicies",
-                boolean("hashSourceIP"),
-                obj(
-                    "headerHashOptions",
-                    string("headerName"),
-                ),
-                obj(
-                    "queryParameterHashOptions",
-                    string("parameterName"),
-                ),
-                boolean("terminal"),
-            ),
-            string("strategy"),
-        ),
+        _LOAD_BALANCER,
         obj(
             "pathRewritePolicy",
             objects(
@@ -223,7 +242,6 @@ SPEC = obj(
                                 string("notexact"),
                                 boolean("notpresent"),
                                 boolean("present"),
-                                string("regex"),
                                 boolean("treatMissingAsEmpty"),
                             ),
                             string("value", required=True),
@@ -353,11 +371,7 @@ SPEC = obj(
             string("name", required=True),
             string("namespace"),
         ),
-        obj(
-            "loadBalancerPolicy",
-            strings("requestHashPolicies"),
-            string("strategy"),
-        ),
+        obj("loadBalancerPolicy", opaque_list("requestHashPolicies"), string("strategy")),
         objects(
             "services",
             strings("cookieRewritePolicies"),
@@ -366,10 +380,15 @@ SPEC = obj(
             string("name", required=True),
             integer("port"),
             string("protocol"),
-            opaque("requestHeadersPolicy"),
-            opaque("responseHeadersPolicy"),
-            opaque("slowStartPolicy"),
-            opaque("validation"),
+            _headers_policy("requestHeadersPolicy"),
+            _headers_policy("responseHeadersPolicy"),
+            _SLOW_START,
+            obj(
+                "validation",
+                string("caSecret", required=True),
+                string("subjectName"),
+                strings("subjectNames"),
+            ),
             integer("weight"),
         ),
     ),
@@ -447,7 +466,6 @@ SPEC = obj(
                                 string("notexact"),
                                 boolean("notpresent"),
                                 boolean("present"),
-                                string("regex"),
                                 boolean("treatMissingAsEmpty"),
                             ),
                             string("value", required=True),
@@ -510,7 +528,7 @@ EXTENSION_SERVICE_SPEC = obj(
     string("protocol"),
     string("protocolVersion"),
     obj("timeoutPolicy", string("idle"), string("idleConnection"), string("response")),
-    obj("loadBalancerPolicy", opaque("requestHashPolicies"), string("strategy")),
+    obj("loadBalancerPolicy", opaque_list("requestHashPolicies"), string("strategy")),
     obj(
         "validation",
         string("caSecret", required=True),
