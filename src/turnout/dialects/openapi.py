@@ -178,3 +178,12 @@ class Column:
         if self.description:
             out["description"] = self.description
         return out
+
+
+def known(field: Field, path: str) -> frozenset[str]:
+    """The names of the fields of the object at `path` (as `paths` writes it): the keys a reader
+    built on this table accepts there."""
+    found = dict(paths(field)).get(path)
+    if found is None:
+        raise KeyError(path)
+    return frozenset(f.name for f in found.fields)

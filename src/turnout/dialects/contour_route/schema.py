@@ -1,9 +1,9 @@
 """The seed 002 Route (`contour.heptio.com/v1alpha1`) fields turnout reads: the table `turnout
-manifests` renders into the CRD's schema, with the enums and bounds `spec.py` enforces."""
+manifests` renders into the CRD's schema, and whose keys, enums and bounds the reader in `spec.py`
+enforces."""
 
 from __future__ import annotations
 
-from turnout.dialects.contour_route.spec import MAX_SECONDS, MAX_THRESHOLD, STRATEGIES
 from turnout.dialects.openapi import (
     Column,
     integer,
@@ -11,6 +11,12 @@ from turnout.dialects.openapi import (
     objects,
     string,
 )
+
+# `*Seconds` fields are int32 in Kubernetes APIs; thresholds are Envoy's uint32.
+MAX_SECONDS = 2**31 - 1
+MAX_THRESHOLD = 2**32 - 1
+# The seed's three strategies (`spec.STRATEGIES` maps them to the graph's).
+STRATEGY_NAMES = ("RoundRobin", "WeightedLeastRequest", "Random")
 
 SHORT_NAMES: tuple[str, ...] = ()
 PRINTER_COLUMNS = (
@@ -32,7 +38,7 @@ SPEC = obj(
     objects(
         "routes",
         string("pathPrefix", required=True),
-        string("strategy", enum=tuple(STRATEGIES)),
+        string("strategy", enum=STRATEGY_NAMES),
         objects(
             "upstreams",
             obj(
@@ -48,5 +54,5 @@ SPEC = obj(
             integer("weight", 0, 100),
         ),
     ),
-    string("strategy", enum=tuple(STRATEGIES)),
+    string("strategy", enum=STRATEGY_NAMES),
 )
