@@ -35,6 +35,8 @@ from turnout.sources.kubernetes.kinds import (
 
 NAMESPACE = "turnout-system"
 NAME = "turnout"
+# `--ingress-class-name`'s default: the IngressClass object turnout's manifests create.
+INGRESS_CLASS = "turnout"
 # The Gateway API release whose standard channel holds the kinds and versions turnout reads
 # (docs/kubernetes.md "Install"); its CRDs are applied from upstream, never copied here.
 GATEWAY_API_VERSION = "v1.5.1"
@@ -187,7 +189,7 @@ def classes() -> list[dict[str, Any]]:
         {
             "apiVersion": "networking.k8s.io/v1",
             "kind": "IngressClass",
-            "metadata": _meta(NAME, None),
+            "metadata": _meta(INGRESS_CLASS, None),
             "spec": {"controller": INGRESS_CONTROLLER},
         }
     ]
@@ -204,9 +206,15 @@ def gateway_class() -> dict[str, Any]:
     }
 
 
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # no &id001 anchors: each object reads on its own
+
+
 def dump(docs: Sequence[Mapping[str, Any]]) -> str:
     body = "---\n".join(
-        yaml.safe_dump(dict(d), sort_keys=False, default_flow_style=False, width=100) for d in docs
+        yaml.dump(dict(d), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
+        for d in docs
     )
     return HEADER + body
 
@@ -248,6 +256,8 @@ def serve_args(namespace: str = NAMESPACE) -> list[str]:
         f"--http-port={HTTP_PORT}",
         f"--https-port={HTTPS_PORT}",
         f"--envoy-admin-port={ENVOY_ADMIN_PORT}",
+        f"--ingress-class-name={INGRESS_CLASS}",
+        f"--gateway-controller-name={DEFAULT_GATEWAY_CONTROLLER_NAME}",
         f"--leader-election-namespace={namespace}",
         *tls_args(),
     ]
@@ -261,6 +271,8 @@ def bootstrap_args(namespace: str = NAMESPACE) -> list[str]:
         f"--xds-server-name={NAME}.{namespace}.svc",
         "--admin-address=127.0.0.1",
         f"--admin-port={ENVOY_ADMIN_PORT}",
+        # One node id per Envoy pod, so each one's ACKs are its own in turnout's xDS state.
+        "--node-id=$(POD_NAME)",
         *tls_args(),
         "/config/envoy.yaml",
     ]
@@ -309,6 +321,7 @@ def envoy_deployment(namespace: str = NAMESPACE) -> dict[str, Any]:
         "image": IMAGE,
         "command": ["turnout"],
         "args": bootstrap_args(namespace),
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         "securityContext": _SECURITY,
         "volumeMounts": [{"name": "config", "mountPath": "/config"}],
     }
@@ -327,6 +340,7 @@ def envoy_deployment(namespace: str = NAMESPACE) -> dict[str, Any]:
         "volumeMounts": [
             {"name": "config", "mountPath": "/config", "readOnly": True},
             {"name": "xds-tls", "mountPath": CERTS, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
     pod = {
@@ -334,7 +348,7 @@ def envoy_deployment(namespace: str = NAMESPACE) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "initContainers": [init],
         "containers": [envoy],
-        "volumes": [_volume("config"), _volume("xds-tls", "turnout-xds-client")],
+        "volumes": [_volume("config"), _volume("xds-tls", "turnout-xds-client"), _volume("tmp")],
     }
     return _deployment("envoy", namespace, 2, pod)
 
