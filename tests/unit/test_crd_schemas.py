@@ -31,7 +31,7 @@ from turnout.dialects.ingressroute import schema as ingressroute_schema
 from turnout.dialects.ingressroute.spec import parse_ingressroute
 from turnout.dialects.openapi import Field, paths, string
 from turnout.dialects.routegroup import schema as routegroup_schema
-from turnout.dialects.routegroup.spec import parse_routegroup
+from turnout.dialects.routegroup.spec import BackendType, parse_routegroup
 from turnout.graph.secret_data import delegation_permitted
 from turnout.objects import KubeObject
 from turnout.sources.parse import parse_text
@@ -285,3 +285,7 @@ def test_the_delegation_table_is_what_the_secret_reader_reads() -> None:
     for key in full["delegations"][0]:
         partial = {"delegations": [{k: v for k, v in full["delegations"][0].items() if k != key}]}
         assert not delegation_permitted(Snapshot.of([_delegation(partial)]), "certs", "s", "app")
+
+
+def test_the_routegroup_backend_type_enum_is_every_type_the_reader_takes() -> None:
+    assert tuple(t.value for t in BackendType) == routegroup_schema.BACKEND_TYPES

@@ -11,9 +11,10 @@ from turnout.dialects.openapi import (
     string,
     strings,
 )
-from turnout.dialects.routegroup.spec import BackendType
 
-BACKEND_TYPES = tuple(t.value for t in BackendType)
+# Skipper's backend types; `spec.BackendType` has one member for each ("forward" is documented by
+# Skipper and accepted by its code, though its CRD's enum lacks it).
+BACKEND_TYPES = ("service", "shunt", "loopback", "dynamic", "lb", "network", "forward")
 SHORT_NAMES = ("rg", "rgs")
 PRINTER_COLUMNS = (
     Column("Hosts", ".spec.hosts", "Hosts"),
