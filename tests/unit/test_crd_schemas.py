@@ -77,44 +77,47 @@ class Read:
 Recorded = dict[str, Read]
 
 
+_ACCESSORS = ("check_fields", "mapping", "optional_integer", "string", "boolean", "sequence")
+_TYPE_OF = {"string": "string", "boolean": "boolean", "sequence": "array"}
+
+
+def _reader_classes(cls: type) -> Iterator[type]:
+    yield cls
+    for sub in cls.__subclasses__():
+        yield from _reader_classes(sub)
+
+
 def _recording(monkeypatch: pytest.MonkeyPatch) -> Recorded:
-    """Wraps `FieldReader`'s accessors, which every reader's subclass inherits."""
+    """Wraps the accessors of `FieldReader` and of every reader subclass that overrides one."""
     reads: Recorded = defaultdict(Read)
-    cls = reader_fields.FieldReader
-    real = {n: getattr(cls, n) for n in ("check_fields", "mapping", "optional_integer")}
-    real |= {n: getattr(cls, n) for n in ("string", "boolean", "sequence")}
 
     def at(path: str) -> Read:
         return reads[INDEX.sub("[]", path)]
 
-    def check_fields(self: Any, m: Any, path: str, known: Any, *rest: Any) -> None:
-        at(path).types.add("object")
-        at(path).keys.update(known, *rest)
-        real["check_fields"](self, m, path, known, *rest)
+    def note(name: str, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        if name == "check_fields":
+            at(a[1]).types.add("object")
+            at(a[1]).keys.update(a[2], *a[3:], *kw.values())
+        elif name == "mapping":
+            at(a[1]).types.add("object")
+        elif name == "optional_integer":
+            args = dict(zip(("required", "minimum", "maximum"), a[3:], strict=False)) | kw
+            at(f"{a[2]}.{a[1]}").types.add("integer")
+            at(f"{a[2]}.{a[1]}").bounds.add((args.get("minimum"), args.get("maximum")))
+        else:
+            at(f"{a[2]}.{a[1]}").types.add(_TYPE_OF[name])
 
-    def mapping(self: Any, value: Any, path: str) -> Any:
-        at(path).types.add("object")
-        return real["mapping"](self, value, path)
+    def wrapped(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def accessor(self: Any, *a: Any, **kw: Any) -> Any:
+            note(name, a, kw)
+            return fn(self, *a, **kw)
 
-    def optional_integer(self: Any, m: Any, key: str, path: str, *a: Any, **kw: Any) -> Any:
-        at(f"{path}.{key}").types.add("integer")
-        args = dict(zip(("required", "minimum", "maximum"), a, strict=False)) | kw
-        at(f"{path}.{key}").bounds.add((args.get("minimum"), args.get("maximum")))
-        return real["optional_integer"](self, m, key, path, *a, **kw)
+        return accessor
 
-    def typed(name: str, kind: str) -> Callable[..., Any]:
-        def reader(self: Any, m: Any, key: str, path: str, *a: Any, **kw: Any) -> Any:
-            at(f"{path}.{key}").types.add(kind)
-            return real[name](self, m, key, path, *a, **kw)
-
-        return reader
-
-    monkeypatch.setattr(cls, "check_fields", check_fields)
-    monkeypatch.setattr(cls, "mapping", mapping)
-    monkeypatch.setattr(cls, "optional_integer", optional_integer)
-    monkeypatch.setattr(cls, "string", typed("string", "string"))
-    monkeypatch.setattr(cls, "boolean", typed("boolean", "boolean"))
-    monkeypatch.setattr(cls, "sequence", typed("sequence", "array"))
+    for cls in set(_reader_classes(reader_fields.FieldReader)):
+        for name in _ACCESSORS:
+            if name in vars(cls):
+                monkeypatch.setattr(cls, name, wrapped(vars(cls)[name], name))
     return reads
 
 

@@ -17,6 +17,8 @@ MAX_SECONDS = 2**31 - 1
 MAX_THRESHOLD = 2**32 - 1
 # The seed's three strategies (`spec.STRATEGIES` maps them to the graph's).
 STRATEGY_NAMES = ("RoundRobin", "WeightedLeastRequest", "Random")
+# "" is unset, as Go's omitempty writes it: the reader takes it as no strategy.
+STRATEGY_ENUM = ("", *STRATEGY_NAMES)
 
 SHORT_NAMES: tuple[str, ...] = ()
 PRINTER_COLUMNS = (
@@ -38,7 +40,7 @@ SPEC = obj(
     objects(
         "routes",
         string("pathPrefix", required=True),
-        string("strategy", enum=STRATEGY_NAMES),
+        string("strategy", enum=STRATEGY_ENUM),
         objects(
             "upstreams",
             obj(
@@ -54,5 +56,5 @@ SPEC = obj(
             integer("weight", 0, 100),
         ),
     ),
-    string("strategy", enum=STRATEGY_NAMES),
+    string("strategy", enum=STRATEGY_ENUM),
 )

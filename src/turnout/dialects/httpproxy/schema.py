@@ -187,7 +187,7 @@ SPEC = obj(
             string("allowCrossSchemeRedirect"),
             boolean("denyRepeatedRouteRedirect"),
             integer("maxInternalRedirects"),
-            strings("redirectResponseCodes"),
+            integers("redirectResponseCodes"),
         ),
         objects(
             "ipAllowPolicy",
@@ -374,7 +374,14 @@ SPEC = obj(
         obj("loadBalancerPolicy", opaque_list("requestHashPolicies"), string("strategy")),
         objects(
             "services",
-            strings("cookieRewritePolicies"),
+            objects(
+                "cookieRewritePolicies",
+                obj("domainRewrite", string("value", required=True)),
+                string("name", required=True),
+                obj("pathRewrite", string("value", required=True)),
+                string("sameSite"),
+                boolean("secure"),
+            ),
             integer("healthPort"),
             boolean("mirror"),
             string("name", required=True),
@@ -437,7 +444,23 @@ SPEC = obj(
             string("cidr", required=True),
             string("source", required=True),
         ),
-        strings("jwtProviders"),
+        objects(
+            "jwtProviders",
+            strings("audiences"),
+            boolean("default"),
+            boolean("forwardJWT"),
+            string("issuer"),
+            string("name", required=True),
+            obj(
+                "remoteJWKS",
+                string("cacheDuration"),
+                string("dnsLookupFamily"),
+                string("timeout"),
+                string("uri", required=True),
+                _UPSTREAM_VALIDATION,
+                required=True,
+            ),
+        ),
         obj(
             "rateLimitPolicy",
             obj(

@@ -99,7 +99,7 @@ SPEC = obj(
             "tls",
             string("minimumProtocolVersion"),
             boolean("passthrough"),
-            string("secretName", required=True),
+            string("secretName"),
         ),
     ),
 )
