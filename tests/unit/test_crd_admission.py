@@ -7,6 +7,7 @@ small validator to every fixture object of the CRD kinds."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cases import httpproxy_policies
 from turnout.dialects.contour_route.spec import parse_route
 from turnout.dialects.httpproxy.extension_service import read_extension
 from turnout.dialects.httpproxy.spec import parse_proxy
@@ -103,11 +105,22 @@ def _object_violations(schema: dict[str, Any], value: dict[str, Any], path: str)
 
 
 def _objects() -> Iterator[KubeObject]:
-    for base in ("tests/fixtures", "tests/conformance", "examples"):
-        for path in sorted((ROOT / base).rglob("*.yaml")):
-            for obj in parse_text(path.read_text(), str(path)).objects:
-                if (obj.api_version, obj.kind) in READERS:
-                    yield obj
+    texts = [
+        (str(path), path.read_text())
+        for base in ("tests/fixtures", "tests/conformance", "examples")
+        for path in sorted((ROOT / base).rglob("*.yaml"))
+    ]
+    # Random routes built only of values that compile (tests/cases/httpproxy_policies.py).
+    rng = random.Random(7)
+    for i in range(300):
+        route = httpproxy_policies.random_route(rng, fuzz=False)
+        proxy = {"apiVersion": "projectcontour.io/v1", "kind": "HTTPProxy"}
+        proxy |= {"metadata": {"name": f"p{i}"}, "spec": {"routes": [route]}}
+        texts.append((f"random-{i}", yaml.safe_dump(proxy)))
+    for source, text in texts:
+        for obj in parse_text(text, source).objects:
+            if (obj.api_version, obj.kind) in READERS:
+                yield obj
 
 
 def test_every_object_turnout_reads_without_error_is_admitted_unchanged() -> None:
