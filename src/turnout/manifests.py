@@ -55,6 +55,7 @@ class CustomResource:
     spec: Field
     short_names: Sequence[str] = ()
     columns: Sequence[Column] = ()
+    categories: Sequence[str] = ()
 
 
 def custom_resources() -> tuple[CustomResource, ...]:
@@ -91,6 +92,7 @@ def custom_resources() -> tuple[CustomResource, ...]:
             routegroup_schema.SPEC,
             routegroup_schema.SHORT_NAMES,
             routegroup_schema.PRINTER_COLUMNS,
+            routegroup_schema.CATEGORIES,
         ),
     )
 
@@ -105,6 +107,8 @@ def crd(cr: CustomResource) -> dict[str, Any]:
     }
     if cr.short_names:
         names["shortNames"] = list(cr.short_names)
+    if cr.categories:
+        names["categories"] = list(cr.categories)
     schema = {
         "type": "object",
         "properties": {

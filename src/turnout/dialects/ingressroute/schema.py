@@ -13,7 +13,7 @@ from turnout.dialects.openapi import (
     strings,
 )
 
-SHORT_NAMES = ("ingressroute", "ingressroutes")
+SHORT_NAMES: tuple[str, ...] = ()  # upstream's CRD has none
 PRINTER_COLUMNS = (
     Column("FQDN", ".spec.virtualhost.fqdn", "Fully qualified domain name"),
     Column("TLS Secret", ".spec.virtualhost.tls.secretName", "Secret with TLS credentials"),

@@ -16,11 +16,10 @@ from turnout.dialects.openapi import (
 # Skipper and accepted by its code, though its CRD's enum lacks it).
 BACKEND_TYPES = ("service", "shunt", "loopback", "dynamic", "lb", "network", "forward")
 SHORT_NAMES = ("rg", "rgs")
+CATEGORIES = ("all",)
 PRINTER_COLUMNS = (
-    Column("Hosts", ".spec.hosts", "Hosts"),
-    Column("Prefix", ".spec.routes[*].pathSubtree", "Path prefixes"),
-    Column("Path", ".spec.routes[*].path", "Paths"),
-    Column("Age", ".metadata.creationTimestamp", type="date"),
+    Column("Hosts", ".spec.hosts", "Hosts defined for the RouteGroup"),
+    Column("Address", ".status.loadBalancer", "Address of the Load Balancer for the RouteGroup"),
 )
 
 SPEC = obj(
