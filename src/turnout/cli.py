@@ -511,6 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_serve, _add_check, _add_explain, _add_translate, _add_bootstrap):
         add(sub)
+    _add_manifests(sub)
     return parser
 
 
@@ -692,6 +693,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _explain(args)
     if command == "translate":
         return _translate(args)
+    if command == "manifests":
+        return _manifests(args)
     return _bootstrap(args)
 
 
@@ -1237,3 +1240,24 @@ async def _run(config: ServeConfig) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- install manifests -------------------------------------------------------------------------
+
+
+def _add_manifests(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """`turnout manifests`: the CRDs, RBAC, workloads and chart files of deploy/."""
+    m = sub.add_parser(
+        "manifests", help="write the install manifests (CRDs, RBAC, workloads) into a directory"
+    )
+    m.add_argument(
+        "--out", type=Path, default=Path("deploy"), metavar="DIR", help="where (default: deploy)"
+    )
+
+
+def _manifests(args: argparse.Namespace) -> int:
+    from turnout import manifests
+
+    for path in manifests.write(args.out):
+        print(path)
+    return 0

@@ -38,6 +38,11 @@ LIST_CAPS: Mapping[str, int] = {
 DEFAULT_LIST_CAP = 1024
 
 
+def list_cap(key: str) -> int:
+    """The most entries a list at `key` may have: the reader's cap and the CRD's maxItems."""
+    return LIST_CAPS.get(key, DEFAULT_LIST_CAP)
+
+
 def describe(value: Any) -> str:
     """What a value read from YAML is, for "must be X, got Y" messages."""
     if value is None:
@@ -132,8 +137,12 @@ class FieldReader:
                 if self.is_set(m[key]):
                     self.ignored_field(where)
             else:
-                # A typo ("pathprefix") would otherwise silently widen or drop what the user meant.
-                self.field_error(where, f'unknown field "{key}"')
+                self.unknown_field(where, key)
+
+    def unknown_field(self, where: str, key: str) -> None:
+        """A key the API does not have is set."""
+        # A typo ("pathprefix") would otherwise silently widen or drop what the user meant.
+        self.field_error(where, f'unknown field "{key}"')
 
     def string(self, m: Mapping[str, Any], key: str, path: str, required: bool = False) -> str:
         value = m.get(key)
@@ -212,7 +221,7 @@ class FieldReader:
 
     def list_cap(self, key: str) -> int:
         """The most entries a list at `key` may have (turnout's cap, `LIST_CAPS`)."""
-        return LIST_CAPS.get(key, DEFAULT_LIST_CAP)
+        return list_cap(key)
 
     def capped(self, value: Sequence[Any], path: str, cap: int) -> Sequence[Any]:
         """`value`, or when it is longer than `cap` (reported at `path`) its first `cap` entries,

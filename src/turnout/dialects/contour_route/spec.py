@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnout.dialects.contour.health_check import DEFAULT_HEALTHY as CONTOUR_DEFAULT_HEALTHY
+from turnout.dialects.contour_route.schema import MAX_SECONDS, MAX_THRESHOLD, SPEC, STRATEGY_NAMES
 from turnout.dialects.fields import FieldReader
+from turnout.dialects.openapi import known
 from turnout.graph.model import HTTPHealthCheck, LoadBalancerStrategy
 from turnout.objects import KubeObject
 
@@ -28,11 +30,17 @@ KIND = "Route"
 
 # The seed's three strategies. RequestHash and Cookie (HTTPProxy) need a hash policy on the route,
 # which the Route kind has no field for, so they are refused rather than silently degraded.
-STRATEGIES: Mapping[str, LoadBalancerStrategy] = {
-    "RoundRobin": LoadBalancerStrategy.ROUND_ROBIN,
-    "WeightedLeastRequest": LoadBalancerStrategy.WEIGHTED_LEAST_REQUEST,
-    "Random": LoadBalancerStrategy.RANDOM,
-}
+STRATEGIES: Mapping[str, LoadBalancerStrategy] = dict(
+    zip(
+        STRATEGY_NAMES,
+        (
+            LoadBalancerStrategy.ROUND_ROBIN,
+            LoadBalancerStrategy.WEIGHTED_LEAST_REQUEST,
+            LoadBalancerStrategy.RANDOM,
+        ),
+        strict=True,
+    )
+)
 
 # Seed defaults. The seed gives none for healthyThresholdCount: Contour's applies.
 DEFAULT_INTERVAL_S = 5
@@ -40,9 +48,6 @@ DEFAULT_TIMEOUT_S = 2
 DEFAULT_UNHEALTHY_THRESHOLD = 3
 DEFAULT_HEALTHY_THRESHOLD = CONTOUR_DEFAULT_HEALTHY
 
-# `*Seconds` fields are int32 in Kubernetes APIs; thresholds are Envoy's uint32.
-MAX_SECONDS = 2**31 - 1
-MAX_THRESHOLD = 2**32 - 1
 
 # A lower-case RFC 1123 hostname. The seed's host is a plain name ("heptio.com"): no wildcard.
 HOST_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -53,20 +58,13 @@ HOST_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
 _PATH_PATTERN = re.compile(r"/[^\x00-\x20\x7f]*")
 _PREFIX_PATTERN = re.compile(r"/[^\x00-\x20\x7f?#]*")
 
-_SPEC_FIELDS = frozenset({"host", "routes", "strategy", "lbHealthCheck"})
-_ROUTE_FIELDS = frozenset({"pathPrefix", "strategy", "upstreams"})
-_UPSTREAM_FIELDS = frozenset({"serviceName", "servicePort", "weight", "lbHealthCheck"})
+# The keys each object may have: the CRD's field table (schema.py), so reader and schema agree.
+_SPEC_FIELDS = known(SPEC, "spec")
+_ROUTE_FIELDS = known(SPEC, "spec.routes[]")
+_UPSTREAM_FIELDS = known(SPEC, "spec.routes[].upstreams[]")
 # The seed lists healthyThresholdCount only on upstreams; the spec-level check is the default for
 # those same upstreams, so it takes the same fields.
-_HEALTH_CHECK_FIELDS = frozenset(
-    {
-        "path",
-        "intervalSeconds",
-        "timeoutSeconds",
-        "unhealthyThresholdCount",
-        "healthyThresholdCount",
-    }
-)
+_HEALTH_CHECK_FIELDS = known(SPEC, "spec.lbHealthCheck")
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,9 @@ from turnout.dialects.fields import (
     describe,
     go_duration_seconds,
 )
-from turnout.dialects.ingressroute.upstream import VALIDATION_FIELD, ValidationSpec, read_validation
+from turnout.dialects.ingressroute.schema import SPEC
+from turnout.dialects.ingressroute.upstream import ValidationSpec, read_validation
+from turnout.dialects.openapi import known
 from turnout.graph.model import PathRewrite, RetryPolicy, RoutePolicies, Timeouts
 from turnout.objects import KubeObject
 
@@ -55,7 +57,7 @@ STRATEGY_REPLACED = "StrategyReplaced"
 TLS_VERSION_REPLACED = "TLSVersionReplaced"
 
 # `spec.tcpproxy` (`tcpproxy.py` compiles it).
-TCPPROXY_FIELDS = frozenset({"services", "delegate"})
+TCPPROXY_FIELDS = known(SPEC, "spec.tcpproxy")
 SERVICES_AND_DELEGATE = "ServicesAndDelegate"
 TLS_MUST_BE_CONFIGURED = "TLSMustBeConfigured"
 IGNORED_FIELD = "IgnoredField"
@@ -177,26 +179,19 @@ class ParsedIngressRoute:
 
 # --- field tables -------------------------------------------------------------------------------
 
-_SPEC_FIELDS = frozenset({"virtualhost", "routes", "tcpproxy"})
-_VHOST_FIELDS = frozenset({"fqdn", "aliases", "tls"})
-_TLS_FIELDS = frozenset({"secretName", "minimumProtocolVersion", "passthrough"})
-_ROUTE_FIELDS = frozenset({"match", "services", "delegate", "permitInsecure"})
+# The keys each object may have come from the CRD's field table (schema.py), so that reader and
+# schema cannot disagree.
+_SPEC_FIELDS = known(SPEC, "spec")
+_VHOST_FIELDS = known(SPEC, "spec.virtualhost")
+_TLS_FIELDS = known(SPEC, "spec.virtualhost.tls")
 # Route policies, applied as Contour v1.0 did (`_policies`).
 _POLICY_FIELDS = ("enableWebsockets", "prefixRewrite", "timeoutPolicy", "retryPolicy")
-_SERVICE_FIELDS = frozenset({"name", "port", "weight", "strategy", "healthCheck", VALIDATION_FIELD})
+_ROUTE_FIELDS = known(SPEC, "spec.routes[]") - frozenset(_POLICY_FIELDS)
+_SERVICE_FIELDS = known(SPEC, "spec.routes[].services[]")
 # Nothing refused any more: upstream `validation` is read by `upstream.py`.
 _REFUSED_SERVICE: frozenset[str] = frozenset()
-_HEALTH_FIELDS = frozenset(
-    {
-        "path",
-        "host",
-        "intervalSeconds",
-        "timeoutSeconds",
-        "unhealthyThresholdCount",
-        "healthyThresholdCount",
-    }
-)
-_DELEGATE_FIELDS = frozenset({"name", "namespace"})
+_HEALTH_FIELDS = known(SPEC, "spec.routes[].services[].healthCheck")
+_DELEGATE_FIELDS = known(SPEC, "spec.routes[].delegate")
 
 
 def _is_list(value: Any) -> bool:

@@ -13,12 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from turnout.dialects.ingressroute.schema import SPEC
+from turnout.dialects.openapi import known
 from turnout.graph.ca_bundles import CABundleResolver
 from turnout.graph.model import UpstreamProtocol, UpstreamValidation
 from turnout.graph.services import Unresolved
 
 VALIDATION_FIELD = "validation"
-_VALIDATION_FIELDS = frozenset({"caSecret", "subjectName"})
+_VALIDATION_FIELDS = known(SPEC, "spec.routes[].services[].validation")  # the CRD's table
 TLS_UPSTREAM_VALIDATION = "TLSUpstreamValidation"
 IGNORED_VALIDATION = "IgnoredField"
 

@@ -24,6 +24,8 @@ from turnout.dialects.condition_status import ACCEPTED as ACCEPTED
 from turnout.dialects.condition_status import RESOLVED_REFS as RESOLVED_REFS
 from turnout.dialects.condition_status import Problem as Problem
 from turnout.dialects.fields import FieldReader, describe
+from turnout.dialects.openapi import known
+from turnout.dialects.routegroup.schema import SPEC
 from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
@@ -166,15 +168,12 @@ class ParsedRouteGroup:
         return not any(not p.warning for p in self.problems)
 
 
-_SPEC_FIELDS = frozenset({"hosts", "backends", "defaultBackends", "routes", "tls"})
-_BACKEND_FIELDS = frozenset(
-    {"name", "type", "address", "algorithm", "endpoints", "serviceName", "servicePort"}
-)
-_REF_FIELDS = frozenset({"backendName", "weight"})
-_ROUTE_FIELDS = frozenset(
-    {"path", "pathSubtree", "pathRegexp", "methods", "predicates", "filters", "backends"}
-)
-_TLS_FIELDS = frozenset({"hosts", "secretName"})
+# The keys each object may have: the CRD's field table (schema.py), so reader and schema agree.
+_SPEC_FIELDS = known(SPEC, "spec")
+_BACKEND_FIELDS = known(SPEC, "spec.backends[]")
+_REF_FIELDS = known(SPEC, "spec.defaultBackends[]")
+_ROUTE_FIELDS = known(SPEC, "spec.routes[]")
+_TLS_FIELDS = known(SPEC, "spec.tls[]")
 
 # Keys seed 003 (and people used to its draft) write that the shipped CRD spells otherwise.
 _HINTS = {
@@ -191,6 +190,7 @@ class _Reader(FieldReader):
     def __init__(self) -> None:
         self.problems: list[Problem] = []
         self.seen: set[Problem] = set()  # `problems` as a set: a repeat is cheap to skip
+        self.what = "spec"
 
     def field_error(self, where: str, message: str) -> None:
         self.error("InvalidField", f"{where}: {message}")
@@ -202,14 +202,14 @@ class _Reader(FieldReader):
             self.problems.append(problem)
 
     def fields(self, m: Mapping[str, Any], path: str, known: frozenset[str], what: str) -> None:
-        for key in m:
-            if key in known:
-                continue
-            hint = _HINTS.get((what, key))
-            self.error(
-                "UnknownField",
-                f'{path}.{key}: unknown field "{key}"' + (f"; {hint}" if hint else ""),
-            )
+        self.what = what  # which hints apply to the unknown keys of `m`
+        self.check_fields(m, path, known)
+
+    def unknown_field(self, where: str, key: str) -> None:
+        hint = _HINTS.get((self.what, key))
+        self.error(
+            "UnknownField", f'{where}: unknown field "{key}"' + (f"; {hint}" if hint else "")
+        )
 
     def strings(self, m: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
         out: list[str] = []
