@@ -190,3 +190,33 @@ def test_watch_drops_and_410_lose_nothing(running: Running) -> None:
     eventually(lambda: answer(port, "drop.kube.test"), "404")
     eventually(lambda: answer(port, "after-drop.kube.test"), f"{NS}/api")
     assert httpx.get(f"{running.admin}/readyz").status_code == 200
+
+
+def test_not_ready_until_the_api_server_was_listed(tmp_path: Path) -> None:
+    with FakeApiServer() as fake, tempfile.TemporaryDirectory(prefix="turnout-e2e-") as state:
+        fake.set_available(False)
+        http_port, admin_port = free_port(), free_port()
+        proc = start_serve(
+            None,
+            http_port,
+            admin_port,
+            state_dir=Path(state),
+            extra=["--kubernetes", "--kubeconfig", str(fake.kubeconfig(tmp_path / "kc"))],
+        )
+        admin = f"http://127.0.0.1:{admin_port}"
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    r = httpx.get(f"{admin}/readyz", timeout=1.0)
+                    if r.status_code == 503 and f"kubernetes {fake.url}" in r.text:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "readyz never named the source"
+                time.sleep(0.2)
+            fake.set_available(True)
+            wait_ready(admin, proc)
+        finally:
+            output = stop_serve(proc)
+        assert proc.returncode == 0, output
