@@ -103,6 +103,8 @@ class FakeApiServer:
         self.preferred: dict[str, str] = {}
         self.requests: list[LoggedRequest] = []
         self.available = True
+        # When set, every watch ends this many seconds after it started (a proxy's idle cut).
+        self.watch_cap: float | None = None
         self._watches: set[asyncio.Queue[Event | None]] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -490,9 +492,11 @@ class FakeApiServer:
         for event in backlog:
             await _send(resp, res, event)
         timeout = float(request.query.get("timeoutSeconds", "0") or 0) or None
+        if self.watch_cap is not None:
+            timeout = min(timeout or self.watch_cap, self.watch_cap)
         bookmarks = request.query.get("allowWatchBookmarks", "") in ("1", "true", "True")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout if timeout else None
+        deadline = loop.time() + timeout if timeout is not None else None
         while True:
             wait = self.bookmark_interval if bookmarks else None
             if deadline is not None:

@@ -300,3 +300,19 @@ async def test_a_wrong_token_fails_the_run(fake: FakeApiServer, tmp_path: Path) 
 def test_a_missing_kubeconfig_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no usable Kubernetes configuration"):
         load_config(tmp_path / "absent", None)
+
+
+async def test_a_watch_that_ends_at_once_is_not_a_busy_loop(
+    fake: FakeApiServer, tmp_path: Path
+) -> None:
+    async with running(fake, tmp_path) as (_, rec):
+        fake.watch_cap = 0.0  # every watch ends right away, empty
+        fake.drop_watches()
+        start = len(fake.requests)
+        await asyncio.sleep(1.0)
+        watches = [r for r in fake.requests[start:] if r.watch and r.path.endswith("/httpproxies")]
+        # Backed off (FAST: 0.05 s doubling to 0.2 s): a handful, not hundreds.
+        assert 1 <= len(watches) <= 15
+        fake.watch_cap = None
+        fake.create(proxy("still-watched"))
+        await eventually(lambda: "default/still-watched" in rec.objects("HTTPProxy"))

@@ -25,6 +25,8 @@ from turnout.sources.kubernetes.kinds import ApiResource
 log = logging.getLogger(__name__)
 
 PARTITION_PREFIX = "k8s:"
+# A watch that ends sooner than this with no event in it is treated as a failure (backed off).
+MIN_WATCH_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,10 @@ class Reflector:
             try:
                 if self.rv is None:
                     await self._list()
-                await self._watch()
+                if not await self._watch():
+                    # Ended at once with nothing in it (a proxy cutting the stream, a server
+                    # shutting down): wait before the next one rather than spin.
+                    await self._back_off(None)
             except Gone:
                 log.info("%s: resourceVersion %s expired; listing again", self.partition, self.rv)
                 self.rv = None
@@ -114,10 +119,11 @@ class Reflector:
             except RETRYABLE as err:
                 await self._back_off(err)
 
-    async def _back_off(self, err: BaseException) -> None:
+    async def _back_off(self, err: BaseException | None) -> None:
         self._failures += 1
         delay = self.settings.backoff.delay(self._failures)
-        log.warning("%s: %s; retrying in %.1f s", self.partition, err or type(err).__name__, delay)
+        why = "the watch ended at once" if err is None else str(err) or type(err).__name__
+        log.warning("%s: %s; retrying in %.1f s", self.partition, why, delay)
         await asyncio.sleep(delay)
 
     async def _list(self) -> None:
@@ -140,14 +146,19 @@ class Reflector:
         self._failures = 0
         self.listed.set()
 
-    async def _watch(self) -> None:
-        """One watch request from `self.rv`; returns when the server ends it."""
+    async def _watch(self) -> bool:
+        """One watch request from `self.rv` until the server ends it: whether it was worth
+        having (it carried an event, or lasted at least `MIN_WATCH_S`)."""
         params = {"resourceVersion": self.rv or "", "allowWatchBookmarks": "true"}
         timeout = random.randint(*self.settings.timeout_s)
+        loop = asyncio.get_running_loop()
+        started, events = loop.time(), 0
         try:
             async for event in self.api.watch(self.path, params, timeout):
                 self._apply(event)
                 self._failures = 0
+                events += 1
+            return events > 0 or loop.time() - started >= MIN_WATCH_S
         except KubeApiError as err:
             if err.code == 410:
                 raise Gone from err
