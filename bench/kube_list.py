@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -106,7 +107,7 @@ def candidates(kubeconfig: Path) -> dict[str, Callable[[str], Awaitable[Any]]]:
         return [to_object(i, resources[kind]) for i in await raw(path)]
 
     async def typed(path: str) -> Any:
-        client = AsyncClient(KubeConfig.from_file(kubeconfig))
+        client = AsyncClient(KubeConfig.from_file(kubeconfig), timeout=httpx2.Timeout(300))
         try:
             res = hp_generic if path == HP_PATH else Ingress
             return [o async for o in client.list(res, namespace="*")]
@@ -120,9 +121,10 @@ def candidates(kubeconfig: Path) -> dict[str, Callable[[str], Awaitable[Any]]]:
                 "projectcontour.io",
                 "v1",
                 "httpproxies",
+                _request_timeout=300,
             )
         return await asyncio.to_thread(
-            k8s.NetworkingV1Api(official).list_ingress_for_all_namespaces
+            k8s.NetworkingV1Api(official).list_ingress_for_all_namespaces, _request_timeout=300
         )
 
     return {

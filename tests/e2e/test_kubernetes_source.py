@@ -47,15 +47,15 @@ def _demo_service(name: str) -> str:
     )
 
 
-def _proxy(fqdn: str, service: str, prefix: str = "/") -> dict[str, Any]:
+def _proxy(fqdn: str, service: str, name: str = "proxy") -> dict[str, Any]:
     return {
         "apiVersion": "projectcontour.io/v1",
         "kind": "HTTPProxy",
-        "metadata": {"name": "proxy", "namespace": NS},
+        "metadata": {"name": name, "namespace": NS},
         "spec": {
             "virtualhost": {"fqdn": fqdn},
             "routes": [
-                {"conditions": [{"prefix": prefix}], "services": [{"name": service, "port": 80}]}
+                {"conditions": [{"prefix": "/"}], "services": [{"name": service, "port": 80}]}
             ],
         },
     }
@@ -220,3 +220,27 @@ def test_not_ready_until_the_api_server_was_listed(tmp_path: Path) -> None:
         finally:
             output = stop_serve(proc)
         assert proc.returncode == 0, output
+
+
+def _compiles(admin: str) -> float:
+    for line in httpx.get(f"{admin}/metrics").text.splitlines():
+        if line.startswith("turnout_compiles_total "):
+            return float(line.split()[1])
+    raise AssertionError("no turnout_compiles_total")
+
+
+def test_a_status_write_compiles_nothing(running: Running) -> None:
+    fake, port = running.fake, running.http_port
+    eventually(lambda: answer(port, "proxy.kube.test").split("/")[0], NS)
+    time.sleep(1.5)  # past the coalescing window of anything still in flight
+    before = _compiles(running.admin)
+    proxy = fake.get("projectcontour.io/v1", "HTTPProxy", "proxy", NS)
+    fake.set_status(proxy, {"currentStatus": "valid", "description": "written by a test"})
+    time.sleep(1.5)
+    assert _compiles(running.admin) == before
+    # On the same watch stream, after the status write: once it is served, the status write was
+    # seen too, and only the marker compiled.
+    fake.create(_proxy("marker.kube.test", "web", name="marker"))
+    eventually(lambda: answer(port, "marker.kube.test"), f"{NS}/web")
+    time.sleep(1.5)
+    assert _compiles(running.admin) == before + 1

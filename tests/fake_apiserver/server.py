@@ -399,7 +399,8 @@ class FakeApiServer:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
     def _list(self, res: Resource, namespace: str | None) -> web.Response:
-        items = self.state.list(res, namespace)
+        # Shallow copies: encoded at once, and `_present` only changes top-level keys.
+        items = self.state.list(res, namespace, deep=False)
         for item in items:
             _present(res, item, in_list=True)
         body = {

@@ -113,9 +113,12 @@ class State:
     def _bucket(self, res: Resource) -> dict[tuple[str, str], Obj]:
         return self.objects.setdefault(res.key, {})
 
-    def list(self, res: Resource, namespace: str | None) -> list[Obj]:
+    def list(self, res: Resource, namespace: str | None, deep: bool = True) -> list[Obj]:
+        """The stored objects: deep copies, or (`deep=False`, for encoding at once) shallow
+        ones that share everything below the top level with the store."""
         items = self._bucket(res).values()
-        return [copy.deepcopy(o) for o in items if namespace in (None, _ns(o))]
+        clone = copy.deepcopy if deep else dict
+        return [clone(o) for o in items if namespace in (None, _ns(o))]
 
     def get(self, res: Resource, namespace: str, name: str) -> Obj:
         obj = self._bucket(res).get((namespace, name))
