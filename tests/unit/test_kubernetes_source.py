@@ -316,3 +316,13 @@ async def test_a_watch_that_ends_at_once_is_not_a_busy_loop(
         fake.watch_cap = None
         fake.create(proxy("still-watched"))
         await eventually(lambda: "default/still-watched" in rec.objects("HTTPProxy"))
+
+
+async def test_reload_lists_every_kind_again(fake: FakeApiServer, tmp_path: Path) -> None:
+    fake.create(proxy("kept"))
+    async with running(fake, tmp_path) as (source, rec):
+        await source.reload()
+        assert all(r.lists == 2 for r in source.reflectors)
+        assert set(rec.objects("HTTPProxy")) == {"default/kept"}
+        fake.create(proxy("after-reload"))
+        await eventually(lambda: "default/after-reload" in rec.objects("HTTPProxy"))
