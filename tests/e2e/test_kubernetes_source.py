@@ -125,7 +125,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
             )
             admin = f"http://127.0.0.1:{admin_port}"
             try:
-                wait_ready(admin, proc)
+                wait_ready(admin, proc, timeout=90.0)
                 yield Running(fake, http_port, gateway_port, admin)
             finally:
                 output = stop_serve(proc)
@@ -143,7 +143,7 @@ def answer(port: int, host: str, path: str = "/") -> str:
     return f"{r.json()['namespace']}/{r.json()['service']}"
 
 
-def eventually(probe: Callable[[], str], expected: str, timeout: float = 15.0) -> None:
+def eventually(probe: Callable[[], str], expected: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     seen = probe()
     while seen != expected:
@@ -205,7 +205,7 @@ def test_not_ready_until_the_api_server_was_listed(tmp_path: Path) -> None:
         )
         admin = f"http://127.0.0.1:{admin_port}"
         try:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 60
             while True:
                 try:
                     r = httpx.get(f"{admin}/readyz", timeout=1.0)
@@ -216,7 +216,7 @@ def test_not_ready_until_the_api_server_was_listed(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "readyz never named the source"
                 time.sleep(0.2)
             fake.set_available(True)
-            wait_ready(admin, proc)
+            wait_ready(admin, proc, timeout=90.0)
         finally:
             output = stop_serve(proc)
         assert proc.returncode == 0, output
