@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from turnout.compile_inputs import CompileOptions, PathNormalization, RateLimitService
-from turnout.config import ServeConfig, split_host_port
+from turnout.config import KubernetesSettings, ServeConfig, split_host_port
 from turnout.dialects.contour_route import ContourRouteDialect
 from turnout.dialects.gatewayapi import GatewayAPIDialect
 from turnout.dialects.httpproxy import HTTPProxyDialect
@@ -25,11 +25,13 @@ from turnout.envoy.translate.options import (
     Tracing,
     TranslateOptions,
 )
-from turnout.graph.build import CompileResult, build_graph
+from turnout.graph.build import CORE_KINDS, CompileResult, build_graph
 from turnout.graph.dialect import Dialect, Dialects
 from turnout.metrics import Metrics
 from turnout.sources.base import Source
 from turnout.sources.files import FileSource
+from turnout.sources.kubernetes.api import load_config
+from turnout.sources.kubernetes.source import KubernetesSource
 from turnout.store import Snapshot
 
 if TYPE_CHECKING:
@@ -128,7 +130,10 @@ def tracing(config: ServeConfig) -> Tracing | None:
 
 
 def default_sources(config: ServeConfig) -> list[Source]:
-    """Where `serve` reads objects from: the files and directories it was given."""
+    """Where `serve` reads objects from: the files and directories it was given, or the
+    Kubernetes API server (`--kubernetes`)."""
+    if config.kubernetes is not None:
+        return [kubernetes_source(config.kubernetes)]
     return [
         FileSource(
             config.paths,
@@ -139,6 +144,16 @@ def default_sources(config: ServeConfig) -> list[Source]:
             max_file_bytes=config.max_file_bytes,
         )
     ]
+
+
+def kubernetes_source(settings: KubernetesSettings) -> Source:
+    """Every kind the dialects (and the compile itself) read, from the API server. ValueError
+    when there is no usable kubeconfig or in-cluster configuration."""
+    return KubernetesSource(
+        load_config(settings.kubeconfig, settings.context),
+        readable=default_dialects().kinds | CORE_KINDS,
+        namespaces=settings.watch_namespaces,
+    )
 
 
 def build_controller(

@@ -36,7 +36,7 @@ from turnout.compile_inputs import (
     EscapedSlashes,
     ListenerProtocol,
 )
-from turnout.config import ServeConfig, split_host_port
+from turnout.config import KubernetesSettings, ServeConfig, split_host_port
 from turnout.controller import envoy_state_dir, running_envoy
 from turnout.envoy.state import StateDirError
 from turnout.envoy.stats import EnvoyStats
@@ -179,9 +179,9 @@ def _file_bytes(value: str) -> int:
     return limit
 
 
-def _add_input_flags(p: argparse.ArgumentParser) -> None:
-    """What the files source reads."""
-    p.add_argument("paths", nargs="+", type=Path, help="YAML/JSON files or directories")
+def _add_input_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
+    """What the files source reads (`paths`: the nargs of the file arguments)."""
+    p.add_argument("paths", nargs=paths, type=Path, help="YAML/JSON files or directories")
     p.add_argument(
         "--exclude",
         action="append",
@@ -200,8 +200,8 @@ def _add_input_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_compile_flags(p: argparse.ArgumentParser) -> None:
-    _add_input_flags(p)
+def _add_compile_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
+    _add_input_flags(p, paths)
     p.add_argument(
         "--root-namespaces",
         type=_namespaces,
@@ -469,6 +469,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         exclude=tuple(args.exclude),
         state_dir=getattr(args, "state_dir", defaults.state_dir),
         max_file_bytes=getattr(args, "max_file_bytes", defaults.max_file_bytes),
+        kubernetes=kubernetes_settings(args),
     )
 
 
@@ -518,7 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
     """`turnout serve`: compile, program Envoy, watch."""
     serve = sub.add_parser("serve", help="compile routing files and program Envoy over xDS")
-    _add_compile_flags(serve)
+    # No file arguments with --kubernetes: `_serve` checks that one of the two is given.
+    _add_compile_flags(serve, paths="*")
+    _add_kubernetes_flags(serve)
     _add_listen_flags(serve)
     serve.add_argument(
         "--log-level",
@@ -578,6 +581,71 @@ def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
         "serving (default: $XDG_RUNTIME_DIR/turnout-<http-port>, else "
         "/tmp/turnout-<uid>-<http-port>)",
     )
+
+
+def _add_kubernetes_flags(serve: argparse.ArgumentParser) -> None:
+    """`serve --kubernetes`: objects from an API server instead of files."""
+    kube = serve.add_argument_group("Kubernetes mode")
+    kube.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="read objects from the Kubernetes API server (list and watch) instead of files",
+    )
+    kube.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="kubeconfig file (default: the in-cluster service account)",
+    )
+    kube.add_argument("--context", default=None, help="kubeconfig context (default: current)")
+    kube.add_argument(
+        "--watch-namespaces",
+        type=_namespaces,
+        default=(),
+        metavar="NS[,NS...]",
+        help="watch namespaced kinds in these namespaces only (default: all); cluster-scoped "
+        "kinds are always read",
+    )
+
+
+def kubernetes_settings(args: argparse.Namespace) -> KubernetesSettings | None:
+    if not getattr(args, "kubernetes", False):
+        return None
+    return KubernetesSettings(
+        kubeconfig=args.kubeconfig, context=args.context, watch_namespaces=args.watch_namespaces
+    )
+
+
+def _kubernetes_usage_problem(args: argparse.Namespace) -> str | None:
+    """Files or --kubernetes, not both and not neither; the Kubernetes flags need the mode."""
+    if args.kubernetes and args.paths:
+        return "serve --kubernetes reads the API server and takes no file arguments"
+    if not args.kubernetes and not args.paths:
+        return "serve needs files or directories to read, or --kubernetes"
+    stray = [
+        flag
+        for flag, given in (
+            ("--kubeconfig", args.kubeconfig is not None),
+            ("--context", args.context is not None),
+            ("--watch-namespaces", bool(args.watch_namespaces)),
+        )
+        if given and not args.kubernetes
+    ]
+    return f"{', '.join(stray)} only apply with --kubernetes" if stray else None
+
+
+def _check_kubernetes(args: argparse.Namespace) -> str | None:
+    """A one-line problem with the Kubernetes flags or configuration, or None."""
+    problem = _kubernetes_usage_problem(args)
+    if problem is None and args.kubernetes:
+        from turnout.sources.kubernetes.api import load_config
+
+        try:
+            load_config(args.kubeconfig, args.context)
+        except ValueError as err:
+            return str(err)
+    return problem
 
 
 def _add_check(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -1124,6 +1192,10 @@ def _setup_logging(level: str, fmt: str) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level, args.log_format)
+    kube_problem = _check_kubernetes(args)
+    if kube_problem is not None:
+        print(f"turnout: {kube_problem}", file=sys.stderr)
+        return EXIT_UNREADABLE
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         print(f"turnout: no such file or directory: {', '.join(missing)}", file=sys.stderr)
@@ -1219,7 +1291,7 @@ async def _run(config: ServeConfig) -> None:
         warn_exposed(config)
         await admin.start(config.admin_address, config.admin_port)
         await controller.start()
-        if not controller.statuses() and not controller.problems():
+        if config.paths and not controller.statuses() and not controller.problems():
             log.warning("%s", _nothing_found(config.paths))
         log.info(
             "turnout serving: HTTP on %s:%d, admin on %s:%d, xDS on %s:%d%s",

@@ -16,6 +16,17 @@ from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, DEFAULT_MAX_FILE_B
 
 
 @dataclass(frozen=True, slots=True)
+class KubernetesSettings:
+    """`serve --kubernetes`: where the API server is and what of it is watched."""
+
+    # A kubeconfig file (--kubeconfig); None: the in-cluster service account.
+    kubeconfig: Path | None = None
+    context: str | None = None  # --context; None: the kubeconfig's current context
+    # --watch-namespaces: namespaced kinds are watched in these only; (): in every namespace.
+    watch_namespaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ServeConfig:
     paths: tuple[Path, ...]
     # Where Envoy's listeners bind (the shared HTTP/HTTPS listeners and Gateway listeners).
@@ -82,6 +93,8 @@ class ServeConfig:
     extra_envoy_args: tuple[str, ...] = field(default=())
     # `--exclude` globs: paths under the given directories (or names) that are not read at all.
     exclude: tuple[str, ...] = ()
+    # Kubernetes mode (`serve --kubernetes`): objects come from an API server, not from `paths`.
+    kubernetes: KubernetesSettings | None = None
 
 
 def split_host_port(value: str) -> tuple[str, int]:
