@@ -1,8 +1,9 @@
 """HTTPRoute rules -> graph routes with their precedence keys (apis/v1/httproute_types.go).
 
-`compile_httproute` compiles one HTTPRoute for one listener (the listener's port and scheme only
-matter to redirects). Every match of every rule becomes a graph route (matches are ORed, the
-conditions of one match ANDed); a rule without matches has the default match, PathPrefix "/".
+`read_httproute` reads one HTTPRoute once and `ReadHTTPRoute.compile` makes its routes for one
+listener (the listener's port and scheme only matter to redirects). Every match of every rule
+becomes a graph route (matches are ORed, the conditions of one match ANDed); a rule without
+matches has the default match, PathPrefix "/".
 
 - **Paths.** Exact is the exact path; PathPrefix is a prefix by path segment (`/v2` matches
   `/v2`, `/v2/` and `/v2/x`, never `/v2x`; a trailing "/" in the value does not count), Envoy's
@@ -120,8 +121,10 @@ __all__ = [
     "CompiledRoute",
     "ListenerInfo",
     "RankedRoute",
+    "ReadHTTPRoute",
     "compile_httproute",
     "order_routes",
+    "read_httproute",
 ]
 
 # What a rule answers when it has nowhere to send a request (HTTPRouteRule.BackendRefs doc).
@@ -185,6 +188,41 @@ class _Match:
 def compile_httproute(
     route: KubeObject, listener: ListenerInfo, ctx: CompileContext, grants: ReferenceGrants
 ) -> CompiledRoute:
+    return read_httproute(route, ctx, grants).compile(listener)
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadRule:
+    """One rule with everything but its redirect's Location, which depends on the listener."""
+
+    index: int
+    matches: tuple[_Match, ...]
+    filters: FilterSet
+    redirect: RedirectSpec | None
+    action: RouteAction | None
+    policies: RoutePolicies
+
+
+@dataclass(frozen=True, slots=True)
+class ReadHTTPRoute:
+    """An HTTPRoute read once. A route attaches to up to 32 listeners (64 per Gateway): its
+    matches, filters and backendRefs are read and resolved once, not once per listener port."""
+
+    route: KubeObject
+    rules: tuple[_ReadRule, ...]
+    problems: tuple[RouteProblem, ...]
+    accepted: bool
+
+    def compile(self, listener: ListenerInfo) -> CompiledRoute:
+        if not self.accepted:
+            return CompiledRoute(routes=(), problems=self.problems, accepted=False)
+        ranked = [r for rule in self.rules for r in _rule_routes(self.route, listener, rule)]
+        return CompiledRoute(routes=tuple(ranked), problems=self.problems, accepted=True)
+
+
+def read_httproute(
+    route: KubeObject, ctx: CompileContext, grants: ReferenceGrants
+) -> ReadHTTPRoute:
     r = SpecReader()
     spec = r.mapping(route.spec if route.spec is not None else {}, "spec") or {}
     r.check_fields(spec, "spec", frozenset({"parentRefs", "hostnames", "rules"}))
@@ -196,16 +234,16 @@ def compile_httproute(
     if total > MAX_TOTAL_MATCHES:
         r.field_error("spec.rules", f"may have at most {MAX_TOTAL_MATCHES} matches in total")
         # The API server refuses the route on this count alone: compiling its (up to 1,024)
-        # matches once per listener would only spend time on an object that serves nothing.
-        return CompiledRoute(routes=(), problems=tuple(r.problems), accepted=False)
-    ranked: list[RankedRoute] = []
-    for i, (where, rule) in enumerate(rules):
-        ranked.extend(_compile_rule(r, route, listener, ctx, grants, i, where, rule))
-    accepted = not r.rejected
-    return CompiledRoute(
-        routes=tuple(ranked) if accepted else (),
-        problems=tuple(r.problems),
-        accepted=accepted,
+        # matches would only spend time on an object that serves nothing.
+        return ReadHTTPRoute(route, (), tuple(r.problems), accepted=False)
+    read = [
+        _read_rule(r, route, ctx, grants, i, where, rule) for i, (where, rule) in enumerate(rules)
+    ]
+    return ReadHTTPRoute(
+        route,
+        tuple(rule for rule in read if rule is not None),
+        tuple(r.problems),
+        accepted=not r.rejected,
     )
 
 
@@ -219,16 +257,15 @@ def _rules(r: SpecReader, spec: Mapping[str, Any]) -> list[tuple[str, Mapping[st
 # --- rules ---------------------------------------------------------------------------------------
 
 
-def _compile_rule(
+def _read_rule(
     r: SpecReader,
     route: KubeObject,
-    listener: ListenerInfo,
     ctx: CompileContext,
     grants: ReferenceGrants,
     index: int,
     where: str,
     rule: Mapping[str, Any],
-) -> list[RankedRoute]:
+) -> _ReadRule | None:
     before = len(r.problems)
     r.check_fields(
         rule,
@@ -242,7 +279,7 @@ def _compile_rule(
     refs = r.list_items(rule, "backendRefs", where, MAX_BACKEND_REFS)
     _check_combinations(r, filters, matches, refs, where)
     if r.rejected_since(before):
-        return []
+        return None
     action: RouteAction | None = None
     websockets = False
     # An unresolvable ExtensionRef must not be skipped: it answers even a redirecting rule.
@@ -251,13 +288,17 @@ def _compile_rule(
         action, websockets = _backends(r, route, ctx, grants, refs, filters)
     mirrors = _mirrors(r, route, ctx, grants, filters)
     policies = rule_policies(filters, timeouts, mirrors, websockets)
+    return _ReadRule(index, tuple(matches), filters, redirect, action, policies)
+
+
+def _rule_routes(route: KubeObject, listener: ListenerInfo, rule: _ReadRule) -> list[RankedRoute]:
     out: list[RankedRoute] = []
-    for j, m in enumerate(matches):
+    for j, m in enumerate(rule.matches):
         source = RouteSource(route.ref, m.field)
         variants = (
-            _redirect_variants(m, redirect, listener, policies)
-            if redirect is not None
-            else _rewrite_variants(m, filters, policies, action)
+            _redirect_variants(m, rule.redirect, listener, rule.policies)
+            if rule.redirect is not None
+            else _rewrite_variants(m, rule.filters, rule.policies, rule.action)
         )
         for part, (match, variant_action, variant_policies) in enumerate(variants):
             # The match as written ranks every graph route it became (a split ReplacePrefixMatch
@@ -266,7 +307,7 @@ def _compile_rule(
                 m.route_match(),
                 has_method=m.method is not None,
                 route=route,
-                rule=index,
+                rule=rule.index,
                 index=j,
                 part=part,
             )
