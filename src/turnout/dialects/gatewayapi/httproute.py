@@ -211,13 +211,24 @@ class ReadHTTPRoute:
     route: KubeObject
     rules: tuple[_ReadRule, ...]
     problems: tuple[RouteProblem, ...]
-    accepted: bool
+    # The compile for every listener when the route is refused or no rule redirects (then the
+    # listener changes nothing).
+    same_everywhere: CompiledRoute | None
 
     def compile(self, listener: ListenerInfo) -> CompiledRoute:
-        if not self.accepted:
-            return CompiledRoute(routes=(), problems=self.problems, accepted=False)
-        ranked = [r for rule in self.rules for r in _rule_routes(self.route, listener, rule)]
-        return CompiledRoute(routes=tuple(ranked), problems=self.problems, accepted=True)
+        if self.same_everywhere is not None:
+            return self.same_everywhere
+        return _compiled(self.route, self.rules, self.problems, listener)
+
+
+def _compiled(
+    route: KubeObject,
+    rules: Sequence[_ReadRule],
+    problems: tuple[RouteProblem, ...],
+    listener: ListenerInfo | None,
+) -> CompiledRoute:
+    ranked = [r for rule in rules for r in _rule_routes(route, listener, rule)]
+    return CompiledRoute(routes=tuple(ranked), problems=problems, accepted=True)
 
 
 def read_httproute(
@@ -235,16 +246,22 @@ def read_httproute(
         r.field_error("spec.rules", f"may have at most {MAX_TOTAL_MATCHES} matches in total")
         # The API server refuses the route on this count alone: compiling its (up to 1,024)
         # matches would only spend time on an object that serves nothing.
-        return ReadHTTPRoute(route, (), tuple(r.problems), accepted=False)
+        return _refused(route, tuple(r.problems))
     read = [
         _read_rule(r, route, ctx, grants, i, where, rule) for i, (where, rule) in enumerate(rules)
     ]
-    return ReadHTTPRoute(
-        route,
-        tuple(rule for rule in read if rule is not None),
-        tuple(r.problems),
-        accepted=not r.rejected,
-    )
+    kept = tuple(rule for rule in read if rule is not None)
+    problems = tuple(r.problems)
+    if r.rejected:
+        return _refused(route, problems)
+    if any(rule.redirect is not None for rule in kept):
+        return ReadHTTPRoute(route, kept, problems, None)
+    return ReadHTTPRoute(route, kept, problems, _compiled(route, kept, problems, None))
+
+
+def _refused(route: KubeObject, problems: tuple[RouteProblem, ...]) -> ReadHTTPRoute:
+    refused = CompiledRoute(routes=(), problems=problems, accepted=False)
+    return ReadHTTPRoute(route, (), problems, refused)
 
 
 def _rules(r: SpecReader, spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -291,15 +308,18 @@ def _read_rule(
     return _ReadRule(index, tuple(matches), filters, redirect, action, policies)
 
 
-def _rule_routes(route: KubeObject, listener: ListenerInfo, rule: _ReadRule) -> list[RankedRoute]:
+def _rule_routes(
+    route: KubeObject, listener: ListenerInfo | None, rule: _ReadRule
+) -> list[RankedRoute]:
+    """The rule's graph routes; `listener` is None only for a rule that does not redirect."""
     out: list[RankedRoute] = []
     for j, m in enumerate(rule.matches):
         source = RouteSource(route.ref, m.field)
-        variants = (
-            _redirect_variants(m, rule.redirect, listener, rule.policies)
-            if rule.redirect is not None
-            else _rewrite_variants(m, rule.filters, rule.policies, rule.action)
-        )
+        if rule.redirect is not None:
+            assert listener is not None
+            variants = _redirect_variants(m, rule.redirect, listener, rule.policies)
+        else:
+            variants = _rewrite_variants(m, rule.filters, rule.policies, rule.action)
         for part, (match, variant_action, variant_policies) in enumerate(variants):
             # The match as written ranks every graph route it became (a split ReplacePrefixMatch
             # is still one PathPrefix match for the spec's precedence).
