@@ -654,9 +654,9 @@ class _Compiler:
             if forward is None:
                 return None
             action, mirrors = forward
-            policies = dataclasses.replace(
-                settings.policies, path_rewrite=path_rewrite, mirrors=mirrors
-            )
+            policies = settings.policies
+            if policies.path_rewrite != path_rewrite or policies.mirrors != mirrors:
+                policies = dataclasses.replace(policies, path_rewrite=path_rewrite, mirrors=mirrors)
         elif redirect is not None:
             action = Redirect(
                 scheme=redirect.scheme or None,
