@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.contour.names import namespaced_name
 from turnout.dialects.contour.order import contour_route_order, sorted_headers, sorted_queries
+from turnout.dialects.fields import MAX_ROUTES_PER_ROOT
 from turnout.dialects.httpproxy import (
     authorization,
     health_check,
@@ -175,7 +176,7 @@ class _Candidate:
 
 
 class _BudgetExceeded(Exception):
-    pass
+    """The walk from one root went over a budget; the message says which."""
 
 
 class _Compiler:
@@ -197,6 +198,7 @@ class _Compiler:
         self.reached: set[tuple[str, str]] = set()
         self.tcp_inputs = TCPInputs(snapshot, ctx, self.proxies, self.status, self.reached)
         self.budget = 0
+        self.routes_left = 0
         self.jwt_default = ""  # the default JWT provider of the root being walked
         # Service lookups by (namespace, name, port); many routes name the same Service.
         self.ports: dict[tuple[str, str, int], tuple[KubeObject | None, ServicePort | None]] = {}
@@ -266,14 +268,15 @@ class _Compiler:
             self.tcp_proxies.append((HTTPS_LISTENER, tcp))
 
         self.budget = MAX_VISITS_PER_ROOT
+        self.routes_left = MAX_ROUTES_PER_ROOT
         try:
             candidates = self._routes(proxy, (), ())
-        except _BudgetExceeded:
+        except _BudgetExceeded as exceeded:
             st.add_error(
                 INCLUDE_ERROR,
                 "IncludeGraphTooLarge",
-                f"the include graph of this root reaches more than {MAX_VISITS_PER_ROOT} "
-                "HTTPProxies along its paths; none of its routes are served",
+                f"the include graph of this root reaches more than {exceeded} along its paths; "
+                "none of its routes are served",
             )
             return []
         # After the routes, as in Contour, whose errors come first; an error drops the host.
@@ -514,7 +517,12 @@ class _Compiler:
             return None
         self.budget -= 1
         if self.budget < 0:
-            raise _BudgetExceeded
+            raise _BudgetExceeded(f"{MAX_VISITS_PER_ROOT} HTTPProxies")
+        # A child included under many conditions is walked once per include: its routes count
+        # each time, so a root and one child cannot make the routes of thousands.
+        self.routes_left -= len(proxy.spec.routes)
+        if self.routes_left < 0:
+            raise _BudgetExceeded(f"{MAX_ROUTES_PER_ROOT} routes")
         if not proxy.schema_valid:
             return None
         visited = (*visited, proxy)

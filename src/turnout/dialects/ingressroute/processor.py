@@ -26,6 +26,7 @@ from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.contour.health_check import contour_http_health_check
 from turnout.dialects.contour.order import compare_routes
 from turnout.dialects.contour.session_affinity import SESSION_AFFINITY_COOKIE
+from turnout.dialects.fields import MAX_ROUTES_PER_ROOT
 from turnout.dialects.ingressroute.spec import (
     GROUP,
     KIND,
@@ -141,7 +142,7 @@ class _LocalRoute:
 
 
 class _BudgetExceeded(Exception):
-    pass
+    """The walk from one root went over a budget; the message says which."""
 
 
 class _Compiler:
@@ -163,6 +164,7 @@ class _Compiler:
         # Service lookups by (namespace, name, port); many routes name the same Service.
         self.ports: dict[tuple[str, str, int], tuple[KubeObject | None, ServicePort | None]] = {}
         self.budget = 0
+        self.routes_left = 0
 
     def run(self) -> DialectOutput:
         vhosts: list[tuple[str, VirtualHost]] = []
@@ -212,14 +214,15 @@ class _Compiler:
             tls = None
 
         self.budget = MAX_VISITS_PER_ROOT
+        self.routes_left = MAX_ROUTES_PER_ROOT
         try:
             candidates = self._walk(ir, None, ())
-        except _BudgetExceeded:
+        except _BudgetExceeded as exceeded:
             st.error(
                 DELEGATION_ORDER,
                 "DelegationGraphTooLarge",
-                f"the delegation graph of this root reaches more than {MAX_VISITS_PER_ROOT} "
-                "IngressRoutes along its paths; none of its routes are served",
+                f"the delegation graph of this root reaches more than {exceeded} along its "
+                "paths; none of its routes are served",
             )
             return []
         if not candidates:
@@ -337,7 +340,12 @@ class _Compiler:
                 return None
         self.budget -= 1
         if self.budget < 0:
-            raise _BudgetExceeded
+            raise _BudgetExceeded(f"{MAX_VISITS_PER_ROOT} IngressRoutes")
+        # A child delegated to under many prefixes is walked once per prefix: its routes count
+        # each time, so a root and one child cannot make the routes of thousands.
+        self.routes_left -= len(local)
+        if self.routes_left < 0:
+            raise _BudgetExceeded(f"{MAX_ROUTES_PER_ROOT} routes")
         visited = (*visited, ir)
         via = tuple(v.obj.ref for v in visited[:-1])
         out: list[_Candidate] = []

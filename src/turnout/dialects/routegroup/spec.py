@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from turnout.dialects.condition_status import ACCEPTED as ACCEPTED
 from turnout.dialects.condition_status import RESOLVED_REFS as RESOLVED_REFS
 from turnout.dialects.condition_status import Problem as Problem
-from turnout.dialects.fields import FieldReader, describe
+from turnout.dialects.fields import FieldReader, describe, total_routes_problem
 from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
@@ -257,6 +257,12 @@ def parse_routegroup(obj: KubeObject) -> ParsedRouteGroup:
             routes.append(route)
     if not has_default and not r.sequence(spec, "routes", "spec"):
         r.error("BackendReferenceMissing", "spec: missing backend reference")
+    # Each route is served on every host, once per method: within their caps, hosts and routes
+    # still multiply to a quarter of a million routes.
+    per_host = sum(max(1, len(route.methods)) for route in routes) or 1
+    over = total_routes_problem(max(1, len(hosts)) * per_host, "hosts x routes x methods")
+    if over is not None:
+        r.error("TooManyRoutes", f"spec: {over}")
     tls = tuple(_tls(r, where, item) for where, item in r.items(spec, "tls", "spec"))
     parsed = RouteGroupSpec(
         hosts=hosts,

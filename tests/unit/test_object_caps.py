@@ -1,0 +1,226 @@
+"""The caps that keep one object's compile short (issue 14: the worst object the limits allow
+compiles in well under 100 ms, bench/worst_object.py). For each: an object at the cap compiles
+and serves every route; one more is refused with a status naming the field and the cap."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.builders import kube_object, service, snapshot
+from turnout.app import compile_snapshot
+from turnout.dialects.fields import LIST_CAPS, MAX_OBJECT_ROUTES, MAX_ROUTES_PER_ROOT
+from turnout.graph.build import CompileResult
+from turnout.objects import KubeObject
+
+HTTPPROXY = "projectcontour.io/v1"
+INGRESSROUTE = "contour.heptio.com/v1beta1"
+ROUTE = "contour.heptio.com/v1alpha1"
+ROUTEGROUP = "zalando.org/v1"
+INGRESS = "networking.k8s.io/v1"
+NS = "a"
+
+
+def _status(result: CompileResult, kind: str, name: str) -> str:
+    for status in result.statuses:
+        if status.ref.kind == kind and status.ref.name == name:
+            return json.dumps(status.body)
+    raise AssertionError(f"no status for {kind} {name}")
+
+
+def _served(result: CompileResult, name: str) -> int:
+    """The graph routes written by the object `name` (each host's copy counts)."""
+    return sum(
+        1
+        for listener in result.graph.listeners
+        for vh in listener.virtual_hosts
+        for route in vh.routes
+        if route.source.object.name == name
+    )
+
+
+def _compile(*objects: KubeObject) -> CompileResult:
+    return compile_snapshot(snapshot(service("s", NS), *objects))
+
+
+def _httpproxy_routes(n: int) -> list[KubeObject]:
+    routes = [
+        {"conditions": [{"prefix": f"/r{i}"}], "services": [{"name": "s", "port": 80}]}
+        for i in range(n)
+    ]
+    spec = {"virtualhost": {"fqdn": "big.example.com"}, "routes": routes}
+    return [kube_object(HTTPPROXY, "HTTPProxy", "big", NS, spec=spec)]
+
+
+def _httpproxy_includes(n: int, child_routes: int = 1) -> list[KubeObject]:
+    includes = [{"name": "child", "conditions": [{"prefix": f"/i{i}"}]} for i in range(n)]
+    spec = {"virtualhost": {"fqdn": "big.example.com"}, "includes": includes}
+    child = {
+        "routes": [
+            {"conditions": [{"prefix": f"/r{i}"}], "services": [{"name": "s", "port": 80}]}
+            for i in range(child_routes)
+        ]
+    }
+    return [
+        kube_object(HTTPPROXY, "HTTPProxy", "big", NS, spec=spec),
+        kube_object(HTTPPROXY, "HTTPProxy", "child", NS, spec=child),
+    ]
+
+
+def _ingressroute_routes(n: int) -> list[KubeObject]:
+    routes = [{"match": f"/r{i}", "services": [{"name": "s", "port": 80}]} for i in range(n)]
+    spec = {"virtualhost": {"fqdn": "big.example.com"}, "routes": routes}
+    return [kube_object(INGRESSROUTE, "IngressRoute", "big", NS, spec=spec)]
+
+
+def _contour_route_routes(n: int) -> list[KubeObject]:
+    routes = [
+        {"pathPrefix": f"/r{i}", "upstreams": [{"serviceName": "s", "servicePort": 80}]}
+        for i in range(n)
+    ]
+    spec = {"host": "big.example.com", "routes": routes}
+    return [kube_object(ROUTE, "Route", "big", NS, spec=spec)]
+
+
+def _routegroup(routes: int, hosts: int = 1) -> list[KubeObject]:
+    spec = {
+        "hosts": [f"h{i}.example.com" for i in range(hosts)],
+        "backends": [{"name": "b", "type": "service", "serviceName": "s", "servicePort": 80}],
+        "defaultBackends": [{"backendName": "b"}],
+        "routes": [{"path": f"/r{i}"} for i in range(routes)],
+    }
+    return [kube_object(ROUTEGROUP, "RouteGroup", "big", NS, spec=spec)]
+
+
+def _ingress(rules: int, paths: int) -> list[KubeObject]:
+    def path(j: int) -> dict[str, Any]:
+        backend = {"service": {"name": "s", "port": {"number": 80}}}
+        return {"path": f"/r{j}", "pathType": "Prefix", "backend": backend}
+
+    spec = {
+        "ingressClassName": "turnout",
+        "rules": [
+            {"host": f"h{i}.example.com", "http": {"paths": [path(j) for j in range(paths)]}}
+            for i in range(rules)
+        ],
+    }
+    return [kube_object(INGRESS, "Ingress", "big", NS, spec=spec)]
+
+
+ROUTES, RULES, PATHS, INCLUDES = (LIST_CAPS[k] for k in ("routes", "rules", "paths", "includes"))
+
+# (kind, objects of n entries, the field the cap is on, cap)
+LIST_CASES: list[tuple[str, Callable[[int], list[KubeObject]], str, int]] = [
+    ("HTTPProxy", _httpproxy_routes, "spec.routes", ROUTES),
+    ("HTTPProxy", _httpproxy_includes, "spec.includes", INCLUDES),
+    ("IngressRoute", _ingressroute_routes, "spec.routes", ROUTES),
+    ("Route", _contour_route_routes, "spec.routes", ROUTES),
+    ("RouteGroup", _routegroup, "spec.routes", ROUTES),
+    ("Ingress", lambda n: _ingress(1, n), "spec.rules[0].http.paths", PATHS),
+    ("Ingress", lambda n: _ingress(n, 1), "spec.rules", RULES),
+]
+
+
+def test_the_lists_of_routes_are_capped_at_256() -> None:
+    assert (ROUTES, RULES, PATHS, INCLUDES) == (256, 256, 256, 256)
+    assert MAX_OBJECT_ROUTES == 256
+    assert MAX_ROUTES_PER_ROOT == 2048
+
+
+@pytest.mark.parametrize(
+    ("kind", "build", "field", "cap"), LIST_CASES, ids=[f"{c[0]}-{c[2]}" for c in LIST_CASES]
+)
+def test_an_object_at_a_list_cap_serves_every_route(
+    kind: str, build: Callable[[int], list[KubeObject]], field: str, cap: int
+) -> None:
+    result = _compile(*build(cap))
+    assert _served(result, "big") + _served(result, "child") == cap
+    assert "must have at most" not in _status(result, kind, "big")
+
+
+@pytest.mark.parametrize(
+    ("kind", "build", "field", "cap"), LIST_CASES, ids=[f"{c[0]}-{c[2]}" for c in LIST_CASES]
+)
+def test_one_entry_over_a_list_cap_is_an_error_naming_the_field_and_the_cap(
+    kind: str, build: Callable[[int], list[KubeObject]], field: str, cap: int
+) -> None:
+    result = _compile(*build(cap + 1))
+    assert f"{field}: must have at most {cap} items, got {cap + 1}" in _status(result, kind, "big")
+
+
+def test_an_ingress_may_make_256_routes_over_all_its_rules() -> None:
+    at_cap = _compile(*_ingress(2, MAX_OBJECT_ROUTES // 2))
+    assert _served(at_cap, "big") == MAX_OBJECT_ROUTES
+    over = _compile(*_ingress(2, MAX_OBJECT_ROUTES // 2 + 1))
+    assert _served(over, "big") == 0
+    assert (
+        "spec.rules: may make at most 256 routes in total (paths over all rules), got 258"
+        in _status(over, "Ingress", "big")
+    )
+
+
+def test_a_routegroup_may_make_256_routes_over_its_hosts_and_methods() -> None:
+    at_cap = _compile(*_routegroup(MAX_OBJECT_ROUTES // 4, hosts=4))
+    assert _served(at_cap, "big") == MAX_OBJECT_ROUTES
+    over = _compile(*_routegroup(MAX_OBJECT_ROUTES // 4 + 1, hosts=4))
+    assert _served(over, "big") == 0
+    assert (
+        "spec: may make at most 256 routes in total (hosts x routes x methods), got 260"
+        in _status(over, "RouteGroup", "big")
+    )
+
+
+def test_a_routegroup_counts_each_method_of_a_route() -> None:
+    (rg,) = _routegroup(1)
+    spec = dict(rg.raw["spec"])
+    spec["routes"] = [{"path": f"/r{i}", "methods": ["GET", "POST"]} for i in range(129)]
+    over = _compile(kube_object(ROUTEGROUP, "RouteGroup", "big", NS, spec=spec))
+    assert "may make at most 256 routes in total (hosts x routes x methods), got 258" in (
+        _status(over, "RouteGroup", "big")
+    )
+
+
+def test_an_httpproxy_root_reaches_at_most_2048_routes_through_its_includes() -> None:
+    # One child included under 16 prefixes is walked 16 times: 16 x 128 routes.
+    per_child = 128
+    at_budget = _compile(*_httpproxy_includes(MAX_ROUTES_PER_ROOT // per_child, per_child))
+    assert _served(at_budget, "child") == MAX_ROUTES_PER_ROOT
+    over = _compile(*_httpproxy_includes(MAX_ROUTES_PER_ROOT // per_child + 1, per_child))
+    assert _served(over, "child") == 0
+    assert (
+        "the include graph of this root reaches more than 2048 routes along its paths; none of "
+        "its routes are served" in _status(over, "HTTPProxy", "big")
+    )
+
+
+def _ingressroute_tree(delegations: int, child_routes: int) -> list[KubeObject]:
+    root = {
+        "virtualhost": {"fqdn": "big.example.com"},
+        "routes": [{"match": "/", "delegate": {"name": "child"}}] * delegations,
+    }
+    child = {
+        "routes": [
+            {"match": f"/r{i}", "services": [{"name": "s", "port": 80}]}
+            for i in range(child_routes)
+        ]
+    }
+    return [
+        kube_object(INGRESSROUTE, "IngressRoute", "big", NS, spec=root),
+        kube_object(INGRESSROUTE, "IngressRoute", "child", NS, spec=child),
+    ]
+
+
+def test_an_ingressroute_root_reaches_at_most_2048_routes_through_its_delegations() -> None:
+    # The root's 16 routes count too: 16 + 16 x 127 = 2048.
+    at_budget = _compile(*_ingressroute_tree(16, 127))
+    assert _served(at_budget, "child") > 0
+    assert "DelegationGraphTooLarge" not in _status(at_budget, "IngressRoute", "big")
+    over = _compile(*_ingressroute_tree(17, 127))
+    assert _served(over, "child") == 0
+    assert (
+        "the delegation graph of this root reaches more than 2048 routes along its paths"
+        in _status(over, "IngressRoute", "big")
+    )
