@@ -12,7 +12,12 @@ import pytest
 
 from tests.builders import kube_object, service, snapshot
 from turnout.app import compile_snapshot
-from turnout.dialects.fields import LIST_CAPS, MAX_OBJECT_ROUTES, MAX_ROUTES_PER_ROOT
+from turnout.dialects.fields import (
+    LIST_CAPS,
+    MAX_OBJECT_BACKENDS,
+    MAX_OBJECT_ROUTES,
+    MAX_ROUTES_PER_ROOT,
+)
 from turnout.graph.build import CompileResult
 from turnout.objects import KubeObject
 
@@ -128,6 +133,7 @@ def test_the_lists_of_routes_are_capped_at_256() -> None:
     assert (ROUTES, RULES, PATHS, INCLUDES) == (256, 256, 256, 256)
     assert MAX_OBJECT_ROUTES == 256
     assert MAX_ROUTES_PER_ROOT == 2048
+    assert MAX_OBJECT_BACKENDS == 512
 
 
 @pytest.mark.parametrize(
@@ -223,4 +229,54 @@ def test_an_ingressroute_root_reaches_at_most_2048_routes_through_its_delegation
     assert (
         "the delegation graph of this root reaches more than 2048 routes along its paths"
         in _status(over, "IngressRoute", "big")
+    )
+
+
+def _with_backends(kind: str, routes: int, per_route: int) -> KubeObject:
+    """`routes` routes of `per_route` backend references each, in the dialect's own words."""
+    if kind == "HTTPProxy":
+        (obj,) = _httpproxy_routes(routes)
+        key, ref = "services", {"name": "s", "port": 80, "weight": 1}
+    elif kind == "IngressRoute":
+        (obj,) = _ingressroute_routes(routes)
+        key, ref = "services", {"name": "s", "port": 80, "weight": 1}
+    elif kind == "Route":
+        (obj,) = _contour_route_routes(routes)
+        # Route weights are percentages adding up to 100.
+        weight = 100 // per_route
+        key, ref = "upstreams", {"serviceName": "s", "servicePort": 80, "weight": weight}
+    else:
+        (obj,) = _routegroup(routes)
+        key, ref = "backends", {}
+    spec = json.loads(json.dumps(obj.raw["spec"], default=dict))
+    if kind == "RouteGroup":
+        # A RouteGroup names each backend once per route: declare as many as a route uses.
+        backend = {"type": "service", "serviceName": "s", "servicePort": 80}
+        spec["backends"] = [{"name": f"b{k}", **backend} for k in range(per_route)]
+        spec["defaultBackends"] = [{"backendName": "b0"}]
+    for route in spec["routes"]:
+        route[key] = (
+            [{"backendName": f"b{k}", "weight": 1} for k in range(per_route)]
+            if kind == "RouteGroup"
+            else [ref] * per_route
+        )
+    return kube_object(obj.api_version, kind, "big", NS, spec=spec)
+
+
+BACKEND_CASES = [
+    ("HTTPProxy", "services"),
+    ("IngressRoute", "services"),
+    ("Route", "upstreams"),
+    ("RouteGroup", "backends (a route's or the default ones)"),
+]
+
+
+@pytest.mark.parametrize(("kind", "what"), BACKEND_CASES, ids=[c[0] for c in BACKEND_CASES])
+def test_the_routes_of_an_object_name_at_most_512_backends(kind: str, what: str) -> None:
+    at_cap = _compile(_with_backends(kind, 128, MAX_OBJECT_BACKENDS // 128))
+    assert _served(at_cap, "big") == 128
+    over = _compile(_with_backends(kind, 129, MAX_OBJECT_BACKENDS // 128))
+    assert _served(over, "big") == 0
+    assert f"spec.routes: may name at most 512 {what} over all routes, got 516" in _status(
+        over, kind, "big"
     )

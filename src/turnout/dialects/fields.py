@@ -48,6 +48,10 @@ MAX_OBJECT_ROUTES = 256
 # A tree is written by many objects, so it may be larger than one object; but two objects (a
 # root including one child under 256 prefixes) would otherwise make 65,536 routes.
 MAX_ROUTES_PER_ROOT = 2048
+# The most backend references (services, upstreams, backends) all routes of one object may name
+# together: each costs about as much as a route (its Service, port and upstream settings are
+# read), and 256 routes of 1,024 services each would be a quarter of a million.
+MAX_OBJECT_BACKENDS = 512
 
 
 def list_length(value: Any, *keys: str) -> int:
@@ -64,6 +68,24 @@ def total_routes_problem(total: int, what: str) -> str | None:
     if total <= MAX_OBJECT_ROUTES:
         return None
     return f"may make at most {MAX_OBJECT_ROUTES} routes in total ({what}), got {total}"
+
+
+def total_backends_problem(routes: Any, key: str) -> str | None:
+    """Why an object whose `routes` (as written) name more than `MAX_OBJECT_BACKENDS` backends
+    in their `key` lists, together, is refused; None when they do not (or when a list is over its
+    own cap, which is reported as such)."""
+    if not isinstance(routes, tuple | list) or len(routes) > LIST_CAPS["routes"]:
+        return None
+    counts = [list_length(route, key) for route in routes]
+    if any(count > LIST_CAPS.get(key, DEFAULT_LIST_CAP) for count in counts):
+        return None
+    return backends_over_problem(sum(counts), key)
+
+
+def backends_over_problem(total: int, what: str) -> str | None:
+    if total <= MAX_OBJECT_BACKENDS:
+        return None
+    return f"may name at most {MAX_OBJECT_BACKENDS} {what} over all routes, got {total}"
 
 
 def describe(value: Any) -> str:
