@@ -7,8 +7,8 @@ objects whose lists multiply up to the per-object totals (`MAX_OBJECT_ROUTES`,
 `MAX_OBJECT_BACKENDS`), an HTTPRoute whose rules redirect (compiled once per listener port),
 and, reported apart, an HTTPProxy include tree at `MAX_ROUTES_PER_ROOT` (two objects). Times
 `turnout.app.compile_snapshot` of it next to one small neighbour (a valid HTTPProxy in another
-namespace), best of `--repeat`. Fails (exit 1) when a single-object case takes `--budget-ms` or
-more. Run:
+namespace), best of `--repeat`, wall clock and CPU time. Fails (exit 1) when a single-object
+case takes `--budget-ms` or more (wall clock; CPU time with `--cpu`). Run:
 
     PYTHONPATH=src python3 bench/worst_object.py --repeat 3
 """
@@ -309,14 +309,17 @@ CASES: dict[str, Callable[[bool], list[KubeObject]]] = {
 }
 
 
-def best_ms(objects: list[KubeObject], repeat: int) -> float:
+def best_ms(objects: list[KubeObject], repeat: int) -> tuple[float, float]:
+    """The best wall-clock and the best CPU time (ms) of `repeat` compiles. On a shared machine
+    the wall clock also counts the time spent waiting for a core; the CPU time does not."""
     snapshot = Snapshot.of([*objects, *neighbour()])
-    best = float("inf")
+    best, best_cpu = float("inf"), float("inf")
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         compile_snapshot(snapshot)
         best = min(best, time.perf_counter() - started)
-    return best * 1000
+        best_cpu = min(best_cpu, time.process_time() - started_cpu)
+    return best * 1000, best_cpu * 1000
 
 
 def json_bytes(objects: list[KubeObject]) -> int:
@@ -327,10 +330,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--budget-ms", type=float, default=100.0)
+    parser.add_argument(
+        "--cpu", action="store_true", help="hold the CPU time, not the wall clock, to the budget"
+    )
     args = parser.parse_args()
     python = f"{platform.python_implementation()} {platform.python_version()}"
     print(f"# {python}, {os.cpu_count()} cpus, best of {args.repeat}")
-    print(f"{'case':<36} {'JSON bytes':>10} {'best ms':>8}")
+    print(f"# load average {os.getloadavg()[0]:.1f}")
+    print(f"{'case':<36} {'JSON bytes':>10} {'best ms':>8} {'CPU ms':>8}")
     over = []
     cases: list[tuple[str, Callable[[], list[KubeObject]], bool]] = []
     for name, build in CASES.items():
@@ -341,9 +348,9 @@ def main() -> int:
     cases += [(label, build, False) for label, build in TREES.items()]
     for label, make, budgeted in cases:
         objects = make()
-        ms = best_ms(objects, args.repeat)
-        print(f"{label:<36} {json_bytes(objects):>10} {ms:>8.1f}")
-        if budgeted and ms >= args.budget_ms:
+        ms, cpu_ms = best_ms(objects, args.repeat)
+        print(f"{label:<36} {json_bytes(objects):>10} {ms:>8.1f} {cpu_ms:>8.1f}", flush=True)
+        if budgeted and (cpu_ms if args.cpu else ms) >= args.budget_ms:
             over.append(label)
     if over:
         print(f"over {args.budget_ms} ms: {', '.join(over)}", file=sys.stderr)

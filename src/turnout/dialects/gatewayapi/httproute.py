@@ -201,6 +201,11 @@ class _ReadRule:
     redirect: RedirectSpec | None
     action: RouteAction | None
     policies: RoutePolicies
+    # Each match as a graph match, and the precedence keys of the routes it becomes (parts), made
+    # once: a redirecting rule is made again for each listener port, with the same matches.
+    wholes: tuple[RouteMatch, ...]
+    keys: tuple[tuple[tuple[object, ...], ...], ...]
+    sources: tuple[RouteSource, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +310,31 @@ def _read_rule(
         action, websockets = _backends(r, route, ctx, grants, refs, filters)
     mirrors = _mirrors(r, route, ctx, grants, filters)
     policies = rule_policies(filters, timeouts, mirrors, websockets)
-    return _ReadRule(index, tuple(matches), filters, redirect, action, policies)
+    wholes = tuple(m.route_match() for m in matches)
+    modifier = redirect.path if redirect is not None else None
+    if redirect is None and filters.rewrite is not None:
+        modifier = filters.rewrite.path
+    keys = tuple(
+        tuple(
+            http_match_key(
+                whole, has_method=m.method is not None, route=route, rule=index, index=j, part=part
+            )
+            for part in range(_parts(m, modifier))
+        )
+        for j, (m, whole) in enumerate(zip(matches, wholes, strict=True))
+    )
+    ref = route.ref
+    sources = tuple(RouteSource(ref, m.field) for m in matches)
+    return _ReadRule(
+        index, tuple(matches), filters, redirect, action, policies, wholes, keys, sources
+    )
+
+
+def _parts(m: _Match, modifier: PathModifier | None) -> int:
+    """How many graph routes one match becomes: a ReplacePrefixMatch can split it in two."""
+    if modifier is None or modifier.full:
+        return 1
+    return len(_prefix_replacements(m.path, modifier.value))
 
 
 def _rule_routes(
@@ -313,24 +342,26 @@ def _rule_routes(
 ) -> list[RankedRoute]:
     """The rule's graph routes; `listener` is None only for a rule that does not redirect."""
     out: list[RankedRoute] = []
+    redirect: tuple[Redirect, RoutePolicies] | None = None
+    if rule.redirect is not None:
+        assert listener is not None
+        # What Envoy applies to a redirect it answers: the response headers. The rest of the
+        # rule's policies act on the upstream request, which a redirect never makes; Envoy's
+        # CORS filter skips routes without a route action, so a CORS policy would only mislead.
+        policies = RoutePolicies(response_headers=rule.policies.response_headers)
+        redirect = (redirect_action(rule.redirect, listener), policies)
     for j, m in enumerate(rule.matches):
-        source = RouteSource(route.ref, m.field)
-        if rule.redirect is not None:
-            assert listener is not None
-            variants = _redirect_variants(m, rule.redirect, listener, rule.policies)
+        source = rule.sources[j]
+        whole = rule.wholes[j]
+        if rule.redirect is not None and redirect is not None:
+            variants = _redirect_variants(m, whole, rule.redirect, *redirect)
         else:
-            variants = _rewrite_variants(m, rule.filters, rule.policies, rule.action)
-        for part, (match, variant_action, variant_policies) in enumerate(variants):
-            # The match as written ranks every graph route it became (a split ReplacePrefixMatch
-            # is still one PathPrefix match for the spec's precedence).
-            key = http_match_key(
-                m.route_match(),
-                has_method=m.method is not None,
-                route=route,
-                rule=rule.index,
-                index=j,
-                part=part,
-            )
+            variants = _rewrite_variants(m, whole, rule.filters, rule.policies, rule.action)
+        # The match as written ranks every graph route it became (a split ReplacePrefixMatch
+        # is still one PathPrefix match for the spec's precedence).
+        for key, (match, variant_action, variant_policies) in zip(
+            rule.keys[j], variants, strict=True
+        ):
             out.append(RankedRoute(Route(match, variant_action, source, variant_policies), key))
     return out
 
@@ -609,15 +640,16 @@ Variant = tuple[RouteMatch, RouteAction, RoutePolicies]
 
 
 def _rewrite_variants(
-    m: _Match, f: FilterSet, policies: RoutePolicies, action: RouteAction | None
+    m: _Match, whole: RouteMatch, f: FilterSet, policies: RoutePolicies, action: RouteAction | None
 ) -> list[Variant]:
+    """`whole` is `m.route_match()`, made once."""
     assert action is not None
     modifier = f.rewrite.path if f.rewrite is not None else None
     if modifier is None:
-        return [(m.route_match(), action, policies)]
+        return [(whole, action, policies)]
     if modifier.full:
         rewrite = PathRewrite(full_path=modifier.value)
-        return [(m.route_match(), action, replace(policies, path_rewrite=rewrite))]
+        return [(whole, action, replace(policies, path_rewrite=rewrite))]
     out: list[Variant] = []
     for path, prefix in _prefix_replacements(m.path, modifier.value):
         if prefix is None:
@@ -646,18 +678,14 @@ def _prefix_replacements(path: PathMatch, replacement: str) -> list[tuple[PathMa
 
 
 def _redirect_variants(
-    m: _Match, spec: RedirectSpec, listener: ListenerInfo, rule: RoutePolicies
+    m: _Match, whole: RouteMatch, spec: RedirectSpec, base: Redirect, policies: RoutePolicies
 ) -> list[Variant]:
-    base = redirect_action(spec, listener)
-    # What Envoy applies to a redirect it answers: the response headers. The rest of the rule's
-    # policies act on the upstream request, which a redirect never makes; Envoy's CORS filter
-    # skips routes without a route action, so a CORS policy here would only mislead.
-    policies = RoutePolicies(response_headers=rule.response_headers)
+    """`base` is the listener's Location without the path (`redirect_action`)."""
     modifier = spec.path
     if modifier is None:
-        return [(m.route_match(), base, policies)]
+        return [(whole, base, policies)]
     if modifier.full:
-        return [(m.route_match(), replace(base, path=modifier.value), policies)]
+        return [(whole, replace(base, path=modifier.value), policies)]
     out: list[Variant] = []
     for path, prefix in _prefix_replacements(m.path, modifier.value):
         if prefix is None:
