@@ -35,11 +35,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from turnout.app import compile_snapshot
+from turnout.dialects.fields import LIST_CAPS
 from turnout.envoy.translate import translate
 from turnout.sources.parse import parse_text
 from turnout.store import Snapshot
 
 NAMESPACE = "benchmark-test"
+# The most routes one HTTPProxy may hold: a larger host is a root including children.
+ROUTES_CAP = LIST_CAPS["routes"]
 GATEWAY = "benchmark"
 # Upstream spreads the routes over 5 hostnames (`totalHosts`).
 SCALE_HOSTS = 5
@@ -100,18 +103,33 @@ def httpproxy_yaml(routes: int, hosts: int, backends: int) -> str:
         by_host.setdefault(hostname(i, hosts, routes), []).append(i)
     docs: list[str] = []
     for n, (fqdn, indices) in enumerate(by_host.items()):
-        route_lines = "".join(
-            f"    - conditions: [{{prefix: /route-{i}}}]\n"
-            f"      services: [{{name: svc-{i % backends}, port: 8080}}]\n"
-            for i in indices
-        )
-        docs.append(
-            "apiVersion: projectcontour.io/v1\nkind: HTTPProxy\n"
-            f"metadata: {{name: root-{n}, namespace: {NAMESPACE}}}\n"
-            f"spec:\n  virtualhost: {{fqdn: {fqdn}}}\n  routes:\n{route_lines}"
-        )
+        if len(indices) <= ROUTES_CAP:
+            docs.append(
+                _proxy(f"root-{n}", f"  virtualhost: {{fqdn: {fqdn}}}\n", indices, backends)
+            )
+            continue
+        # More routes than one HTTPProxy may hold: the root includes children of up to the cap.
+        chunks = [indices[k : k + ROUTES_CAP] for k in range(0, len(indices), ROUTES_CAP)]
+        includes = "".join(f"    - name: root-{n}-{k}\n" for k in range(len(chunks)))
+        head = f"  virtualhost: {{fqdn: {fqdn}}}\n  includes:\n{includes}"
+        docs.append(_proxy(f"root-{n}", head, [], backends))
+        docs.extend(_proxy(f"root-{n}-{k}", "", c, backends) for k, c in enumerate(chunks))
     docs.extend(backend_docs(backends))
     return "---\n".join(docs)
+
+
+def _proxy(name: str, head: str, indices: list[int], backends: int) -> str:
+    route_lines = "".join(
+        f"    - conditions: [{{prefix: /route-{i}}}]\n"
+        f"      services: [{{name: svc-{i % backends}, port: 8080}}]\n"
+        for i in indices
+    )
+    routes = f"  routes:\n{route_lines}" if indices else ""
+    return (
+        "apiVersion: projectcontour.io/v1\nkind: HTTPProxy\n"
+        f"metadata: {{name: {name}, namespace: {NAMESPACE}}}\n"
+        f"spec:\n{head}{routes}"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,7 +128,7 @@ class RateLimitService:
             raise ValueError(f"a rate limit timeout must be positive, got {self.timeout_s}")
 
 
-DEFAULT_MAX_INCLUDE_REVISITS = 10_000
+DEFAULT_MAX_INCLUDE_REVISITS = 2_048
 
 
 @dataclass(frozen=True, slots=True)

@@ -417,7 +417,9 @@ def test_exponential_include_graphs_are_cut_off() -> None:
     result = compile_objects(objects)
     assert errors_of(result, "root") == ["IncludeGraphTooLarge"]
     assert not has_routes(result, "big.com")
-    assert "more than 10000 times (--max-include-revisits)" in str(status_of(result, "root"))
+    assert "more than 2048 proxies and routes (--max-include-revisits)" in str(
+        status_of(result, "root")
+    )
     assert 2**levels >= DEFAULT_MAX_INCLUDE_REVISITS
 
 
@@ -444,7 +446,7 @@ def test_distinct_includes_do_not_count_against_the_revisit_limit() -> None:
 
 
 def test_the_revisit_limit_is_the_flags_and_named_in_the_status() -> None:
-    # A child included twice is walked twice: one revisit.
+    # A child of one route included twice is walked twice: one revisit, costing 1 + 1.
     shared = {"routes": [{"services": [{"name": "svc", "port": 80}]}]}
     includes = [
         {"name": "child", "conditions": [{"prefix": "/a"}]},
@@ -455,10 +457,12 @@ def test_the_revisit_limit_is_the_flags_and_named_in_the_status() -> None:
         proxy("root", {"virtualhost": {"fqdn": "twice.com"}, "includes": includes}),
         proxy("child", shared),
     ]
-    assert errors_of(compile_objects(objects, max_include_revisits=1), "root") == []
-    refused = compile_objects(objects, max_include_revisits=0)
+    assert errors_of(compile_objects(objects, max_include_revisits=2), "root") == []
+    refused = compile_objects(objects, max_include_revisits=1)
     assert errors_of(refused, "root") == ["IncludeGraphTooLarge"]
-    assert "more than 0 times (--max-include-revisits)" in str(status_of(refused, "root"))
+    assert "more than 1 proxies and routes (--max-include-revisits)" in str(
+        status_of(refused, "root")
+    )
     assert not has_routes(refused, "twice.com")
 
 

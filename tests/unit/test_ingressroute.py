@@ -331,7 +331,7 @@ def test_exponential_delegation_graphs_are_cut_off() -> None:
     # same shape (shortened) is served.
     short = objects[: 2 + 8]
     short[-1] = ir("l7", {"routes": [route("/7", "svc")]})
-    assert reasons(compile_objects(short, max_include_revisits=2**8), "root") == []
+    assert reasons(compile_objects(short, max_include_revisits=2**12), "root") == []
     assert reasons(compile_objects(short, max_include_revisits=2), "root") == [
         "DelegationGraphTooLarge"
     ]

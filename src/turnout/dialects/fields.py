@@ -20,12 +20,15 @@ MAX_DURATION_SECONDS = 315_576_000_000
 # Turnout's caps on list lengths, for the APIs that set none (HTTPProxy, IngressRoute, Route,
 # RouteGroup, Ingress): one object's list is read up to its cap and no further, so one file cannot
 # make every tenant's compile wait (issue 14: 20,000 routes in one list froze changes for 30 s+).
-# Each cap is far above anything a real object writes. docs/policies.md lists them.
+# Each cap is far above anything a real object writes. docs/policies.md lists them. The lists of
+# routes are capped at 256: a route costs 50-250 us to compile, and issue 14 keeps the worst
+# object under 100 ms (bench/worst_object.py); larger route tables are split over objects
+# (HTTPProxy includes, IngressRoute delegation, more RouteGroups or Ingresses).
 LIST_CAPS: Mapping[str, int] = {
-    "routes": 4096,
-    "rules": 4096,
-    "paths": 4096,
-    "includes": 4096,
+    "routes": 256,
+    "rules": 256,
+    "paths": 256,
+    "includes": 256,
     "services": 1024,
     "backends": 1024,
     "defaultBackends": 1024,
@@ -36,6 +39,49 @@ LIST_CAPS: Mapping[str, int] = {
 }
 # Every other list (hosts, aliases, methods, header policies, retry codes, ...).
 DEFAULT_LIST_CAP = 1024
+# The most routes one object may make, whatever its lists multiply to: a RouteGroup serves each
+# route on every host (and once per method), an Ingress has paths in each of its rules. Within
+# their caps those lists still multiply to a million routes; this keeps the object to what the
+# `routes` cap allows.
+MAX_OBJECT_ROUTES = 256
+# The most backend references (services, upstreams, backends) all routes of one object may name
+# together: each costs about as much as a route (its Service, port and upstream settings are
+# read), and 256 routes of 1,024 services each would be a quarter of a million.
+MAX_OBJECT_BACKENDS = 512
+
+
+def list_length(value: Any, *keys: str) -> int:
+    """The length of the list at `value[keys[0]][keys[1]]...`; 0 when a step is missing or of
+    another type. For totals over lists, counted before any entry is read."""
+    for key in keys:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return len(value) if isinstance(value, tuple | list) else 0
+
+
+def total_routes_problem(total: int, what: str) -> str | None:
+    """Why an object that would make `total` routes is refused (over `MAX_OBJECT_ROUTES`);
+    `what` names what is counted, e.g. "paths over all rules"."""
+    if total <= MAX_OBJECT_ROUTES:
+        return None
+    return f"may make at most {MAX_OBJECT_ROUTES} routes in total ({what}), got {total}"
+
+
+def total_backends_problem(routes: Any, key: str) -> str | None:
+    """Why an object whose `routes` (as written) name more than `MAX_OBJECT_BACKENDS` backends
+    in their `key` lists, together, is refused; None when they do not (or when a list is over its
+    own cap, which is reported as such)."""
+    if not isinstance(routes, tuple | list) or len(routes) > LIST_CAPS["routes"]:
+        return None
+    counts = [list_length(route, key) for route in routes]
+    if any(count > LIST_CAPS.get(key, DEFAULT_LIST_CAP) for count in counts):
+        return None
+    return backends_over_problem(sum(counts), key)
+
+
+def backends_over_problem(total: int, what: str) -> str | None:
+    if total <= MAX_OBJECT_BACKENDS:
+        return None
+    return f"may name at most {MAX_OBJECT_BACKENDS} {what} over all routes, got {total}"
 
 
 def list_cap(key: str) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from turnout.graph.model import Forward, RouteSource, RoutingGraph
+from turnout.graph.model import Forward, Route, RouteSource, RoutingGraph
 from turnout.status.model import Finding
 
 
@@ -23,21 +23,33 @@ def cluster_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]
     def note(cluster: str, source: RouteSource) -> None:
         found.setdefault(cluster, {})[source] = None
 
+    # A route object served on many hosts (a Gateway API route's 16 hostnames on 32 listeners)
+    # notes the same pairs each time: each is walked once, and its clusters once each.
+    walked: set[int] = set()
     for lst in graph.listeners:
         for vh in lst.virtual_hosts:
             # An authorization server's cluster is used by the virtual host, not by a route.
             if vh.policies.authorization is not None:
                 note(vh.policies.authorization.cluster, RouteSource(vh.owner, "spec"))
             for route in vh.routes:
-                if isinstance(route.action, Forward):
-                    for wc in route.action.clusters:
-                        note(wc.cluster, route.source)
-                for mirror in route.policies.mirrors:
-                    note(mirror.cluster, route.source)
+                if id(route) in walked:
+                    continue
+                walked.add(id(route))
+                for cluster in _route_clusters(route):
+                    note(cluster, route.source)
         for proxy in lst.tcp_proxies:
             for wc in proxy.clusters:
                 note(wc.cluster, RouteSource(proxy.owner, "spec"))
     return {name: tuple(sources) for name, sources in found.items()}
+
+
+def _route_clusters(route: Route) -> dict[str, None]:
+    """The clusters a route sends or mirrors to, each once, in the order it names them."""
+    names: dict[str, None] = {}
+    if isinstance(route.action, Forward):
+        names.update(dict.fromkeys(wc.cluster for wc in route.action.clusters))
+    names.update(dict.fromkeys(mirror.cluster for mirror in route.policies.mirrors))
+    return names
 
 
 def secret_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]]:

@@ -275,6 +275,8 @@ class BackendResolver:
         self._slices = index_endpoint_slices(snapshot)
         self._external_names = enable_external_name_service
         self._own: set[str] = set()
+        self._ports: dict[tuple[str, str, int | str], tuple[KubeObject, ServicePort] | Unresolved]
+        self._ports = {}
 
     def refusal(self, service: KubeObject) -> Unresolved | None:
         """Why `service` cannot be routed to as such (today: an ExternalName Service that is not
@@ -311,6 +313,16 @@ class BackendResolver:
     ) -> tuple[KubeObject, ServicePort] | Unresolved:
         """The Service and its port, for dialects that choose upstream settings from them (the
         Gateway API reads `appProtocol` first); the reasons are those of `service`."""
+        # Thousands of routes of one object name the same Service port: its ports are read once.
+        key = (namespace, name, port)
+        found = self._ports.get(key)
+        if found is None:
+            found = self._ports[key] = self._service_port(namespace, name, port)
+        return found
+
+    def _service_port(
+        self, namespace: str, name: str, port: int | str
+    ) -> tuple[KubeObject, ServicePort] | Unresolved:
         svc = self._snapshot.get("", "Service", namespace, name)
         if svc is None:
             return Unresolved("ServiceNotFound", f'service "{namespace}/{name}" not found')

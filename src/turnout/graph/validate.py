@@ -1197,6 +1197,9 @@ class _Routes:
         self._ctx = ctx
         self._problems = problems
         self._done: dict[int, tuple[Route, Route | None]] = {}
+        # A match shared by several routes (a Gateway API route made once per listener port)
+        # is checked once: by identity, as `_done`.
+        self._matches: dict[int, tuple[RouteMatch, str | None]] = {}
 
     def check(self, route: Route) -> Route | None:
         """`route` itself, its 500 replacement, or None when it is left out."""
@@ -1207,9 +1210,17 @@ class _Routes:
         self._done[id(route)] = (route, out)
         return out
 
+    def _match_problem(self, match: RouteMatch) -> str | None:
+        hit = self._matches.get(id(match))
+        if hit is not None and hit[0] is match:
+            return hit[1]
+        problem = match_problem(match)
+        self._matches[id(match)] = (match, problem)
+        return problem
+
     def _check(self, route: Route) -> Route | None:
         source = route.source
-        problem = _route_name_problem(route) or match_problem(route.match)
+        problem = _route_name_problem(route) or self._match_problem(route.match)
         if problem is not None:
             self._problems.append(
                 GraphProblem(source.object, source.field, f"{problem}; the route is left out")

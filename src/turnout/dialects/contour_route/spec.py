@@ -19,7 +19,7 @@ from typing import Any
 
 from turnout.dialects.contour.health_check import DEFAULT_HEALTHY as CONTOUR_DEFAULT_HEALTHY
 from turnout.dialects.contour_route.schema import MAX_SECONDS, MAX_THRESHOLD, SPEC, STRATEGY_NAMES
-from turnout.dialects.fields import FieldReader
+from turnout.dialects.fields import FieldReader, total_backends_problem
 from turnout.dialects.openapi import known
 from turnout.graph.model import HTTPHealthCheck, LoadBalancerStrategy
 from turnout.objects import KubeObject
@@ -185,7 +185,10 @@ def parse_route(obj: KubeObject) -> ParsedRoute:
     health_check = _health_check(r, spec, "spec")
     host = _host(r, spec)
     routes: list[RouteSpec] = []
-    for p, v in r.required_items(spec, "routes", "spec") or ():
+    over = total_backends_problem(spec.get("routes"), "upstreams")
+    if over is not None:
+        r.field_error("spec.routes", over)  # the Route is invalid: its routes are not read
+    for p, v in () if over else r.required_items(spec, "routes", "spec") or ():
         route = _route(r, v, p)
         if route is not None:
             routes.append(route)

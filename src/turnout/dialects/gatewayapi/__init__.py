@@ -45,7 +45,12 @@ from turnout.dialects.gatewayapi.hostnames import (
     specificity,
     wider_patterns,
 )
-from turnout.dialects.gatewayapi.httproute import CompiledRoute, ListenerInfo, compile_httproute
+from turnout.dialects.gatewayapi.httproute import (
+    CompiledRoute,
+    ListenerInfo,
+    ReadHTTPRoute,
+    read_httproute,
+)
 from turnout.dialects.gatewayapi.ignored import ignored_objects
 from turnout.dialects.gatewayapi.kinds import (
     GATEWAY,
@@ -246,6 +251,7 @@ class GatewayAPIDialect(Dialect):
     ) -> ObjectStatus | None:
         outcomes: list[ParentOutcome] = []
         compiled: dict[ListenerInfo, CompiledRoute] = {}
+        read: list[ReadHTTPRoute | CompiledRoute] = []  # the route read once, for every port
         # by whether the listener terminates TLS (a TLSRoute's BackendTLSPolicies apply)
         streams: dict[bool, CompiledStream] = {}
         contributed: set[_ListenerKey] = set()
@@ -314,7 +320,7 @@ class GatewayAPIDialect(Dialect):
                 for listener, hostnames in attachment.listeners:
                     info = ListenerInfo(port=listener.port, scheme=listener.scheme)
                     if info not in compiled:
-                        compiled[info] = _compile_http(route, info, ctx, grants)
+                        compiled[info] = _compile_http(route, info, ctx, grants, read)
                     result = compiled[info]
                     problems.update(dict.fromkeys(result.problems))
                     if not result.accepted:
@@ -467,12 +473,23 @@ def _kind_clash(route: KubeObject, attachment: Attachment, served: _Served) -> R
 
 
 def _compile_http(
-    route: KubeObject, info: ListenerInfo, ctx: CompileContext, grants: ReferenceGrants
+    route: KubeObject,
+    info: ListenerInfo,
+    ctx: CompileContext,
+    grants: ReferenceGrants,
+    read: list[ReadHTTPRoute | CompiledRoute],
 ) -> CompiledRoute:
-    if route.kind == GRPC_ROUTE:
-        return compile_grpcroute(route, info, ctx, grants)
-    assert route.kind == HTTP_ROUTE
-    return compile_httproute(route, info, ctx, grants)
+    """`route` for the listeners of port and scheme `info`. One route reaches up to 32 listener
+    ports: `read` keeps what an earlier call read, so the rules are read and their backends
+    resolved once (a GRPCRoute's compile does not depend on the listener at all)."""
+    if not read:
+        if route.kind == GRPC_ROUTE:
+            read.append(compile_grpcroute(route, info, ctx, grants))
+        else:
+            assert route.kind == HTTP_ROUTE
+            read.append(read_httproute(route, ctx, grants))
+    first = read[0]
+    return first if isinstance(first, CompiledRoute) else first.compile(info)
 
 
 def _compile_stream(

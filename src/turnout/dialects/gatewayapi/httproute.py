@@ -1,8 +1,9 @@
 """HTTPRoute rules -> graph routes with their precedence keys (apis/v1/httproute_types.go).
 
-`compile_httproute` compiles one HTTPRoute for one listener (the listener's port and scheme only
-matter to redirects). Every match of every rule becomes a graph route (matches are ORed, the
-conditions of one match ANDed); a rule without matches has the default match, PathPrefix "/".
+`read_httproute` reads one HTTPRoute once and `ReadHTTPRoute.compile` makes its routes for one
+listener (the listener's port and scheme only matter to redirects). Every match of every rule
+becomes a graph route (matches are ORed, the conditions of one match ANDed); a rule without
+matches has the default match, PathPrefix "/".
 
 - **Paths.** Exact is the exact path; PathPrefix is a prefix by path segment (`/v2` matches
   `/v2`, `/v2/` and `/v2/x`, never `/v2x`; a trailing "/" in the value does not count), Envoy's
@@ -120,8 +121,10 @@ __all__ = [
     "CompiledRoute",
     "ListenerInfo",
     "RankedRoute",
+    "ReadHTTPRoute",
     "compile_httproute",
     "order_routes",
+    "read_httproute",
 ]
 
 # What a rule answers when it has nowhere to send a request (HTTPRouteRule.BackendRefs doc).
@@ -185,6 +188,57 @@ class _Match:
 def compile_httproute(
     route: KubeObject, listener: ListenerInfo, ctx: CompileContext, grants: ReferenceGrants
 ) -> CompiledRoute:
+    return read_httproute(route, ctx, grants).compile(listener)
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadRule:
+    """One rule with everything but its redirect's Location, which depends on the listener."""
+
+    index: int
+    matches: tuple[_Match, ...]
+    filters: FilterSet
+    redirect: RedirectSpec | None
+    action: RouteAction | None
+    policies: RoutePolicies
+    # Each match as a graph match, and the precedence keys of the routes it becomes (parts), made
+    # once: a redirecting rule is made again for each listener port, with the same matches.
+    wholes: tuple[RouteMatch, ...]
+    keys: tuple[tuple[tuple[object, ...], ...], ...]
+    sources: tuple[RouteSource, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadHTTPRoute:
+    """An HTTPRoute read once. A route attaches to up to 32 listeners (64 per Gateway): its
+    matches, filters and backendRefs are read and resolved once, not once per listener port."""
+
+    route: KubeObject
+    rules: tuple[_ReadRule, ...]
+    problems: tuple[RouteProblem, ...]
+    # The compile for every listener when the route is refused or no rule redirects (then the
+    # listener changes nothing).
+    same_everywhere: CompiledRoute | None
+
+    def compile(self, listener: ListenerInfo) -> CompiledRoute:
+        if self.same_everywhere is not None:
+            return self.same_everywhere
+        return _compiled(self.route, self.rules, self.problems, listener)
+
+
+def _compiled(
+    route: KubeObject,
+    rules: Sequence[_ReadRule],
+    problems: tuple[RouteProblem, ...],
+    listener: ListenerInfo | None,
+) -> CompiledRoute:
+    ranked = [r for rule in rules for r in _rule_routes(route, listener, rule)]
+    return CompiledRoute(routes=tuple(ranked), problems=problems, accepted=True)
+
+
+def read_httproute(
+    route: KubeObject, ctx: CompileContext, grants: ReferenceGrants
+) -> ReadHTTPRoute:
     r = SpecReader()
     spec = r.mapping(route.spec if route.spec is not None else {}, "spec") or {}
     r.check_fields(spec, "spec", frozenset({"parentRefs", "hostnames", "rules"}))
@@ -196,17 +250,23 @@ def compile_httproute(
     if total > MAX_TOTAL_MATCHES:
         r.field_error("spec.rules", f"may have at most {MAX_TOTAL_MATCHES} matches in total")
         # The API server refuses the route on this count alone: compiling its (up to 1,024)
-        # matches once per listener would only spend time on an object that serves nothing.
-        return CompiledRoute(routes=(), problems=tuple(r.problems), accepted=False)
-    ranked: list[RankedRoute] = []
-    for i, (where, rule) in enumerate(rules):
-        ranked.extend(_compile_rule(r, route, listener, ctx, grants, i, where, rule))
-    accepted = not r.rejected
-    return CompiledRoute(
-        routes=tuple(ranked) if accepted else (),
-        problems=tuple(r.problems),
-        accepted=accepted,
-    )
+        # matches would only spend time on an object that serves nothing.
+        return _refused(route, tuple(r.problems))
+    read = [
+        _read_rule(r, route, ctx, grants, i, where, rule) for i, (where, rule) in enumerate(rules)
+    ]
+    kept = tuple(rule for rule in read if rule is not None)
+    problems = tuple(r.problems)
+    if r.rejected:
+        return _refused(route, problems)
+    if any(rule.redirect is not None for rule in kept):
+        return ReadHTTPRoute(route, kept, problems, None)
+    return ReadHTTPRoute(route, kept, problems, _compiled(route, kept, problems, None))
+
+
+def _refused(route: KubeObject, problems: tuple[RouteProblem, ...]) -> ReadHTTPRoute:
+    refused = CompiledRoute(routes=(), problems=problems, accepted=False)
+    return ReadHTTPRoute(route, (), problems, refused)
 
 
 def _rules(r: SpecReader, spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -219,16 +279,15 @@ def _rules(r: SpecReader, spec: Mapping[str, Any]) -> list[tuple[str, Mapping[st
 # --- rules ---------------------------------------------------------------------------------------
 
 
-def _compile_rule(
+def _read_rule(
     r: SpecReader,
     route: KubeObject,
-    listener: ListenerInfo,
     ctx: CompileContext,
     grants: ReferenceGrants,
     index: int,
     where: str,
     rule: Mapping[str, Any],
-) -> list[RankedRoute]:
+) -> _ReadRule | None:
     before = len(r.problems)
     r.check_fields(
         rule,
@@ -242,7 +301,7 @@ def _compile_rule(
     refs = r.list_items(rule, "backendRefs", where, MAX_BACKEND_REFS)
     _check_combinations(r, filters, matches, refs, where)
     if r.rejected_since(before):
-        return []
+        return None
     action: RouteAction | None = None
     websockets = False
     # An unresolvable ExtensionRef must not be skipped: it answers even a redirecting rule.
@@ -251,25 +310,58 @@ def _compile_rule(
         action, websockets = _backends(r, route, ctx, grants, refs, filters)
     mirrors = _mirrors(r, route, ctx, grants, filters)
     policies = rule_policies(filters, timeouts, mirrors, websockets)
-    out: list[RankedRoute] = []
-    for j, m in enumerate(matches):
-        source = RouteSource(route.ref, m.field)
-        variants = (
-            _redirect_variants(m, redirect, listener, policies)
-            if redirect is not None
-            else _rewrite_variants(m, filters, policies, action)
-        )
-        for part, (match, variant_action, variant_policies) in enumerate(variants):
-            # The match as written ranks every graph route it became (a split ReplacePrefixMatch
-            # is still one PathPrefix match for the spec's precedence).
-            key = http_match_key(
-                m.route_match(),
-                has_method=m.method is not None,
-                route=route,
-                rule=index,
-                index=j,
-                part=part,
+    wholes = tuple(m.route_match() for m in matches)
+    modifier = redirect.path if redirect is not None else None
+    if redirect is None and filters.rewrite is not None:
+        modifier = filters.rewrite.path
+    keys = tuple(
+        tuple(
+            http_match_key(
+                whole, has_method=m.method is not None, route=route, rule=index, index=j, part=part
             )
+            for part in range(_parts(m, modifier))
+        )
+        for j, (m, whole) in enumerate(zip(matches, wholes, strict=True))
+    )
+    ref = route.ref
+    sources = tuple(RouteSource(ref, m.field) for m in matches)
+    return _ReadRule(
+        index, tuple(matches), filters, redirect, action, policies, wholes, keys, sources
+    )
+
+
+def _parts(m: _Match, modifier: PathModifier | None) -> int:
+    """How many graph routes one match becomes: a ReplacePrefixMatch can split it in two."""
+    if modifier is None or modifier.full:
+        return 1
+    return len(_prefix_replacements(m.path, modifier.value))
+
+
+def _rule_routes(
+    route: KubeObject, listener: ListenerInfo | None, rule: _ReadRule
+) -> list[RankedRoute]:
+    """The rule's graph routes; `listener` is None only for a rule that does not redirect."""
+    out: list[RankedRoute] = []
+    redirect: tuple[Redirect, RoutePolicies] | None = None
+    if rule.redirect is not None:
+        assert listener is not None
+        # What Envoy applies to a redirect it answers: the response headers. The rest of the
+        # rule's policies act on the upstream request, which a redirect never makes; Envoy's
+        # CORS filter skips routes without a route action, so a CORS policy would only mislead.
+        policies = RoutePolicies(response_headers=rule.policies.response_headers)
+        redirect = (redirect_action(rule.redirect, listener), policies)
+    for j, m in enumerate(rule.matches):
+        source = rule.sources[j]
+        whole = rule.wholes[j]
+        if rule.redirect is not None and redirect is not None:
+            variants = _redirect_variants(m, whole, rule.redirect, *redirect)
+        else:
+            variants = _rewrite_variants(m, whole, rule.filters, rule.policies, rule.action)
+        # The match as written ranks every graph route it became (a split ReplacePrefixMatch
+        # is still one PathPrefix match for the spec's precedence).
+        for key, (match, variant_action, variant_policies) in zip(
+            rule.keys[j], variants, strict=True
+        ):
             out.append(RankedRoute(Route(match, variant_action, source, variant_policies), key))
     return out
 
@@ -548,15 +640,16 @@ Variant = tuple[RouteMatch, RouteAction, RoutePolicies]
 
 
 def _rewrite_variants(
-    m: _Match, f: FilterSet, policies: RoutePolicies, action: RouteAction | None
+    m: _Match, whole: RouteMatch, f: FilterSet, policies: RoutePolicies, action: RouteAction | None
 ) -> list[Variant]:
+    """`whole` is `m.route_match()`, made once."""
     assert action is not None
     modifier = f.rewrite.path if f.rewrite is not None else None
     if modifier is None:
-        return [(m.route_match(), action, policies)]
+        return [(whole, action, policies)]
     if modifier.full:
         rewrite = PathRewrite(full_path=modifier.value)
-        return [(m.route_match(), action, replace(policies, path_rewrite=rewrite))]
+        return [(whole, action, replace(policies, path_rewrite=rewrite))]
     out: list[Variant] = []
     for path, prefix in _prefix_replacements(m.path, modifier.value):
         if prefix is None:
@@ -585,18 +678,14 @@ def _prefix_replacements(path: PathMatch, replacement: str) -> list[tuple[PathMa
 
 
 def _redirect_variants(
-    m: _Match, spec: RedirectSpec, listener: ListenerInfo, rule: RoutePolicies
+    m: _Match, whole: RouteMatch, spec: RedirectSpec, base: Redirect, policies: RoutePolicies
 ) -> list[Variant]:
-    base = redirect_action(spec, listener)
-    # What Envoy applies to a redirect it answers: the response headers. The rest of the rule's
-    # policies act on the upstream request, which a redirect never makes; Envoy's CORS filter
-    # skips routes without a route action, so a CORS policy here would only mislead.
-    policies = RoutePolicies(response_headers=rule.response_headers)
+    """`base` is the listener's Location without the path (`redirect_action`)."""
     modifier = spec.path
     if modifier is None:
-        return [(m.route_match(), base, policies)]
+        return [(whole, base, policies)]
     if modifier.full:
-        return [(m.route_match(), replace(base, path=modifier.value), policies)]
+        return [(whole, replace(base, path=modifier.value), policies)]
     out: list[Variant] = []
     for path, prefix in _prefix_replacements(m.path, modifier.value):
         if prefix is None:

@@ -104,7 +104,8 @@ def header_conditions_error(conds: Sequence[MatchCondition]) -> str | None:
             err = regex_error(h.regex)
             if err is not None:
                 return f"{HEADER_REGEX_INVALID}: {field}.header.regex: {err}"
-        seen.add(replace(h, name=name))
+        # Most names are written in lower case already: no copy then.
+        seen.add(h if h.name == name else replace(h, name=name))
     return None
 
 

@@ -170,7 +170,7 @@ class _Candidate:
 
 
 class _BudgetExceeded(Exception):
-    pass
+    """The walk from one root went over a budget; the message says which."""
 
 
 class _Compiler:
@@ -271,8 +271,9 @@ class _Compiler:
             st.add_error(
                 INCLUDE_ERROR,
                 "IncludeGraphTooLarge",
-                f"the include graph of this root reaches HTTPProxies it already walked more "
-                f"than {limit} times (--max-include-revisits); none of its routes are served",
+                f"the include graph of this root walks HTTPProxies it already walked on another "
+                f"path, for more than {limit} proxies and routes (--max-include-revisits); none "
+                "of its routes are served",
             )
             return []
         # After the routes, as in Contour, whose errors come first; an error drops the host.
@@ -512,7 +513,9 @@ class _Compiler:
             )
             return None
         if proxy.key in self.walked:
-            self.budget -= 1
+            # A proxy walked again costs its routes again: that, not distinct proxies (each
+            # bounded by its own caps), is what grows without bound.
+            self.budget -= 1 + len(proxy.spec.routes)
             if self.budget < 0:
                 raise _BudgetExceeded
         self.walked.add(proxy.key)
@@ -655,9 +658,9 @@ class _Compiler:
             if forward is None:
                 return None
             action, mirrors = forward
-            policies = dataclasses.replace(
-                settings.policies, path_rewrite=path_rewrite, mirrors=mirrors
-            )
+            policies = settings.policies
+            if policies.path_rewrite != path_rewrite or policies.mirrors != mirrors:
+                policies = dataclasses.replace(policies, path_rewrite=path_rewrite, mirrors=mirrors)
         elif redirect is not None:
             action = Redirect(
                 scheme=redirect.scheme or None,

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnout.dialects.fields import FieldReader, describe
+from turnout.dialects.fields import FieldReader, describe, total_backends_problem
 from turnout.dialects.httpproxy.authorization import (
     AuthorizationSpec,
     AuthPolicySpec,
@@ -401,7 +401,10 @@ def parse_proxy(obj: KubeObject) -> ParsedProxy:
     virtualhost: VirtualHostSpec | None = None
     if spec.get("virtualhost") is not None:
         virtualhost = _virtualhost(r, spec["virtualhost"])
-    routes = tuple(_route(r, v, p) for p, v in r.items(spec, "routes", "spec"))
+    over = total_backends_problem(spec.get("routes"), "services")
+    if over is not None:
+        r.field_error("spec.routes", over)  # the proxy is refused: its routes are not read
+    routes = () if over else tuple(_route(r, v, p) for p, v in r.items(spec, "routes", "spec"))
     includes = tuple(_include(r, v, p) for p, v in r.items(spec, "includes", "spec"))
     # Only its type is checked here: `classes.serves` already selected the proxy by its class.
     r.string(spec, "ingressClassName", "spec")

@@ -255,8 +255,9 @@ def service_protocol(service: KubeObject, port: ServicePort) -> UpstreamProtocol
     if port.app_protocol is not None:
         return _APP_PROTOCOLS.get(port.app_protocol, UpstreamProtocol.HTTP)
     by_port: dict[str, UpstreamProtocol] = {}
+    annotations = service.annotations
     for name, protocol in _ANNOTATED.items():
-        value = service.annotations.get(PROTOCOL_ANNOTATION + name)
+        value = annotations.get(PROTOCOL_ANNOTATION + name)
         if not isinstance(value, str):
             continue
         for item in value.split(","):

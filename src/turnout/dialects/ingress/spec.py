@@ -17,13 +17,20 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from turnout.dialects.condition_status import ACCEPTED as ACCEPTED
 from turnout.dialects.condition_status import RESOLVED_REFS as RESOLVED_REFS
 from turnout.dialects.condition_status import Problem as Problem
-from turnout.dialects.fields import FieldReader, describe
+from turnout.dialects.fields import (
+    LIST_CAPS,
+    FieldReader,
+    describe,
+    list_length,
+    total_routes_problem,
+)
 from turnout.objects import KubeObject
 
 GROUP = "networking.k8s.io"
@@ -208,13 +215,30 @@ def parse_ingress(obj: KubeObject) -> ParsedIngress:
     default_backend: BackendSpec | None = None
     if spec.get("defaultBackend") is not None:
         default_backend = _backend(r, spec["defaultBackend"], "spec.defaultBackend")
-    rules = tuple(
-        rule for p, v in r.items(spec, "rules", "spec") if (rule := _rule(r, v, p)) is not None
-    )
+    rules: tuple[RuleSpec, ...] = ()
+    over = _total_paths_problem(spec)
+    if over is not None:
+        # Each rule's paths are within their cap, but together they would make too many routes;
+        # the object is refused, so none is read.
+        r.field_error("spec.rules", over)
+    else:
+        rules = tuple(
+            rule for p, v in r.items(spec, "rules", "spec") if (rule := _rule(r, v, p)) is not None
+        )
     if spec.get("defaultBackend") is None and not spec.get("rules"):
         r.error("spec: either `defaultBackend` or `rules` must be specified")
     tls = tuple(t for p, v in r.items(spec, "tls", "spec") if (t := _tls(r, v, p)) is not None)
     return ParsedIngress(obj, IngressSpec(default_backend, rules, tls), tuple(r.problems))
+
+
+def _total_paths_problem(spec: Mapping[str, Any]) -> str | None:
+    rules = spec.get("rules")
+    if not isinstance(rules, tuple | list) or len(rules) > LIST_CAPS["rules"]:
+        return None  # not a list, or over its own cap: reported as such
+    counts = [list_length(rule, "http", "paths") for rule in rules]
+    if any(count > LIST_CAPS["paths"] for count in counts):
+        return None  # a list over its own cap is reported as such
+    return total_routes_problem(sum(counts), "paths over all rules")
 
 
 def _backend(r: _Reader, value: Any, path: str) -> BackendSpec | None:

@@ -137,7 +137,7 @@ class _LocalRoute:
 
 
 class _BudgetExceeded(Exception):
-    pass
+    """The walk from one root went over a budget; the message says which."""
 
 
 class _Compiler:
@@ -218,8 +218,9 @@ class _Compiler:
             st.error(
                 DELEGATION_ORDER,
                 "DelegationGraphTooLarge",
-                f"the delegation graph of this root reaches IngressRoutes it already walked "
-                f"more than {limit} times (--max-include-revisits); none of its routes are served",
+                f"the delegation graph of this root walks IngressRoutes it already walked on "
+                f"another path, for more than {limit} objects and routes "
+                "(--max-include-revisits); none of its routes are served",
             )
             return []
         if not candidates:
@@ -336,7 +337,9 @@ class _Compiler:
             if outside:
                 return None
         if ir.key in self.walked:
-            self.budget -= 1
+            # An IngressRoute walked again costs its routes again: that, not distinct objects
+            # (each bounded by its own caps), is what grows without bound.
+            self.budget -= 1 + len(local)
             if self.budget < 0:
                 raise _BudgetExceeded
         self.walked.add(ir.key)

@@ -27,6 +27,7 @@ from turnout.dialects.fields import (
     FieldReader,
     describe,
     go_duration_seconds,
+    total_backends_problem,
 )
 from turnout.dialects.ingressroute.schema import SPEC
 from turnout.dialects.ingressroute.upstream import ValidationSpec, read_validation
@@ -271,9 +272,12 @@ def parse_ingressroute(obj: KubeObject) -> ParsedIngressRoute:
     if spec.get("virtualhost") is not None:
         virtualhost = _virtualhost(r, spec["virtualhost"])
     alpha = obj.api_version == V1ALPHA1
+    over = total_backends_problem(spec.get("routes"), "services")
+    if over is not None:
+        r.field_error("spec.routes", over)  # the object is refused: its routes are not read
     routes = tuple(
         route
-        for path, value in r.items(spec, "routes", "spec")
+        for path, value in (() if over else r.items(spec, "routes", "spec"))
         if (route := _route(r, value, path, alpha)) is not None
     )
     routes_value = spec.get("routes")

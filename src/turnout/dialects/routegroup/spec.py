@@ -23,7 +23,12 @@ from urllib.parse import urlsplit
 from turnout.dialects.condition_status import ACCEPTED as ACCEPTED
 from turnout.dialects.condition_status import RESOLVED_REFS as RESOLVED_REFS
 from turnout.dialects.condition_status import Problem as Problem
-from turnout.dialects.fields import FieldReader, describe
+from turnout.dialects.fields import (
+    FieldReader,
+    backends_over_problem,
+    describe,
+    total_routes_problem,
+)
 from turnout.dialects.openapi import known
 from turnout.dialects.routegroup.schema import SPEC
 from turnout.objects import KubeObject
@@ -257,6 +262,18 @@ def parse_routegroup(obj: KubeObject) -> ParsedRouteGroup:
             routes.append(route)
     if not has_default and not r.sequence(spec, "routes", "spec"):
         r.error("BackendReferenceMissing", "spec: missing backend reference")
+    # Each route is served on every host, once per method: within their caps, hosts and routes
+    # still multiply to a quarter of a million routes.
+    per_host = sum(max(1, len(route.methods)) for route in routes) or 1
+    over = total_routes_problem(max(1, len(hosts)) * per_host, "hosts x routes x methods")
+    if over is not None:
+        r.error("TooManyRoutes", f"spec: {over}")
+    # Without routes, the default backends make the one route.
+    refs = sum(len(route.backends or default_backends) for route in routes)
+    refs = refs if routes else len(default_backends)
+    too_many = backends_over_problem(refs, "backends (a route's or the default ones)")
+    if too_many is not None:
+        r.error("TooManyRoutes", f"spec.routes: {too_many}")
     tls = tuple(_tls(r, where, item) for where, item in r.items(spec, "tls", "spec"))
     parsed = RouteGroupSpec(
         hosts=hosts,
