@@ -18,6 +18,7 @@ import yaml
 from turnout import manifests
 from turnout.cli import main
 from turnout.compile_inputs import DEFAULT_GATEWAY_CONTROLLER_NAME
+from turnout.dialects.fields import LIST_CAPS
 from turnout.dialects.ingress.classes import CONTROLLER
 from turnout.sources.kubernetes.kinds import WATCHED, cluster_rules, lease_rules
 
@@ -114,8 +115,8 @@ def test_list_caps_the_readers_enforce_are_the_crds_max_items() -> None:
     crds = {o["metadata"]["name"]: o for o in _deploy_objects() if o["kind"].startswith("Custom")}
     spec = crds["httpproxies.projectcontour.io"]["spec"]["versions"][0]["schema"]
     routes = spec["openAPIV3Schema"]["properties"]["spec"]["properties"]["routes"]
-    assert routes["maxItems"] == 4096
-    assert routes["items"]["properties"]["conditions"]["maxItems"] == 256
+    assert routes["maxItems"] == LIST_CAPS["routes"]
+    assert routes["items"]["properties"]["conditions"]["maxItems"] == LIST_CAPS["conditions"]
 
 
 # --- RBAC: one list, least privilege ----------------------------------------------------------
