@@ -10,6 +10,7 @@ from turnout.compile_inputs import (
     DEFAULT_SYSTEM_CA_FILE,
     EscapedSlashes,
 )
+from turnout.envoy.xds_tls import XdsTlsFiles
 from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, DEFAULT_MAX_FILE_BYTES
 
 
@@ -22,6 +23,8 @@ class ServeConfig:
     # admin API shows every object and xDS hands out every certificate.
     admin_address: str = "127.0.0.1"
     xds_address: str = "127.0.0.1"
+    # Mutual TLS on the xDS server (--xds-tls-cert/-key/-ca); None: plaintext.
+    xds_tls: XdsTlsFiles | None = None
     http_port: int = 8080
     https_port: int = 8443
     admin_port: int = 8001

@@ -45,6 +45,7 @@ from turnout.envoy.state import StateDir, default_state_dir, our_envoy, same_boo
 from turnout.envoy.translate import translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.xds import XdsServer
+from turnout.envoy.xds_tls import child_client_tls, server_credentials
 from turnout.graph.attribution import rejection_findings
 from turnout.graph.build import CompileResult, build_graph, fold_findings
 from turnout.graph.dialect import Dialects, EnvoyView
@@ -427,7 +428,12 @@ class Controller:
     async def start(self) -> None:
         """Starts the xDS server and the sources, and returns once every source has listed
         everything and that was compiled (then starts Envoy, if it runs one)."""
-        self.xds_port = await self.xds.start(self.config.xds_address, self.config.xds_port)
+        tls = self.config.xds_tls
+        self.xds_port = await self.xds.start(
+            self.config.xds_address,
+            self.config.xds_port,
+            credentials=None if tls is None else server_credentials(tls),
+        )
         for index, source in enumerate(self.sources):
             self._tasks.append(
                 asyncio.create_task(self._run_source(index, source), name=f"source-{source.name}")
@@ -496,6 +502,7 @@ class Controller:
             admin_port=self.config.envoy_admin_port,
             node_id=self.config.node_id,
             admin_socket=self.state_dir.admin_socket,
+            xds_tls=None if self.config.xds_tls is None else child_client_tls(self.config.xds_tls),
         )
 
     async def reload(self) -> Applied | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,47 @@ def _admin(address: str, port: int, socket_path: Path | None) -> dict[str, Any]:
     return {"address": {"pipe": {"path": str(socket_path), "mode": 0o600}}}
 
 
-def _xds_cluster(address: str, port: int) -> dict[str, Any]:
+_UPSTREAM_TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+
+
+@dataclass(frozen=True, slots=True)
+class XdsClientTls:
+    """Envoy's side of mutual TLS to turnout's xDS server: the client certificate and key it
+    presents, the CA turnout's certificate must chain to, and the name that certificate must
+    carry (sent as SNI too); "" checks the chain only."""
+
+    cert: str
+    key: str
+    ca: str
+    server_name: str = ""
+
+
+def _xds_transport_socket(tls: XdsClientTls) -> dict[str, Any]:
+    validation: dict[str, Any] = {"trusted_ca": {"filename": tls.ca}}
+    if tls.server_name:
+        validation["match_typed_subject_alt_names"] = [
+            {"san_type": "DNS", "matcher": {"exact": tls.server_name}}
+        ]
+    context: dict[str, Any] = {
+        "@type": _UPSTREAM_TLS,
+        "common_tls_context": {
+            "tls_certificates": [
+                {
+                    "certificate_chain": {"filename": tls.cert},
+                    "private_key": {"filename": tls.key},
+                }
+            ],
+            "validation_context": validation,
+            # gRPC over TLS needs HTTP/2 chosen by ALPN.
+            "alpn_protocols": ["h2"],
+        },
+    }
+    if tls.server_name:
+        context["sni"] = tls.server_name
+    return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
+def _xds_cluster(address: str, port: int, tls: XdsClientTls | None = None) -> dict[str, Any]:
     cluster: dict[str, Any] = {
         "name": XDS_CLUSTER,
         "connect_timeout": "1s",
@@ -73,6 +114,8 @@ def _xds_cluster(address: str, port: int) -> dict[str, Any]:
             }
         },
     }
+    if tls is not None:
+        cluster["transport_socket"] = _xds_transport_socket(tls)
     if _is_ip(address):
         cluster["type"] = "STATIC"
     else:
@@ -99,12 +142,14 @@ def bootstrap_config(
     admin_socket: Path | None = None,
     node_cluster: str = "turnout",
     max_downstream_connections: int = 50_000,
+    xds_tls: XdsClientTls | None = None,
 ) -> dict[str, Any]:
     """An Envoy v3 bootstrap that takes listeners, clusters and everything they reference over
     one State-of-the-World ADS stream to `xds_address:xds_port`.
 
     Envoy's admin listens on the Unix socket `admin_socket` when given (turnout's own Envoy),
-    else on `admin_address:admin_port` (an external Envoy's choice)."""
+    else on `admin_address:admin_port` (an external Envoy's choice). With `xds_tls` the xDS
+    connection is mutual TLS."""
     return {
         "node": {"id": node_id, "cluster": node_cluster},
         "admin": _admin(admin_address, admin_port, admin_socket),
@@ -122,7 +167,7 @@ def bootstrap_config(
             "cds_config": {"ads": {}, "resource_api_version": "V3"},
             "lds_config": {"ads": {}, "resource_api_version": "V3"},
         },
-        "static_resources": {"clusters": [_xds_cluster(xds_address, xds_port)]},
+        "static_resources": {"clusters": [_xds_cluster(xds_address, xds_port, xds_tls)]},
         # An empty runtime layer stack makes Envoy log a warning about it; an admin layer lets
         # operators flip runtime flags through /runtime_modify when debugging.
         "layered_runtime": {"layers": [{"name": "admin", "admin_layer": {}}]},
