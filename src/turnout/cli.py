@@ -545,7 +545,7 @@ def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
         action="store_true",
         help="do not start echo backends for Services annotated turnout.dev/demo-echo",
     )
-    _add_xds_tls_flags(serve, "the xDS server's certificate and key; with --xds-tls-ca", "mTLS")
+    _add_xds_tls_flags(serve, server=True)
     serve.add_argument("--node-id", default="turnout-envoy", help="the child Envoy's node id")
     serve.add_argument(
         "--state-dir",
@@ -640,13 +640,13 @@ def _add_bootstrap(sub: argparse._SubParsersAction[_Parser]) -> None:
     boot.add_argument("--admin-address", default="127.0.0.1", help="Envoy's admin address")
     boot.add_argument("--admin-port", type=_port, default=9901, help="Envoy's admin port")
     boot.add_argument("--node-id", default="turnout-envoy", help="Envoy's node id")
-    _add_xds_tls_flags(boot, "Envoy's client certificate and key; with --xds-tls-ca", "client")
+    _add_xds_tls_flags(boot, server=False)
     boot.add_argument(
         "--xds-server-name",
         default="",
         metavar="NAME",
-        help="with --xds-tls-*: the DNS name turnout's certificate must carry, also sent as SNI "
-        "(e.g. turnout.turnout-system.svc); without it only the chain to the CA is checked",
+        help="with --xds-tls-*: the DNS name turnout's certificate must carry, also sent as SNI, "
+        "e.g. turnout.turnout-system.svc (default: none, only the chain to the CA is checked)",
     )
     # `-o` is the output format in every command; `--format` is its old, deprecated name here.
     boot.add_argument(
@@ -1077,17 +1077,30 @@ def _bootstrap(args: argparse.Namespace) -> int:
 _XDS_TLS_FLAGS = (("--xds-tls-cert", "xds_tls_cert"), ("--xds-tls-key", "xds_tls_key"))
 
 
-def _add_xds_tls_flags(p: argparse.ArgumentParser, pair: str, side: str) -> None:
+def _add_xds_tls_flags(p: argparse.ArgumentParser, *, server: bool) -> None:
     """`--xds-tls-cert/--xds-tls-key/--xds-tls-ca`: all three or none."""
-    p.add_argument("--xds-tls-cert", type=Path, metavar="PATH", help=f"{pair}: xDS over {side} TLS")
-    p.add_argument("--xds-tls-key", type=Path, metavar="PATH", help=f"{pair}: xDS over {side} TLS")
+    who = "turnout's xDS server" if server else "Envoy's xDS client"
+    off = "(default: none, plain gRPC)"
+    p.add_argument(
+        "--xds-tls-cert",
+        type=Path,
+        metavar="PATH",
+        help=f"the certificate (PEM) {who} presents: xDS over mutual TLS, with --xds-tls-key "
+        f"and --xds-tls-ca {off}",
+    )
+    p.add_argument(
+        "--xds-tls-key",
+        type=Path,
+        metavar="PATH",
+        help=f"the private key (PEM) of --xds-tls-cert {off}",
+    )
+    other = "every Envoy's client certificate" if server else "turnout's server certificate"
+    reload = "; the three files are re-read when they change" if server else ""
     p.add_argument(
         "--xds-tls-ca",
         type=Path,
         metavar="PATH",
-        help="the CA the other side of xDS must chain to (PEM); files are re-read when they change"
-        if side == "mTLS"
-        else "the CA turnout's xDS certificate must chain to (PEM)",
+        help=f"the CA (PEM) {other} must chain to{reload} {off}",
     )
 
 
@@ -1140,21 +1153,33 @@ def _add_certgen(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--out",
         type=Path,
         metavar="DIR",
-        help="write ca.crt, xds-server.crt/.key and xds-client.crt/.key into DIR (keys mode 0600)",
+        help="write ca.crt, xds-server.crt/.key and xds-client.crt/.key into DIR, keys mode 0600 "
+        "(no default: one of --out, -o and --kubernetes is required)",
     )
     out.add_argument(
         "-o",
         "--output",
         choices=["yaml", "json"],
-        help="print the Secrets turnout-xds-server and turnout-xds-client as manifests",
+        help="print the Secrets turnout-xds-server and turnout-xds-client as manifests "
+        "(default: none; see --out)",
     )
     out.add_argument(
         "--kubernetes",
         action="store_true",
         help="create (or replace) the two Secrets through the API server",
     )
-    gen.add_argument("--kubeconfig", type=Path, metavar="PATH", help="with --kubernetes")
-    gen.add_argument("--context", metavar="NAME", help="with --kubernetes: the kubeconfig context")
+    gen.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="PATH",
+        help="with --kubernetes: the API server and credentials (default: in-cluster, then "
+        "$KUBECONFIG, then ~/.kube/config)",
+    )
+    gen.add_argument(
+        "--context",
+        metavar="NAME",
+        help="with --kubernetes: the kubeconfig context (default: its current context)",
+    )
     gen.add_argument(
         "--namespace",
         default=certgen.DEFAULT_NAMESPACE,
@@ -1166,7 +1191,7 @@ def _add_certgen(sub: argparse._SubParsersAction[_Parser]) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="another DNS name for the server certificate (repeatable)",
+        help="another DNS name for the server certificate, repeatable (default: none)",
     )
     gen.add_argument(
         "--validity",
@@ -1272,13 +1297,13 @@ def _setup_logging(level: str, fmt: str) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level, args.log_format)
-    missing = [str(p) for p in args.paths if not p.exists()]
-    if missing:
-        print(f"turnout: no such file or directory: {', '.join(missing)}", file=sys.stderr)
-        return EXIT_UNREADABLE
     problem = _xds_tls_incomplete(args) or _xds_tls_unusable(args)
     if problem:
         print(f"turnout: {problem}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    missing = [str(p) for p in args.paths if not p.exists()]
+    if missing:
+        print(f"turnout: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return EXIT_UNREADABLE
     config = serve_config(args)
     if config.run_envoy:
