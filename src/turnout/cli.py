@@ -38,7 +38,7 @@ from turnout.compile_inputs import (
 from turnout.config import ServeConfig, split_host_port
 from turnout.controller import envoy_state_dir, running_envoy
 from turnout.envoy import xds_tls
-from turnout.envoy.bootstrap import XdsClientTls
+from turnout.envoy.bootstrap import XDS_CERTIFICATE_SDS, XDS_VALIDATION_SDS, XdsClientTls
 from turnout.envoy.state import StateDirError
 from turnout.envoy.xds_tls import XdsTlsFiles
 from turnout.graph.build import CompileResult
@@ -648,6 +648,14 @@ def _add_bootstrap(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="with --xds-tls-*: the DNS name turnout's certificate must carry, also sent as SNI, "
         "e.g. turnout.turnout-system.svc (default: none, only the chain to the CA is checked)",
     )
+    boot.add_argument(
+        "--sds-dir",
+        type=Path,
+        metavar="DIR",
+        help=f"with --xds-tls-*: where to write {XDS_CERTIFICATE_SDS} and {XDS_VALIDATION_SDS}, "
+        "the SDS files through which Envoy reads (and re-reads on rotation) the three files "
+        "(default: OUTPUT's directory; needed when OUTPUT is stdout)",
+    )
     # `-o` is the output format in every command; `--format` is its old, deprecated name here.
     boot.add_argument(
         "-o",
@@ -1045,36 +1053,43 @@ def _translate(args: argparse.Namespace) -> int:
 
 
 def _bootstrap(args: argparse.Namespace) -> int:
-    from turnout.envoy.bootstrap import bootstrap_config
+    from turnout.envoy.bootstrap import bootstrap_config, write_xds_sds_files
 
     problem = _xds_tls_incomplete(args)
+    tls = _client_tls(args)
+    if tls is not None and not tls.sds_dir:
+        problem = (
+            "with --xds-tls-* and the bootstrap on stdout, --sds-dir says where its SDS files go"
+        )
     if problem:
         print(f"turnout: {problem}", file=sys.stderr)
         return EXIT_UNREADABLE
-
     config = bootstrap_config(
         xds_address=args.xds_address,
         xds_port=args.xds_port,
         admin_address=args.admin_address,
         admin_port=args.admin_port,
         node_id=args.node_id,
-        xds_tls=_client_tls(args),
+        xds_tls=tls,
     )
     text = _dump(config, args.format)
-    if args.file == "-":
-        sys.stdout.write(text)
-        return EXIT_OK
+    target = args.file
     try:
+        if tls is not None:
+            target = tls.sds_dir
+            write_xds_sds_files(tls, tls.sds_dir)
+        if args.file == "-":
+            sys.stdout.write(text)
+            return EXIT_OK
+        target = args.file
         Path(args.file).write_text(text)
     except OSError as err:
-        print(f"turnout: cannot write {args.file}: {err.strerror or err}", file=sys.stderr)
+        print(f"turnout: cannot write {target}: {err.strerror or err}", file=sys.stderr)
         return EXIT_UNREADABLE
     return EXIT_OK
 
 
 # -- xDS TLS and certgen -----------------------------------------------------------------------
-
-_XDS_TLS_FLAGS = (("--xds-tls-cert", "xds_tls_cert"), ("--xds-tls-key", "xds_tls_key"))
 
 
 def _add_xds_tls_flags(p: argparse.ArgumentParser, *, server: bool) -> None:
@@ -1137,8 +1152,13 @@ def _client_tls(args: argparse.Namespace) -> XdsClientTls | None:
     files = _xds_tls_files(args)
     if files is None:
         return None
+    sds_dir = args.sds_dir or ("" if args.file == "-" else str(Path(args.file).parent))
     return XdsClientTls(
-        cert=str(files.cert), key=str(files.key), ca=str(files.ca), server_name=args.xds_server_name
+        cert=str(files.cert),
+        key=str(files.key),
+        ca=str(files.ca),
+        sds_dir=str(sds_dir),
+        server_name=args.xds_server_name,
     )
 
 

@@ -38,7 +38,13 @@ from typing import Any
 
 from turnout.compile_inputs import CompileOptions, IssuerDiscovery, PathNormalization
 from turnout.config import ServeConfig
-from turnout.envoy.bootstrap import bootstrap_config, bootstrap_yaml, write_bootstrap
+from turnout.envoy.bootstrap import (
+    XdsClientTls,
+    bootstrap_config,
+    bootstrap_yaml,
+    write_bootstrap,
+    write_xds_sds_files,
+)
 from turnout.envoy.process import EnvoyProcess
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.state import StateDir, default_state_dir, our_envoy, same_bootstrap
@@ -457,6 +463,9 @@ class Controller:
         state = self.state_dir
         state.prepare()
         bootstrap = self.bootstrap()
+        child_tls = self._child_tls()
+        if child_tls is not None:  # an adopted Envoy reads them again: same content
+            write_xds_sds_files(child_tls, state.path)
         running = await asyncio.to_thread(our_envoy, state, self.config.node_id)
         adopt = running is not None and same_bootstrap(state, bootstrap_yaml(bootstrap))
         self.envoy = EnvoyProcess(
@@ -502,8 +511,12 @@ class Controller:
             admin_port=self.config.envoy_admin_port,
             node_id=self.config.node_id,
             admin_socket=self.state_dir.admin_socket,
-            xds_tls=None if self.config.xds_tls is None else child_client_tls(self.config.xds_tls),
+            xds_tls=self._child_tls(),
         )
+
+    def _child_tls(self) -> XdsClientTls | None:
+        tls = self.config.xds_tls
+        return None if tls is None else child_client_tls(tls, self.state_dir.path)
 
     async def reload(self) -> Applied | None:
         """Has every source list everything again, and compiles (tests and SIGHUP use it)."""

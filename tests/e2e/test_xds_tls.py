@@ -70,7 +70,11 @@ class Envoy:
 
     def __init__(self, tmp: Path, xds_port: int, tls: Sequence[str]) -> None:
         self.admin_port = free_port()
-        self.bootstrap = tmp / f"envoy-{self.admin_port}.yaml"
+        # Its own directory: the SDS files `turnout bootstrap` writes beside the bootstrap are
+        # watched by this Envoy alone.
+        home = tmp / f"envoy-{self.admin_port}"
+        home.mkdir()
+        self.bootstrap = home / "envoy.yaml"
         _turnout(
             "bootstrap",
             str(self.bootstrap),
@@ -82,7 +86,7 @@ class Envoy:
             f"tls-{self.admin_port}",
             *tls,
         )
-        self.log = tmp / f"envoy-{self.admin_port}.log"
+        self.log = home / "envoy.log"
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
                 [
@@ -151,6 +155,7 @@ def _admin_up(admin: str, proc: subprocess.Popen[bytes]) -> None:
 def _serving_tls(
     tmp: Path, certs: Path, http_port: int, xds_port: int
 ) -> Iterator[subprocess.Popen[bytes]]:
+    tmp = Path(tempfile.mkdtemp(dir=tmp))
     example = copy_example("quickstart", tmp, ["services.yaml"], ["9101", "9102", "9103"])
     admin_port = free_port()
     with tempfile.TemporaryDirectory(prefix="turnout-e2e-") as state:
@@ -213,26 +218,32 @@ def test_rotated_files_serve_new_envoys_and_the_connected_one_keeps_routing(
 ) -> None:
     certs = _certgen(tmp_path / "certs")
     http_port, xds_port = free_port(), free_port()
-    with (
-        _serving_tls(tmp_path, certs, http_port, xds_port),
-        _envoy(tmp_path, xds_port, _client_flags(certs)) as before,
-    ):
-        before.until("control_plane.connected_state", 1)
-        _eventually_routes(http_port)
-        old = shutil.copytree(certs, tmp_path / "old")
-        _certgen(certs, "--overwrite")  # a new CA and key pairs over the same files
-        with _envoy(tmp_path, xds_port, _client_flags(certs)) as after:
-            after.until("control_plane.connected_state", 1)
-            after.until("listener_manager.total_listeners_active", 1)
-        # The Envoy connected before the rotation kept its stream and still routes.
-        assert before.stat("control_plane.connected_state") == 1
-        assert before.stat("cluster.turnout_xds.upstream_cx_total") == 1
-        _eventually_routes(http_port)
-        # A new Envoy with the old client certificate (the old CA) is refused now.
-        with _envoy(tmp_path, xds_port, _client_flags(old)) as stale:
-            stale.until("cluster.turnout_xds.upstream_cx_total", 2)
-            assert stale.stat("control_plane.connected_state") == 0
-            assert "ingress_http" not in stale.listeners()
+    with _envoy(tmp_path, xds_port, _client_flags(certs)) as before:
+        with _serving_tls(tmp_path, certs, http_port, xds_port):
+            before.until("control_plane.connected_state", 1)
+            _eventually_routes(http_port)
+            # It started before turnout and retried until turnout listened.
+            connections = before.stat("cluster.turnout_xds.upstream_cx_total")
+            old = shutil.copytree(certs, tmp_path / "old")
+            _certgen(certs, "--overwrite")  # a new CA and key pairs over the same files
+            with _envoy(tmp_path, xds_port, _client_flags(certs)) as after:
+                after.until("control_plane.connected_state", 1)
+                after.until("listener_manager.total_listeners_active", 1)
+            # The Envoy connected before the rotation kept its stream and still routes.
+            assert before.stat("control_plane.connected_state") == 1
+            assert before.stat("cluster.turnout_xds.upstream_cx_total") == connections
+            _eventually_routes(http_port)
+            # A new Envoy with the old client certificate (the old CA) is refused now.
+            with _envoy(tmp_path, xds_port, _client_flags(old)) as stale:
+                stale.until("cluster.turnout_xds.upstream_cx_total", 2)
+                assert stale.stat("control_plane.connected_state") == 0
+                assert "ingress_http" not in stale.listeners()
+        # turnout restarted: the Envoy from before reconnects with the rotated client
+        # certificate and CA, which it re-read through its SDS files.
+        with _serving_tls(tmp_path, certs, http_port, xds_port):
+            before.until("cluster.turnout_xds.upstream_cx_total", connections + 1)
+            before.until("control_plane.connected_state", 1)
+            _eventually_routes(http_port)
 
 
 def test_serve_gives_its_envoy_child_the_client_side(tmp_path: Path) -> None:
@@ -248,7 +259,8 @@ def test_serve_gives_its_envoy_child_the_client_side(tmp_path: Path) -> None:
             _eventually_routes(http_port)
             bootstrap = (Path(state) / "envoy-bootstrap.yaml").read_text()
             assert "envoy.transport_sockets.tls" in bootstrap
-            assert str((certs / "xds-server.key").resolve()) in bootstrap
+            sds = (Path(state) / "xds-tls-certificate.yaml").read_text()
+            assert str(certs / "xds-server.key") in sds
         finally:
             output = stop_serve(proc)
     assert proc.returncode == 0, output

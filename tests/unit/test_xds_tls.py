@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 from cryptography import x509
 
 from tests.xds_client import AdsClient, snapshot
@@ -230,3 +231,76 @@ async def test_xds_binds_the_xds_address_never_the_public_address(tmp_path: Path
             socket.create_connection(("127.0.0.2", port), timeout=2).close()
     finally:
         await controller.stop()
+
+
+def _bootstrap_flags(certs: Path) -> list[str]:
+    return [
+        "--xds-tls-cert",
+        str(certs / "xds-client.crt"),
+        "--xds-tls-key",
+        str(certs / "xds-client.key"),
+        "--xds-tls-ca",
+        str(certs / "ca.crt"),
+    ]
+
+
+def test_bootstrap_writes_the_mtls_xds_cluster_and_its_sds_files(tmp_path: Path) -> None:
+    certs = tmp_path / "certs"
+    out = tmp_path / "envoy" / "envoy.yaml"
+    out.parent.mkdir()
+    flags = [*_bootstrap_flags(certs), "--xds-server-name", "turnout.edge.svc"]
+    assert cli.main(["bootstrap", str(out), "--xds-address", "turnout.edge.svc", *flags]) == 0
+    (cluster,) = yaml.safe_load(out.read_text())["static_resources"]["clusters"]
+    socket_ = cluster["transport_socket"]
+    assert socket_["name"] == "envoy.transport_sockets.tls"
+    context = socket_["typed_config"]
+    assert context["@type"].endswith("UpstreamTlsContext") and context["sni"] == "turnout.edge.svc"
+    common = context["common_tls_context"]
+    assert common["alpn_protocols"] == ["h2"]
+    sds_paths = [
+        common["tls_certificate_sds_secret_configs"][0]["sds_config"]["path_config_source"]["path"],
+        common["validation_context_sds_secret_config"]["sds_config"]["path_config_source"]["path"],
+    ]
+    assert sds_paths == [
+        str(out.parent / n) for n in ("xds-tls-certificate.yaml", "xds-validation-context.yaml")
+    ]
+    (certificate,) = yaml.safe_load(Path(sds_paths[0]).read_text())["resources"]
+    assert certificate["tls_certificate"] == {
+        "certificate_chain": {"filename": str(certs / "xds-client.crt")},
+        "private_key": {"filename": str(certs / "xds-client.key")},
+        "watched_directory": {"path": str(certs)},
+    }
+    (validation,) = yaml.safe_load(Path(sds_paths[1]).read_text())["resources"]
+    assert validation["validation_context"] == {
+        "trusted_ca": {"filename": str(certs / "ca.crt")},
+        "watched_directory": {"path": str(certs)},
+        "match_typed_subject_alt_names": [
+            {"san_type": "DNS", "matcher": {"exact": "turnout.edge.svc"}}
+        ],
+    }
+
+
+def test_bootstrap_without_tls_has_no_transport_socket(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["bootstrap"]) == 0
+    (cluster,) = yaml.safe_load(capsys.readouterr().out)["static_resources"]["clusters"]
+    assert "transport_socket" not in cluster
+
+
+def test_bootstrap_on_stdout_needs_a_directory_for_its_sds_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = _bootstrap_flags(tmp_path)
+    assert cli.main(["bootstrap", *flags]) == 2
+    assert capsys.readouterr().err == (
+        "turnout: with --xds-tls-* and the bootstrap on stdout, --sds-dir says where its SDS "
+        "files go\n"
+    )
+    (tmp_path / "file").write_text("")
+    assert cli.main(["bootstrap", *flags, "--sds-dir", str(tmp_path / "file")]) == 2
+    assert capsys.readouterr().err.startswith(f"turnout: cannot write {tmp_path / 'file'}: ")
+    assert cli.main(["bootstrap", *flags, "--sds-dir", str(tmp_path / "sds")]) == 0
+    assert "transport_socket" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "sds").iterdir()) == [
+        "xds-tls-certificate.yaml",
+        "xds-validation-context.yaml",
+    ]

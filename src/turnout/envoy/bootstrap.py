@@ -52,36 +52,79 @@ def _admin(address: str, port: int, socket_path: Path | None) -> dict[str, Any]:
 
 
 _UPSTREAM_TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+_SECRET = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+# The file-based SDS resources the xDS cluster's TLS reads (`xds_sds_files`).
+XDS_CERTIFICATE_SDS = "xds-tls-certificate.yaml"
+XDS_VALIDATION_SDS = "xds-validation-context.yaml"
+_XDS_CERTIFICATE_SECRET = "turnout_xds_certificate"
+_XDS_VALIDATION_SECRET = "turnout_xds_validation_context"
 
 
 @dataclass(frozen=True, slots=True)
 class XdsClientTls:
     """Envoy's side of mutual TLS to turnout's xDS server: the client certificate and key it
-    presents, the CA turnout's certificate must chain to, and the name that certificate must
-    carry (sent as SNI too); "" checks the chain only."""
+    presents, the CA turnout's certificate must chain to, the name that certificate must carry
+    (sent as SNI too; "" checks the chain only), and the directory of the two SDS files
+    (`xds_sds_files`) that name them. Paths as Envoy sees them."""
 
     cert: str
     key: str
     ca: str
+    sds_dir: str
     server_name: str = ""
 
 
-def _xds_transport_socket(tls: XdsClientTls) -> dict[str, Any]:
-    validation: dict[str, Any] = {"trusted_ca": {"filename": tls.ca}}
+def xds_sds_files(tls: XdsClientTls) -> dict[str, dict[str, Any]]:
+    """File name (in `tls.sds_dir`) → content of the SDS files the xDS cluster's TLS context
+    loads. Through file-based SDS, unlike inline file names or static secrets, Envoy re-reads
+    the certificate, key and CA when a file is moved into their directories: the rename of a
+    rotation, or a Kubernetes Secret volume's `..data` swap. Envoys keep their xDS
+    connection across a rotation and present the new certificate when they reconnect."""
+    certificate = {
+        "certificate_chain": {"filename": tls.cert},
+        "private_key": {"filename": tls.key},
+        "watched_directory": {"path": os.path.dirname(tls.cert) or "."},
+    }
+    validation: dict[str, Any] = {
+        "trusted_ca": {"filename": tls.ca},
+        "watched_directory": {"path": os.path.dirname(tls.ca) or "."},
+    }
     if tls.server_name:
         validation["match_typed_subject_alt_names"] = [
             {"san_type": "DNS", "matcher": {"exact": tls.server_name}}
         ]
+    return {
+        XDS_CERTIFICATE_SDS: {
+            "resources": [
+                {"@type": _SECRET, "name": _XDS_CERTIFICATE_SECRET, "tls_certificate": certificate}
+            ]
+        },
+        XDS_VALIDATION_SDS: {
+            "resources": [
+                {"@type": _SECRET, "name": _XDS_VALIDATION_SECRET, "validation_context": validation}
+            ]
+        },
+    }
+
+
+def _sds(name: str, tls: XdsClientTls, file: str) -> dict[str, Any]:
+    path = os.path.join(tls.sds_dir, file)
+    return {
+        "name": name,
+        "sds_config": {"path_config_source": {"path": path}, "resource_api_version": "V3"},
+    }
+
+
+def _xds_transport_socket(tls: XdsClientTls) -> dict[str, Any]:
     context: dict[str, Any] = {
         "@type": _UPSTREAM_TLS,
         "common_tls_context": {
-            "tls_certificates": [
-                {
-                    "certificate_chain": {"filename": tls.cert},
-                    "private_key": {"filename": tls.key},
-                }
+            "tls_certificate_sds_secret_configs": [
+                _sds(_XDS_CERTIFICATE_SECRET, tls, XDS_CERTIFICATE_SDS)
             ],
-            "validation_context": validation,
+            "validation_context_sds_secret_config": _sds(
+                _XDS_VALIDATION_SECRET, tls, XDS_VALIDATION_SDS
+            ),
             # gRPC over TLS needs HTTP/2 chosen by ALPN.
             "alpn_protocols": ["h2"],
         },
@@ -89,6 +132,14 @@ def _xds_transport_socket(tls: XdsClientTls) -> dict[str, Any]:
     if tls.server_name:
         context["sni"] = tls.server_name
     return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
+def write_xds_sds_files(tls: XdsClientTls, directory: str | os.PathLike[str]) -> list[Path]:
+    """Writes `xds_sds_files(tls)` into `directory`, each atomically (Envoy reloads an SDS file
+    moved into place and must never read half of one)."""
+    return [
+        write_bootstrap(Path(directory) / name, doc) for name, doc in xds_sds_files(tls).items()
+    ]
 
 
 def _xds_cluster(address: str, port: int, tls: XdsClientTls | None = None) -> dict[str, Any]:

@@ -146,13 +146,15 @@ def server_dns_name(files: XdsTlsFiles) -> str:
     return dns[0] if dns else ""
 
 
-def child_client_tls(files: XdsTlsFiles) -> XdsClientTls:
-    """The client side for the Envoy child `serve` starts: it presents turnout's own key pair
-    (turnout has no other; `turnout certgen` gives the server certificate `clientAuth` for
-    this) and checks the server's chain and first DNS name like any Envoy."""
+def child_client_tls(files: XdsTlsFiles, sds_dir: Path) -> XdsClientTls:
+    """The client side for the Envoy child `serve` starts, its SDS files in `sds_dir`: it
+    presents turnout's own key pair (turnout has no other; `turnout certgen` gives the server
+    certificate `clientAuth` for this) and checks the server's chain and first DNS name like
+    any Envoy. Absolute paths: Envoy runs in another working directory."""
     return XdsClientTls(
-        cert=str(files.cert.resolve()),
-        key=str(files.key.resolve()),
-        ca=str(files.ca.resolve()),
+        cert=str(files.cert.absolute()),
+        key=str(files.key.absolute()),
+        ca=str(files.ca.absolute()),
+        sds_dir=str(sds_dir.absolute()),
         server_name=server_dns_name(files),
     )
