@@ -273,14 +273,31 @@ def _secret(name: str, namespace: str, issued: Issued, ca_pem: bytes) -> dict[st
     }
 
 
+class ApplyError(RuntimeError):
+    """The Secrets could not be written through the API server; the message says why."""
+
+
 def apply_secrets(
     manifests: Sequence[dict[str, Any]], kubeconfig: Path | None = None, context: str | None = None
 ) -> list[str]:
     """Creates each Secret, or replaces it when it exists (a rotation), through the API server
-    of `kubeconfig` (in-cluster configuration without one). Returns what was done, one line per
-    Secret. lightkube's errors (`ApiError`, `ConfigError`, httpx's) propagate to the caller."""
-    from lightkube import Client, KubeConfig
-    from lightkube.core.exceptions import ApiError
+    of `kubeconfig` (in-cluster configuration, then $KUBECONFIG, then ~/.kube/config without
+    one). Returns what was done, one line per Secret; ApplyError when it could not."""
+    import httpx2
+    from lightkube import ApiError, ConfigError
+
+    try:
+        return _apply(manifests, kubeconfig, context)
+    except ApiError as err:
+        raise ApplyError(f"{err.status.code} {err.status.reason}: {err.status.message}") from None
+    except (ConfigError, httpx2.HTTPError, OSError, ValueError) as err:
+        raise ApplyError(str(err) or type(err).__name__) from None
+
+
+def _apply(
+    manifests: Sequence[dict[str, Any]], kubeconfig: Path | None, context: str | None
+) -> list[str]:
+    from lightkube import ApiError, Client, KubeConfig
     from lightkube.resources.core_v1 import Secret
 
     config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()

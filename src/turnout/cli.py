@@ -1269,12 +1269,9 @@ def _certgen(args: argparse.Namespace) -> int:
 
 
 def _certgen_apply(manifests: list[dict[str, Any]], args: argparse.Namespace) -> int:
-    import httpx
-    from lightkube import ApiError, ConfigError
-
     try:
         done = certgen.apply_secrets(manifests, args.kubeconfig, args.context)
-    except (ApiError, ConfigError, httpx.HTTPError, OSError, ValueError) as err:
+    except certgen.ApplyError as err:
         print(f"turnout: cannot write the Secrets: {err}", file=sys.stderr)
         return EXIT_UNREADABLE
     for line in done:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import base64
 import datetime
+import http.server
 import json
+import socket
 import stat
+import threading
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -152,3 +156,122 @@ def test_an_output_is_required_and_only_one(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit):
         cli.main(["certgen", "--out", "x", "-o", "yaml"])
     assert "not allowed with" in capsys.readouterr().err
+
+
+class _SecretsApi(http.server.BaseHTTPRequestHandler):
+    """The two Secret calls `certgen --kubernetes` makes, as the API server answers them:
+    POST creates (409 AlreadyExists when the name is taken), PUT replaces."""
+
+    secrets: ClassVar[dict[str, dict[str, Any]]] = {}
+    calls: ClassVar[list[tuple[str, str, str]]] = []
+
+    def _answer(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _read(self) -> dict[str, Any]:
+        self.calls.append((self.command, self.path, self.headers.get("Authorization", "")))
+        body: dict[str, Any] = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        return body
+
+    def do_POST(self) -> None:
+        body = self._read()
+        name = body["metadata"]["name"]
+        if name in self.secrets:
+            status = {"kind": "Status", "apiVersion": "v1", "status": "Failure"}
+            self._answer(409, {**status, "reason": "AlreadyExists", "code": 409, "message": name})
+            return
+        self.secrets[name] = body
+        self._answer(201, body)
+
+    def do_PUT(self) -> None:
+        body = self._read()
+        self.secrets[body["metadata"]["name"]] = body
+        self._answer(200, body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_kubernetes_creates_the_secrets_then_replaces_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SecretsApi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "fake",
+                        "cluster": {"server": f"http://127.0.0.1:{server.server_port}"},
+                    }
+                ],
+                "users": [{"name": "me", "user": {"token": "s3cret"}}],
+                "contexts": [{"name": "here", "context": {"cluster": "fake", "user": "me"}}],
+                "current-context": "here",
+            }
+        )
+    )
+    try:
+        flags = ["certgen", "--kubernetes", "--kubeconfig", str(kubeconfig), "--namespace", "edge"]
+        assert cli.main(flags) == 0
+        first = dict(_SecretsApi.secrets)
+        assert cli.main([*flags, "--context", "here"]) == 0
+    finally:
+        server.shutdown()
+    base = "/api/v1/namespaces/edge/secrets"
+    assert [(c[0], c[1].split("?")[0]) for c in _SecretsApi.calls] == [
+        ("POST", base),
+        ("POST", base),
+        ("POST", base),
+        ("PUT", f"{base}/turnout-xds-server"),
+        ("POST", base),
+        ("PUT", f"{base}/turnout-xds-client"),
+    ]
+    assert {c[2] for c in _SecretsApi.calls} == {"Bearer s3cret"}
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "secret edge/turnout-xds-server replaced",
+        "secret edge/turnout-xds-client replaced",
+    ]
+    second = _SecretsApi.secrets
+    assert first.keys() == second.keys() == {"turnout-xds-server", "turnout-xds-client"}
+    assert all(s["type"] == "kubernetes.io/tls" for s in second.values())
+    assert first["turnout-xds-server"]["data"] != second["turnout-xds-server"]["data"]
+
+
+def test_kubernetes_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {"server": f"http://127.0.0.1:{port.getsockname()[1]}"},
+                    }
+                ],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    with port:  # bound, never listening: connection refused
+        assert cli.main(["certgen", "--kubernetes", "--kubeconfig", str(kubeconfig)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("turnout: cannot write the Secrets: ") and err.count("\n") == 1
+    args = ["certgen", "--kubernetes", "--kubeconfig", str(kubeconfig), "--context", "nope"]
+    assert cli.main(args) == 2
+    assert (
+        capsys.readouterr().err == "turnout: cannot write the Secrets: Context 'nope' not found\n"
+    )
