@@ -212,15 +212,19 @@ def files(certs: XdsCertificates) -> dict[str, bytes]:
     }
 
 
+class ExistingFiles(FileExistsError):
+    """`write_files` without `overwrite` found some of its files; the message names them."""
+
+
 def write_files(certs: XdsCertificates, out: Path, *, overwrite: bool = False) -> list[Path]:
     """Writes the five files into `out` (created, mode 0700 when new): keys mode 0600,
     certificates 0644. Without `overwrite`, nothing is written when any of them exists
-    (FileExistsError names them), so a half-replaced set never mixes two CAs."""
+    (ExistingFiles names them), so a half-replaced set never mixes two CAs."""
     contents = files(certs)
     targets = {name: out / name for name in contents}
     existing = sorted(str(p) for p in targets.values() if p.exists() or p.is_symlink())
     if existing and not overwrite:
-        raise FileExistsError(f"{', '.join(existing)} already exist (--overwrite replaces them)")
+        raise ExistingFiles(f"{', '.join(existing)} already exist (--overwrite replaces them)")
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
     for name, data in contents.items():
         _write(targets[name], data, 0o600 if name in KEY_FILES else 0o644)

@@ -1073,18 +1073,19 @@ def _bootstrap(args: argparse.Namespace) -> int:
         xds_tls=tls,
     )
     text = _dump(config, args.format)
-    target = args.file
-    try:
-        if tls is not None:
-            target = tls.sds_dir
+    if tls is not None:
+        try:
             write_xds_sds_files(tls, tls.sds_dir)
-        if args.file == "-":
-            sys.stdout.write(text)
-            return EXIT_OK
-        target = args.file
+        except OSError as err:
+            print(f"turnout: cannot write {tls.sds_dir}: {err.strerror or err}", file=sys.stderr)
+            return EXIT_UNREADABLE
+    if args.file == "-":
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
         Path(args.file).write_text(text)
     except OSError as err:
-        print(f"turnout: cannot write {target}: {err.strerror or err}", file=sys.stderr)
+        print(f"turnout: cannot write {args.file}: {err.strerror or err}", file=sys.stderr)
         return EXIT_UNREADABLE
     return EXIT_OK
 
@@ -1249,11 +1250,12 @@ def _certgen(args: argparse.Namespace) -> int:
     if args.out is not None:
         try:
             written = certgen.write_files(certs, args.out, overwrite=args.overwrite)
+        except certgen.ExistingFiles as err:
+            print(f"turnout: {err}", file=sys.stderr)
+            return EXIT_UNREADABLE
         except OSError as err:
-            print(
-                f"turnout: {err.strerror or err}" if err.strerror else f"turnout: {err}",
-                file=sys.stderr,
-            )
+            where = err.filename or args.out
+            print(f"turnout: cannot write {where}: {err.strerror or err}", file=sys.stderr)
             return EXIT_UNREADABLE
         for path in written:
             print(path)

@@ -275,3 +275,11 @@ def test_kubernetes_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFi
     assert (
         capsys.readouterr().err == "turnout: cannot write the Secrets: Context 'nope' not found\n"
     )
+
+
+def test_an_unwritable_out_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("")
+    assert cli.main(["certgen", "--out", str(tmp_path / "file" / "certs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"turnout: cannot write {tmp_path / 'file' / 'certs'}: ")
+    assert err.count("\n") == 1

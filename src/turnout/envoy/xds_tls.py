@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from turnout.envoy.bootstrap import XdsClientTls
@@ -58,7 +59,7 @@ def load(files: XdsTlsFiles) -> _Loaded:
         raise XdsTlsError(f"{files.cert}: not a PEM certificate") from None
     try:
         private = load_pem_private_key(key, password=None)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, UnsupportedAlgorithm):
         raise XdsTlsError(f"{files.key}: not an unencrypted PEM private key") from None
     if private.public_key() != chain[0].public_key():
         raise XdsTlsError(f"{files.key}: the key does not belong to {files.cert}")
