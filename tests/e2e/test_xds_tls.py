@@ -10,6 +10,7 @@ These Envoys are this module's own (bootstrap-specific), not the session Envoy."
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import sys
@@ -112,7 +113,7 @@ class Envoy:
     def listeners(self) -> str:
         return httpx.get(f"http://127.0.0.1:{self.admin_port}/listeners", timeout=2).text
 
-    def until(self, probe: str, at_least: int, timeout: float = 20.0) -> None:
+    def until(self, probe: str, at_least: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()
@@ -182,7 +183,7 @@ def _routes(http_port: int) -> bool:
     return False
 
 
-def _eventually_routes(http_port: int, timeout: float = 20.0) -> None:
+def _eventually_routes(http_port: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not _routes(http_port):
         assert time.monotonic() < deadline, "Envoy never routed the quickstart"
@@ -213,19 +214,31 @@ def test_envoy_with_the_client_certificate_routes_and_strangers_get_nothing(
             assert not _routes(http_port)
 
 
+def _install(source: Path, target: Path) -> None:
+    """Copies the certificate files into `target` one by one, each renamed into place, as a
+    Secret volume's update or a careful operator does."""
+    target.mkdir(exist_ok=True)
+    for file in sorted(source.iterdir()):
+        staged = target / f".{file.name}.new"
+        shutil.copy2(file, staged)
+        os.replace(staged, target / file.name)
+
+
 def test_rotated_files_serve_new_envoys_and_the_connected_one_keeps_routing(
     tmp_path: Path,
 ) -> None:
-    certs = _certgen(tmp_path / "certs")
+    certs = _certgen(tmp_path / "certs")  # turnout's files
+    mounted = tmp_path / "envoy-certs"  # the first Envoy's own copy, rotated separately
+    _install(certs, mounted)
+    old = shutil.copytree(certs, tmp_path / "old")
     http_port, xds_port = free_port(), free_port()
-    with _envoy(tmp_path, xds_port, _client_flags(certs)) as before:
+    with _envoy(tmp_path, xds_port, _client_flags(mounted)) as before:
         with _serving_tls(tmp_path, certs, http_port, xds_port):
             before.until("control_plane.connected_state", 1)
             _eventually_routes(http_port)
             # It started before turnout and retried until turnout listened.
             connections = before.stat("cluster.turnout_xds.upstream_cx_total")
-            old = shutil.copytree(certs, tmp_path / "old")
-            _certgen(certs, "--overwrite")  # a new CA and key pairs over the same files
+            _certgen(certs, "--overwrite")  # a new CA and key pairs over turnout's files
             with _envoy(tmp_path, xds_port, _client_flags(certs)) as after:
                 after.until("control_plane.connected_state", 1)
                 after.until("listener_manager.total_listeners_active", 1)
@@ -238,8 +251,9 @@ def test_rotated_files_serve_new_envoys_and_the_connected_one_keeps_routing(
                 stale.until("cluster.turnout_xds.upstream_cx_total", 2)
                 assert stale.stat("control_plane.connected_state") == 0
                 assert "ingress_http" not in stale.listeners()
-        # turnout restarted: the Envoy from before reconnects with the rotated client
-        # certificate and CA, which it re-read through its SDS files.
+        # The first Envoy's files are rotated too and turnout restarted: it reconnects with the
+        # new client certificate and CA, which it re-read through its SDS files.
+        _install(certs, mounted)
         with _serving_tls(tmp_path, certs, http_port, xds_port):
             before.until("cluster.turnout_xds.upstream_cx_total", connections + 1)
             before.until("control_plane.connected_state", 1)
