@@ -189,9 +189,21 @@ def refs(response: Any) -> list[str]:
 class AdsClient:
     """One ADS stream; requests go out in order, responses collect in `inbox`."""
 
-    def __init__(self, port: int, node_id: str = "node-a") -> None:
+    def __init__(
+        self,
+        port: int,
+        node_id: str = "node-a",
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        server_name: str = "turnout",
+    ) -> None:
         self.node_id = node_id
-        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        target = f"127.0.0.1:{port}"
+        if credentials is None:
+            self.channel = grpc.aio.insecure_channel(target)
+        else:  # mutual TLS: `server_name` is the name turnout's certificate must carry
+            options = [("grpc.ssl_target_name_override", server_name)]
+            self.channel = grpc.aio.secure_channel(target, credentials, options=options)
         self._outbox: asyncio.Queue[Any] = asyncio.Queue()
         self._node_sent = False
         stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self.channel)

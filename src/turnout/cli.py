@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from turnout import app
+from turnout import app, certgen
 from turnout.compile_inputs import (
     DEFAULT_GATEWAY_CONTROLLER_NAME,
     DEFAULT_MAX_INCLUDE_REVISITS,
@@ -38,8 +38,11 @@ from turnout.compile_inputs import (
 )
 from turnout.config import KubernetesSettings, ServeConfig, split_host_port
 from turnout.controller import envoy_state_dir, running_envoy
+from turnout.envoy import xds_tls
+from turnout.envoy.bootstrap import XDS_CERTIFICATE_SDS, XDS_VALIDATION_SDS, XdsClientTls
 from turnout.envoy.state import StateDirError
 from turnout.envoy.stats import EnvoyStats
+from turnout.envoy.xds_tls import XdsTlsFiles
 from turnout.graph.build import CompileResult
 from turnout.graph.evaluate import Decision, authorization_check, evaluate, make_request
 from turnout.graph.model import DirectResponse, Forward, Redirect
@@ -430,6 +433,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         address=args.address,
         admin_address=args.admin_address,
         xds_address=args.xds_address,
+        xds_tls=_xds_tls_files(args),
         http_port=args.http_port,
         https_port=args.https_port,
         admin_port=args.admin_port,
@@ -510,7 +514,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_serve, _add_check, _add_explain, _add_translate, _add_bootstrap):
+    for add in (
+        _add_serve,
+        _add_check,
+        _add_explain,
+        _add_translate,
+        _add_bootstrap,
+        _add_certgen,
+    ):
         add(sub)
     _add_manifests(sub)
     return parser
@@ -570,6 +581,7 @@ def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
         action="store_true",
         help="do not start echo backends for Services annotated turnout.dev/demo-echo",
     )
+    _add_xds_tls_flags(serve, server=True)
     serve.add_argument("--node-id", default="turnout-envoy", help="the child Envoy's node id")
     serve.add_argument(
         "--state-dir",
@@ -738,6 +750,22 @@ def _add_bootstrap(sub: argparse._SubParsersAction[_Parser]) -> None:
         "request, latency, connection and endpoint-health ones (docs/observability.md); 'all' "
         "keeps every statistic (several hundred per cluster)",
     )
+    _add_xds_tls_flags(boot, server=False)
+    boot.add_argument(
+        "--xds-server-name",
+        default="",
+        metavar="NAME",
+        help="with --xds-tls-*: the DNS name turnout's certificate must carry, also sent as SNI, "
+        "e.g. turnout.turnout-system.svc (default: none, only the chain to the CA is checked)",
+    )
+    boot.add_argument(
+        "--sds-dir",
+        type=Path,
+        metavar="DIR",
+        help=f"with --xds-tls-*: where to write {XDS_CERTIFICATE_SDS} and {XDS_VALIDATION_SDS}, "
+        "the SDS files through which Envoy reads (and re-reads on rotation) the three files "
+        "(default: OUTPUT's directory; needed when OUTPUT is stdout)",
+    )
     # `-o` is the output format in every command; `--format` is its old, deprecated name here.
     boot.add_argument(
         "-o",
@@ -763,6 +791,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _translate(args)
     if command == "manifests":
         return _manifests(args)
+    if command == "certgen":
+        return _certgen(args)
     return _bootstrap(args)
 
 
@@ -1135,8 +1165,17 @@ def _translate(args: argparse.Namespace) -> int:
 
 
 def _bootstrap(args: argparse.Namespace) -> int:
-    from turnout.envoy.bootstrap import bootstrap_config
+    from turnout.envoy.bootstrap import bootstrap_config, write_xds_sds_files
 
+    problem = _xds_tls_incomplete(args)
+    tls = _client_tls(args)
+    if tls is not None and not tls.sds_dir:
+        problem = (
+            "with --xds-tls-* and the bootstrap on stdout, --sds-dir says where its SDS files go"
+        )
+    if problem:
+        print(f"turnout: {problem}", file=sys.stderr)
+        return EXIT_UNREADABLE
     config = bootstrap_config(
         xds_address=args.xds_address,
         xds_port=args.xds_port,
@@ -1144,8 +1183,15 @@ def _bootstrap(args: argparse.Namespace) -> int:
         admin_port=args.admin_port,
         node_id=args.node_id,
         stats=args.envoy_stats,
+        xds_tls=tls,
     )
     text = _dump(config, args.format)
+    if tls is not None:
+        try:
+            write_xds_sds_files(tls, tls.sds_dir)
+        except OSError as err:
+            print(f"turnout: cannot write {tls.sds_dir}: {err.strerror or err}", file=sys.stderr)
+            return EXIT_UNREADABLE
     if args.file == "-":
         sys.stdout.write(text)
         return EXIT_OK
@@ -1154,6 +1200,197 @@ def _bootstrap(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"turnout: cannot write {args.file}: {err.strerror or err}", file=sys.stderr)
         return EXIT_UNREADABLE
+    return EXIT_OK
+
+
+# -- xDS TLS and certgen -----------------------------------------------------------------------
+
+
+def _add_xds_tls_flags(p: argparse.ArgumentParser, *, server: bool) -> None:
+    """`--xds-tls-cert/--xds-tls-key/--xds-tls-ca`: all three or none."""
+    who = "turnout's xDS server" if server else "Envoy's xDS client"
+    off = "(default: none, plain gRPC)"
+    p.add_argument(
+        "--xds-tls-cert",
+        type=Path,
+        metavar="PATH",
+        help=f"the certificate (PEM) {who} presents: xDS over mutual TLS, with --xds-tls-key "
+        f"and --xds-tls-ca {off}",
+    )
+    p.add_argument(
+        "--xds-tls-key",
+        type=Path,
+        metavar="PATH",
+        help=f"the private key (PEM) of --xds-tls-cert {off}",
+    )
+    other = "every Envoy's client certificate" if server else "turnout's server certificate"
+    reload = "; the three files are re-read when they change" if server else ""
+    p.add_argument(
+        "--xds-tls-ca",
+        type=Path,
+        metavar="PATH",
+        help=f"the CA (PEM) {other} must chain to{reload} {off}",
+    )
+
+
+def _xds_tls_incomplete(args: argparse.Namespace) -> str:
+    """Why the --xds-tls-* flags cannot be used as given (not all three), or ""."""
+    given = [args.xds_tls_cert, args.xds_tls_key, args.xds_tls_ca]
+    if all(given) or not any(given):
+        return ""
+    names = ("--xds-tls-cert", "--xds-tls-key", "--xds-tls-ca")
+    missing = [name for name, value in zip(names, given, strict=True) if not value]
+    return f"xDS TLS needs all of {', '.join(names)}; missing {', '.join(missing)}"
+
+
+def _xds_tls_files(args: argparse.Namespace) -> XdsTlsFiles | None:
+    cert, key, ca = (getattr(args, f"xds_tls_{n}", None) for n in ("cert", "key", "ca"))
+    if cert is None or key is None or ca is None:
+        return None
+    return XdsTlsFiles(cert=cert, key=key, ca=ca)
+
+
+def _xds_tls_unusable(args: argparse.Namespace) -> str:
+    """Why the server's TLS files cannot be loaded now (one line naming the file), or ""."""
+    files = _xds_tls_files(args)
+    if files is None:
+        return ""
+    try:
+        xds_tls.load(files)
+    except xds_tls.XdsTlsError as err:
+        return f"--xds-tls-*: {err}"
+    return ""
+
+
+def _client_tls(args: argparse.Namespace) -> XdsClientTls | None:
+    files = _xds_tls_files(args)
+    if files is None:
+        return None
+    sds_dir = args.sds_dir or ("" if args.file == "-" else str(Path(args.file).parent))
+    return XdsClientTls(
+        cert=str(files.cert),
+        key=str(files.key),
+        ca=str(files.ca),
+        sds_dir=str(sds_dir),
+        server_name=args.xds_server_name,
+    )
+
+
+def _add_certgen(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """`turnout certgen`: the CA and key pairs of xDS between pods."""
+    gen = sub.add_parser(
+        "certgen",
+        help="make a CA and the xDS server and client certificates, as files or Secrets",
+    )
+    out = gen.add_mutually_exclusive_group(required=True)
+    out.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write ca.crt, xds-server.crt/.key and xds-client.crt/.key into DIR, keys mode 0600 "
+        "(no default: one of --out, -o and --kubernetes is required)",
+    )
+    out.add_argument(
+        "-o",
+        "--output",
+        choices=["yaml", "json"],
+        help="print the Secrets turnout-xds-server and turnout-xds-client as manifests "
+        "(default: none; see --out)",
+    )
+    out.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="create (or replace) the two Secrets through the API server",
+    )
+    gen.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="PATH",
+        help="with --kubernetes: the API server and credentials (default: in-cluster, then "
+        "$KUBECONFIG, then ~/.kube/config)",
+    )
+    gen.add_argument(
+        "--context",
+        metavar="NAME",
+        help="with --kubernetes: the kubeconfig context (default: its current context)",
+    )
+    gen.add_argument(
+        "--namespace",
+        default=certgen.DEFAULT_NAMESPACE,
+        help="the Secrets' namespace, also in the server certificate's names (turnout.NAMESPACE"
+        ".svc...)",
+    )
+    gen.add_argument(
+        "--server-san",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another DNS name for the server certificate, repeatable (default: none)",
+    )
+    gen.add_argument(
+        "--validity",
+        type=_validity_days,
+        default=certgen.DEFAULT_VALIDITY_DAYS,
+        metavar="DAYS",
+        help="how long the certificates are valid",
+    )
+    gen.add_argument(
+        "--key-type",
+        choices=[k.value for k in certgen.KeyType],
+        default="ecdsa",
+        help="ECDSA P-256 or RSA 2048",
+    )
+    gen.add_argument("--overwrite", action="store_true", help="with --out: replace existing files")
+
+
+def _validity_days(value: str) -> int:
+    try:
+        days = int(value)
+    except ValueError:
+        days = 0
+    if not 1 <= days <= 3650:
+        raise argparse.ArgumentTypeError(f"expected days from 1 to 3650, got {value!r}")
+    return days
+
+
+def _certgen(args: argparse.Namespace) -> int:
+    certs = certgen.generate(
+        namespace=args.namespace,
+        extra_sans=args.server_san,
+        validity_days=args.validity,
+        key_type=certgen.KeyType(args.key_type),
+    )
+    if args.out is not None:
+        try:
+            written = certgen.write_files(certs, args.out, overwrite=args.overwrite)
+        except certgen.ExistingFiles as err:
+            print(f"turnout: {err}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        except OSError as err:
+            where = err.filename or args.out
+            print(f"turnout: cannot write {where}: {err.strerror or err}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        for path in written:
+            print(path)
+        return EXIT_OK
+    manifests = certgen.secret_manifests(certs, args.namespace)
+    if args.output:
+        if args.output == "json":
+            print(json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}, indent=2))
+        else:
+            sys.stdout.write(yaml.safe_dump_all(manifests, sort_keys=False))
+        return EXIT_OK
+    return _certgen_apply(manifests, args)
+
+
+def _certgen_apply(manifests: list[dict[str, Any]], args: argparse.Namespace) -> int:
+    try:
+        done = certgen.apply_secrets(manifests, args.kubeconfig, args.context)
+    except certgen.ApplyError as err:
+        print(f"turnout: cannot write the Secrets: {err}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    for line in done:
+        print(line)
     return EXIT_OK
 
 
@@ -1192,9 +1429,9 @@ def _setup_logging(level: str, fmt: str) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level, args.log_format)
-    kube_problem = _check_kubernetes(args)
-    if kube_problem is not None:
-        print(f"turnout: {kube_problem}", file=sys.stderr)
+    problem = _check_kubernetes(args) or _xds_tls_incomplete(args) or _xds_tls_unusable(args)
+    if problem:
+        print(f"turnout: {problem}", file=sys.stderr)
         return EXIT_UNREADABLE
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
@@ -1253,10 +1490,12 @@ def _busy_ports(config: ServeConfig) -> list[str]:
 
 def warn_exposed(config: ServeConfig) -> None:
     """Says so when the admin API or xDS listens beyond this host: both are unauthenticated."""
-    for flag, address, what in (
-        ("--admin-address", config.admin_address, "the admin API (every object and status)"),
-        ("--xds-address", config.xds_address, "xDS (every route, certificate and key)"),
-    ):
+    exposed = [("--admin-address", config.admin_address, "the admin API (every object and status)")]
+    if config.xds_tls is None:  # with mutual TLS only holders of a client certificate get in
+        exposed.append(
+            ("--xds-address", config.xds_address, "xDS (every route, certificate and key)")
+        )
+    for flag, address, what in exposed:
         if not _is_loopback(address):
             log.warning(
                 "%s %s: %s is reachable from other hosts without authentication; "

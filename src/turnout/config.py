@@ -12,6 +12,7 @@ from turnout.compile_inputs import (
     EscapedSlashes,
 )
 from turnout.envoy.stats import EnvoyStats
+from turnout.envoy.xds_tls import XdsTlsFiles
 from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, DEFAULT_MAX_FILE_BYTES
 
 
@@ -35,6 +36,8 @@ class ServeConfig:
     # admin API shows every object and xDS hands out every certificate.
     admin_address: str = "127.0.0.1"
     xds_address: str = "127.0.0.1"
+    # Mutual TLS on the xDS server (--xds-tls-cert/-key/-ca); None: plaintext.
+    xds_tls: XdsTlsFiles | None = None
     http_port: int = 8080
     https_port: int = 8443
     admin_port: int = 8001

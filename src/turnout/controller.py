@@ -38,13 +38,20 @@ from typing import Any
 
 from turnout.compile_inputs import CompileOptions, IssuerDiscovery, PathNormalization
 from turnout.config import ServeConfig
-from turnout.envoy.bootstrap import bootstrap_config, bootstrap_yaml, write_bootstrap
+from turnout.envoy.bootstrap import (
+    XdsClientTls,
+    bootstrap_config,
+    bootstrap_yaml,
+    write_bootstrap,
+    write_xds_sds_files,
+)
 from turnout.envoy.process import EnvoyProcess
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.state import StateDir, default_state_dir, our_envoy, same_bootstrap
 from turnout.envoy.translate import translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.xds import XdsServer
+from turnout.envoy.xds_tls import child_client_tls, server_credentials
 from turnout.graph.attribution import rejection_findings
 from turnout.graph.build import CompileResult, build_graph, fold_findings
 from turnout.graph.dialect import Dialects, EnvoyView
@@ -427,7 +434,12 @@ class Controller:
     async def start(self) -> None:
         """Starts the xDS server and the sources, and returns once every source has listed
         everything and that was compiled (then starts Envoy, if it runs one)."""
-        self.xds_port = await self.xds.start(self.config.xds_address, self.config.xds_port)
+        tls = self.config.xds_tls
+        self.xds_port = await self.xds.start(
+            self.config.xds_address,
+            self.config.xds_port,
+            credentials=None if tls is None else server_credentials(tls),
+        )
         for index, source in enumerate(self.sources):
             self._tasks.append(
                 asyncio.create_task(self._run_source(index, source), name=f"source-{source.name}")
@@ -451,6 +463,9 @@ class Controller:
         state = self.state_dir
         state.prepare()
         bootstrap = self.bootstrap()
+        child_tls = self._child_tls()
+        if child_tls is not None:  # an adopted Envoy reads them again: same content
+            write_xds_sds_files(child_tls, state.path)
         running = await asyncio.to_thread(our_envoy, state, self.config.node_id)
         adopt = running is not None and same_bootstrap(state, bootstrap_yaml(bootstrap))
         self.envoy = EnvoyProcess(
@@ -497,7 +512,12 @@ class Controller:
             node_id=self.config.node_id,
             admin_socket=self.state_dir.admin_socket,
             stats=self.config.envoy_stats,
+            xds_tls=self._child_tls(),
         )
+
+    def _child_tls(self) -> XdsClientTls | None:
+        tls = self.config.xds_tls
+        return None if tls is None else child_client_tls(tls, self.state_dir.path)
 
     async def reload(self) -> Applied | None:
         """Has every source list everything again, and compiles (tests and SIGHUP use it)."""

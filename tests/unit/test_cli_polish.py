@@ -24,7 +24,7 @@ from turnout.config import ServeConfig
 from turnout.envoy.process import EnvoyProcess
 from turnout.sources.base import SourceSink
 
-COMMANDS = ("serve", "check", "explain", "bootstrap")
+COMMANDS = ("serve", "check", "explain", "bootstrap", "certgen")
 # Options that take a value and have no default to show.
 NO_DEFAULT = {"--host"}
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from turnout.envoy.stats import EnvoyStats, stats_config
+from turnout.envoy.stats import CONTROL_PLANE_CLUSTER, EnvoyStats, stats_config
 
-XDS_CLUSTER = "turnout_xds"
+XDS_CLUSTER = CONTROL_PLANE_CLUSTER
 
 _HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 _DNS_CLUSTER = "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster"
@@ -52,7 +53,98 @@ def _admin(address: str, port: int, socket_path: Path | None) -> dict[str, Any]:
     return {"address": {"pipe": {"path": str(socket_path), "mode": 0o600}}}
 
 
-def _xds_cluster(address: str, port: int) -> dict[str, Any]:
+_UPSTREAM_TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+_SECRET = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+# The file-based SDS resources the xDS cluster's TLS reads (`xds_sds_files`).
+XDS_CERTIFICATE_SDS = "xds-tls-certificate.yaml"
+XDS_VALIDATION_SDS = "xds-validation-context.yaml"
+_XDS_CERTIFICATE_SECRET = "turnout_xds_certificate"
+_XDS_VALIDATION_SECRET = "turnout_xds_validation_context"
+
+
+@dataclass(frozen=True, slots=True)
+class XdsClientTls:
+    """Envoy's side of mutual TLS to turnout's xDS server: the client certificate and key it
+    presents, the CA turnout's certificate must chain to, the name that certificate must carry
+    (sent as SNI too; "" checks the chain only), and the directory of the two SDS files
+    (`xds_sds_files`) that name them. Paths as Envoy sees them."""
+
+    cert: str
+    key: str
+    ca: str
+    sds_dir: str
+    server_name: str = ""
+
+
+def xds_sds_files(tls: XdsClientTls) -> dict[str, dict[str, Any]]:
+    """File name (in `tls.sds_dir`) → content of the SDS files the xDS cluster's TLS context
+    loads. Through file-based SDS, unlike inline file names or static secrets, Envoy re-reads
+    the certificate, key and CA when a file is moved into their directories: the rename of a
+    rotation, or a Kubernetes Secret volume's `..data` swap. Envoys keep their xDS
+    connection across a rotation and present the new certificate when they reconnect."""
+    certificate = {
+        "certificate_chain": {"filename": tls.cert},
+        "private_key": {"filename": tls.key},
+        "watched_directory": {"path": os.path.dirname(tls.cert) or "."},
+    }
+    validation: dict[str, Any] = {
+        "trusted_ca": {"filename": tls.ca},
+        "watched_directory": {"path": os.path.dirname(tls.ca) or "."},
+    }
+    if tls.server_name:
+        validation["match_typed_subject_alt_names"] = [
+            {"san_type": "DNS", "matcher": {"exact": tls.server_name}}
+        ]
+    return {
+        XDS_CERTIFICATE_SDS: {
+            "resources": [
+                {"@type": _SECRET, "name": _XDS_CERTIFICATE_SECRET, "tls_certificate": certificate}
+            ]
+        },
+        XDS_VALIDATION_SDS: {
+            "resources": [
+                {"@type": _SECRET, "name": _XDS_VALIDATION_SECRET, "validation_context": validation}
+            ]
+        },
+    }
+
+
+def _sds(name: str, tls: XdsClientTls, file: str) -> dict[str, Any]:
+    path = os.path.join(tls.sds_dir, file)
+    return {
+        "name": name,
+        "sds_config": {"path_config_source": {"path": path}, "resource_api_version": "V3"},
+    }
+
+
+def _xds_transport_socket(tls: XdsClientTls) -> dict[str, Any]:
+    context: dict[str, Any] = {
+        "@type": _UPSTREAM_TLS,
+        "common_tls_context": {
+            "tls_certificate_sds_secret_configs": [
+                _sds(_XDS_CERTIFICATE_SECRET, tls, XDS_CERTIFICATE_SDS)
+            ],
+            "validation_context_sds_secret_config": _sds(
+                _XDS_VALIDATION_SECRET, tls, XDS_VALIDATION_SDS
+            ),
+            # gRPC over TLS needs HTTP/2 chosen by ALPN.
+            "alpn_protocols": ["h2"],
+        },
+    }
+    if tls.server_name:
+        context["sni"] = tls.server_name
+    return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
+def write_xds_sds_files(tls: XdsClientTls, directory: str | os.PathLike[str]) -> list[Path]:
+    """Writes `xds_sds_files(tls)` into `directory`, each atomically (Envoy reloads an SDS file
+    moved into place and must never read half of one)."""
+    return [
+        write_bootstrap(Path(directory) / name, doc) for name, doc in xds_sds_files(tls).items()
+    ]
+
+
+def _xds_cluster(address: str, port: int, tls: XdsClientTls | None = None) -> dict[str, Any]:
     cluster: dict[str, Any] = {
         "name": XDS_CLUSTER,
         "connect_timeout": "1s",
@@ -75,6 +167,8 @@ def _xds_cluster(address: str, port: int) -> dict[str, Any]:
             }
         },
     }
+    if tls is not None:
+        cluster["transport_socket"] = _xds_transport_socket(tls)
     if _is_ip(address):
         cluster["type"] = "STATIC"
     else:
@@ -102,12 +196,14 @@ def bootstrap_config(
     node_cluster: str = "turnout",
     max_downstream_connections: int = 50_000,
     stats: EnvoyStats = EnvoyStats.TRIMMED,
+    xds_tls: XdsClientTls | None = None,
 ) -> dict[str, Any]:
     """An Envoy v3 bootstrap that takes listeners, clusters and everything they reference over
     one State-of-the-World ADS stream to `xds_address:xds_port`.
 
     Envoy's admin listens on the Unix socket `admin_socket` when given (turnout's own Envoy),
-    else on `admin_address:admin_port` (an external Envoy's choice)."""
+    else on `admin_address:admin_port` (an external Envoy's choice). With `xds_tls` the xDS
+    connection is mutual TLS."""
     config: dict[str, Any] = {
         "node": {"id": node_id, "cluster": node_cluster},
         "admin": _admin(admin_address, admin_port, admin_socket),
@@ -125,7 +221,7 @@ def bootstrap_config(
             "cds_config": {"ads": {}, "resource_api_version": "V3"},
             "lds_config": {"ads": {}, "resource_api_version": "V3"},
         },
-        "static_resources": {"clusters": [_xds_cluster(xds_address, xds_port)]},
+        "static_resources": {"clusters": [_xds_cluster(xds_address, xds_port, xds_tls)]},
         # An empty runtime layer stack makes Envoy log a warning about it; an admin layer lets
         # operators flip runtime flags through /runtime_modify when debugging.
         "layered_runtime": {"layers": [{"name": "admin", "admin_layer": {}}]},

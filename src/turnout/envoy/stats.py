@@ -51,10 +51,18 @@ KEPT_PER_CLUSTER: tuple[str, ...] = (
 )
 
 
+CONTROL_PLANE_CLUSTER = "turnout_xds"
+
+
 def stats_config(stats: EnvoyStats) -> dict[str, Any] | None:
     """The bootstrap's `stats_config`, or None to keep Envoy's default (every statistic)."""
     if stats is EnvoyStats.ALL:
         return None
-    patterns: list[dict[str, Any]] = [{"safe_regex": {"regex": NOT_PER_CLUSTER}}]
+    patterns: list[dict[str, Any]] = [
+        {"safe_regex": {"regex": NOT_PER_CLUSTER}},
+        # The connection to turnout itself is one cluster, and the one to look at when Envoy
+        # gets no configuration (TLS handshakes, connection failures): all of it is kept.
+        {"prefix": f"cluster.{CONTROL_PLANE_CLUSTER}."},
+    ]
     patterns.extend({"suffix": f".{name}"} for name in KEPT_PER_CLUSTER)
     return {"stats_matcher": {"inclusion_list": {"patterns": patterns}}}

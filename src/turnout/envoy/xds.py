@@ -759,8 +759,11 @@ class XdsServer:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    async def start(self, address: str, port: int) -> int:
-        """Listen on address:port (0 picks a free port) and return the bound port."""
+    async def start(
+        self, address: str, port: int, *, credentials: grpc.ServerCredentials | None = None
+    ) -> int:
+        """Listen on address:port (0 picks a free port) and return the bound port; with
+        `credentials` (`envoy.xds_tls.server_credentials`) over TLS only."""
         if self._server is not None:
             raise RuntimeError("XdsServer already started")
         server = grpc.aio.server(
@@ -778,12 +781,17 @@ class XdsServer:
         )
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_AdsServicer(self), server)
         host = f"[{address}]" if ":" in address and not address.startswith("[") else address
-        bound = server.add_insecure_port(f"{host}:{port}")
+        if credentials is None:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        else:
+            bound = server.add_secure_port(f"{host}:{port}", credentials)
         if bound == 0:
             raise OSError(f"xDS server could not bind {host}:{port}")
         await server.start()
         self._server = server
-        log.info("xDS server listening on %s:%d", host, bound)
+        log.info(
+            "xDS server listening on %s:%d%s", host, bound, "" if credentials is None else " (mTLS)"
+        )
         return int(bound)
 
     async def stop(self, grace: float = 0.5) -> None:
