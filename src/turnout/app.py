@@ -30,10 +30,14 @@ from turnout.graph.dialect import Dialect, Dialects
 from turnout.metrics import Metrics
 from turnout.sources.base import Source
 from turnout.sources.files import FileSource
+from turnout.status.sink import StatusSink
 from turnout.store import Snapshot
 
 if TYPE_CHECKING:
+    from lightkube import AsyncClient
+
     from turnout.controller import Controller
+    from turnout.sources.kubernetes.status_sink import KubeStatusSink
 
 
 def default_dialects() -> Dialects:
@@ -72,6 +76,7 @@ def compile_options(config: ServeConfig) -> CompileOptions:
             (config.envoy_admin_port, "--envoy-admin-port"),
         ),
         rate_limit_service=rate_limit_service(config),
+        status_address=config.ingress_status_address,
     )
 
 
@@ -140,10 +145,42 @@ def default_sources(config: ServeConfig) -> list[Source]:
     ]
 
 
+def kubernetes_status_sink(
+    config: ServeConfig, client: AsyncClient, metrics: Metrics
+) -> KubeStatusSink:
+    """Kubernetes mode's status writer, behind leader election unless `--no-leader-elect`."""
+    # Imported here: file mode never loads the Kubernetes client.
+    from turnout.sources.kubernetes import leader
+    from turnout.sources.kubernetes.status_api import LightkubeLeaseApi, LightkubeStatusApi
+    from turnout.sources.kubernetes.status_sink import KubeStatusSink
+    from turnout.sources.kubernetes.status_writer import StatusWriter, WriterSettings
+
+    writer = StatusWriter(
+        LightkubeStatusApi(client),
+        WriterSettings(
+            controller_name=config.gateway_controller_name,
+            writes_per_second=config.status_writes_per_second,
+            burst=config.status_write_burst,
+        ),
+        metrics=metrics,
+    )
+    if not config.leader_elect:
+        return KubeStatusSink(writer, None)
+    settings = leader.ElectionSettings(
+        identity=leader.default_identity(),
+        lease_duration_s=config.leader_election_lease_duration_s,
+        renew_deadline_s=config.leader_election_renew_deadline_s,
+        retry_period_s=config.leader_election_retry_period_s,
+    )
+    lease = LightkubeLeaseApi(client, config.leader_election_namespace)
+    return KubeStatusSink(writer, leader.LeaderElector(lease, settings, writer.set_leading))
+
+
 def build_controller(
     config: ServeConfig,
     metrics: Metrics | None = None,
     sources: Sequence[Source] | None = None,
+    status_sinks: Sequence[StatusSink] = (),
 ) -> Controller:
     """A controller for `config` with every dialect and `sources` (the files source)."""
     # Imported here: `check` and `explain` never load the gRPC server and Envoy protos.
@@ -156,6 +193,7 @@ def build_controller(
         compile_options=compile_options(config),
         translate_options=translate_options(config),
         metrics=metrics,
+        status_sinks=status_sinks,
     )
 
 

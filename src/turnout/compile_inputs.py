@@ -174,6 +174,13 @@ class CompileOptions:
     # `--rate-limit-service`: without one, global rate limit policies are refused (Envoy would
     # have no one to ask).
     rate_limit_service: RateLimitService | None = None
+    # `--ingress-status-address`: what Ingress and RouteGroup `status.loadBalancer` name (an IP
+    # or a hostname: the Envoy Service's external address); "": `address`.
+    status_address: str = ""
+
+    @property
+    def load_balancer_address(self) -> str:
+        return self.status_address or self.address
 
     def dns_answer(self, name: str) -> DnsAnswer | None:
         for found in self.dns_answers:

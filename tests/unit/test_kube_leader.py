@@ -21,6 +21,7 @@ from turnout.sources.kubernetes.leader import (
     LeaderElector,
     LeaseConflict,
     LeaseRecord,
+    timing_problem,
 )
 from turnout.sources.kubernetes.status_api import LightkubeLeaseApi, LightkubeStatusApi
 from turnout.sources.kubernetes.status_writer import StatusWriter, WriterSettings
@@ -227,3 +228,9 @@ async def test_writer_on_the_fake_retries_a_409_and_writes_once(
     assert len(fake.status_writes("httpproxies")) - before == 2  # the 409, then the write
     await writer.write(status.ref)  # nothing changed: no request
     assert len(fake.status_writes("httpproxies")) - before == 2
+
+
+def test_timings_client_go_refuses_are_refused() -> None:
+    assert timing_problem(15, 10, 2) == ""
+    assert "lease-duration" in timing_problem(10, 10, 2)
+    assert "renew-deadline" in timing_problem(15, 2, 2)

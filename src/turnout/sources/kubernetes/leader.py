@@ -84,6 +84,16 @@ class ElectionSettings:
     retry_period_s: float = DEFAULT_RETRY_PERIOD_S
 
 
+def timing_problem(lease_duration_s: float, renew_deadline_s: float, retry_period_s: float) -> str:
+    """What is wrong with the timings, as client-go's NewLeaderElector refuses them ("" for
+    nothing): a leader must step down before its Lease can be taken, and retry in between."""
+    if lease_duration_s <= renew_deadline_s:
+        return "--leader-election-lease-duration must be greater than the renew deadline"
+    if renew_deadline_s <= 1.2 * retry_period_s:  # client-go's JitterFactor
+        return "--leader-election-renew-deadline must be greater than 1.2 x the retry period"
+    return ""
+
+
 def default_identity() -> str:
     """The pod's name when the chart passes it (POD_NAME), else hostname_uuid as client-go's
     examples do: unique per process, so a restarted replica is a new candidate."""
