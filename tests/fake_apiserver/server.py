@@ -102,6 +102,7 @@ class FakeApiServer:
         self.resources: list[Resource] = list(BUILTIN) + [as_resource(r) for r in crds]
         self.preferred: dict[str, str] = {}
         self.requests: list[LoggedRequest] = []
+        self.available = True
         self._watches: set[asyncio.Queue[Event | None]] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -279,7 +280,17 @@ class FakeApiServer:
 
     # -- HTTP --------------------------------------------------------------------------------
 
+    def set_available(self, available: bool) -> None:
+        """While unavailable every request is a 503 and open watches are cut (a partition or an
+        API server restart); objects may still be changed through the hooks meanwhile."""
+        self.available = available
+        if not available:
+            self.drop_watches(abort=True)
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if not self.available:
+            self.requests.append(LoggedRequest(request.method, request.path, "", False))
+            return _json(status_body(503, "ServiceUnavailable", "unavailable"), 503)
         if self.token and request.headers.get("Authorization") != f"Bearer {self.token}":
             return _json(status_body(401, "Unauthorized", "Unauthorized"), 401)
         try:

@@ -1,0 +1,179 @@
+"""One resource's list and watch (in one namespace, or all): turnout's own informer, since the
+client library has none.
+
+List (the list's resourceVersion) -> the whole list replaces the store partition -> watch from
+that resourceVersion with bookmarks, each event applied to the partition and advancing the
+resourceVersion (a bookmark advances it too, so a watch that is quiet for long resumes from a
+recent version, not one the server has compacted). A watch the server ends (its timeout, a drop)
+resumes from the last resourceVersion, so no event is missed and none is applied twice. A 410
+Gone (the version was compacted) lists again; the new list replaces the partition, which removes
+the objects deleted meanwhile: the deletes the lost events would have carried. A connection error
+or an error answer backs off (capped exponential with jitter) and retries the same step."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+
+from turnout.sources.base import SourceSink
+from turnout.sources.kubernetes.api import RETRYABLE, Json, KubeApi, KubeApiError
+from turnout.sources.kubernetes.convert import ref_of, to_object
+from turnout.sources.kubernetes.kinds import ApiResource
+
+log = logging.getLogger(__name__)
+
+PARTITION_PREFIX = "k8s:"
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Capped exponential backoff with full jitter (client-go's reflector backs off the same
+    way, so a restarting API server is not stampeded by every controller at once)."""
+
+    initial_s: float = 0.5
+    max_s: float = 30.0
+
+    def delay(self, failures: int) -> float:
+        ceiling = min(self.max_s, self.initial_s * 2 ** max(0, failures - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSettings:
+    backoff: Backoff = Backoff()
+    # The server-side timeout of one watch request; client-go picks 5-10 minutes at random so
+    # that watches do not all restart together.
+    timeout_s: tuple[int, int] = (300, 600)
+
+
+DEFAULT_SETTINGS = WatchSettings()
+
+
+class Gone(Exception):
+    """410: the resourceVersion to watch from was compacted; list again."""
+
+
+class NotServed(Exception):
+    """404 on the collection: the resource (a CRD) is no longer offered."""
+
+
+def partition_of(resource: ApiResource, namespace: str | None) -> str:
+    base = f"{PARTITION_PREFIX}{resource.group}/{resource.kind}"
+    return f"{base}@{namespace}" if namespace is not None else base
+
+
+def collection_path(resource: ApiResource, namespace: str | None) -> str:
+    prefix = f"/apis/{resource.group}/{resource.version}" if resource.group else "/api/v1"
+    if namespace is not None and resource.namespaced:
+        return f"{prefix}/namespaces/{namespace}/{resource.plural}"
+    return f"{prefix}/{resource.plural}"
+
+
+class Reflector:
+    """Keeps partition `k8s:<group>/<kind>` (`@<namespace>` when limited to one) equal to the
+    server's objects. `listed` is set once the first list is in the store."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        resource: ApiResource,
+        namespace: str | None,
+        sink: SourceSink,
+        settings: WatchSettings = DEFAULT_SETTINGS,
+    ) -> None:
+        self.api = api
+        self.resource = resource
+        self.namespace = namespace if resource.namespaced else None
+        self.sink = sink
+        self.settings = settings
+        self.partition = partition_of(resource, self.namespace)
+        self.path = collection_path(resource, self.namespace)
+        self.listed = asyncio.Event()
+        self.rv: str | None = None
+        self.lists = 0  # how many lists it took (tests and logs)
+        self._failures = 0
+
+    async def run(self) -> None:
+        """Until cancelled, or until the resource is no longer served (its partition is then
+        removed: the CRD and its objects are gone)."""
+        while True:
+            try:
+                if self.rv is None:
+                    await self._list()
+                await self._watch()
+            except Gone:
+                log.info("%s: resourceVersion %s expired; listing again", self.partition, self.rv)
+                self.rv = None
+            except NotServed:
+                log.warning("%s is no longer served by the API server", self.partition)
+                self.sink.remove_partition(self.partition)
+                self.listed.set()
+                return
+            except RETRYABLE as err:
+                await self._back_off(err)
+
+    async def _back_off(self, err: BaseException) -> None:
+        self._failures += 1
+        delay = self.settings.backoff.delay(self._failures)
+        log.warning("%s: %s; retrying in %.1f s", self.partition, err or type(err).__name__, delay)
+        await asyncio.sleep(delay)
+
+    async def _list(self) -> None:
+        try:
+            body = await self.api.get(self.path)
+        except KubeApiError as err:
+            if err.code == 404:
+                raise NotServed from err
+            raise
+        items = body.get("items")
+        objects = []
+        for item in items if isinstance(items, list) else ():
+            obj = to_object(item, self.resource) if isinstance(item, dict) else None
+            if obj is not None:
+                objects.append(obj)
+        self.sink.replace_partition(self.partition, objects)
+        meta = body.get("metadata")
+        self.rv = str(meta.get("resourceVersion", "")) if isinstance(meta, dict) else ""
+        self.lists += 1
+        self._failures = 0
+        self.listed.set()
+
+    async def _watch(self) -> None:
+        """One watch request from `self.rv`; returns when the server ends it."""
+        params = {"resourceVersion": self.rv or "", "allowWatchBookmarks": "true"}
+        timeout = random.randint(*self.settings.timeout_s)
+        try:
+            async for event in self.api.watch(self.path, params, timeout):
+                self._apply(event)
+                self._failures = 0
+        except KubeApiError as err:
+            if err.code == 410:
+                raise Gone from err
+            if err.code == 404:
+                raise NotServed from err
+            raise
+
+    def _apply(self, event: Json) -> None:
+        kind, raw = event.get("type"), event.get("object")
+        if not isinstance(raw, dict):
+            return
+        if kind == "ERROR":
+            code = raw.get("code")
+            raise KubeApiError(code if isinstance(code, int) else 500, "", str(raw.get("message")))
+        self._apply_object(str(kind), raw)
+        meta = raw.get("metadata")
+        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if isinstance(rv, str) and rv:
+            self.rv = rv
+
+    def _apply_object(self, kind: str, raw: Json) -> None:
+        if kind in ("ADDED", "MODIFIED"):
+            obj = to_object(raw, self.resource)
+            if obj is not None:
+                self.sink.upsert(self.partition, obj)
+        elif kind == "DELETED":
+            ref = ref_of(raw, self.resource)
+            if ref is not None:
+                self.sink.delete(self.partition, ref)
