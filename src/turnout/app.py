@@ -64,8 +64,9 @@ def compile_options(config: ServeConfig) -> CompileOptions:
         root_namespaces=config.root_namespaces,
         disable_permit_insecure=config.disable_permit_insecure,
         ingress_class_name=config.ingress_class_name,
-        # Every source is a files source: nothing else could take a classless Ingress.
-        classless_ingress_is_ours=True,
+        # Files: nothing else could take a classless Ingress; in a cluster, only the default
+        # IngressClass gives one to a controller.
+        classless_ingress_is_ours=not config.kubernetes,
         routegroup_class=config.routegroup_class,
         fallback_certificate=config.fallback_certificate,
         enable_external_name_service=config.enable_external_name_service,
@@ -176,6 +177,21 @@ def kubernetes_status_sink(
     return KubeStatusSink(writer, leader.LeaderElector(lease, settings, writer.set_leading))
 
 
+def kubernetes_parts(config: ServeConfig, metrics: Metrics) -> tuple[Source, KubeStatusSink]:
+    """Kubernetes mode: the source watching the API server, and the status writer it tells
+    each object's current status. ValueError without a usable kubeconfig."""
+    from lightkube import AsyncClient
+
+    from turnout.graph.build import CORE_KINDS
+    from turnout.sources.kubernetes.api import load_config
+    from turnout.sources.kubernetes.source import KubernetesSource
+
+    single = load_config(config.kubeconfig, config.kube_context)
+    sink = kubernetes_status_sink(config, AsyncClient(single), metrics)
+    readable = default_dialects().kinds | CORE_KINDS
+    return KubernetesSource(single, readable, config.watch_namespaces, observer=sink), sink
+
+
 def build_controller(
     config: ServeConfig,
     metrics: Metrics | None = None,
@@ -186,6 +202,10 @@ def build_controller(
     # Imported here: `check` and `explain` never load the gRPC server and Envoy protos.
     from turnout.controller import Controller
 
+    metrics = metrics or Metrics()
+    if config.kubernetes and sources is None:
+        source, sink = kubernetes_parts(config, metrics)
+        sources, status_sinks = [source], (*status_sinks, sink)
     return Controller(
         config,
         sources=default_sources(config) if sources is None else sources,

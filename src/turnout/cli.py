@@ -179,9 +179,9 @@ def _file_bytes(value: str) -> int:
     return limit
 
 
-def _add_input_flags(p: argparse.ArgumentParser) -> None:
+def _add_input_flags(p: argparse.ArgumentParser, *, paths: str = "+") -> None:
     """What the files source reads."""
-    p.add_argument("paths", nargs="+", type=Path, help="YAML/JSON files or directories")
+    p.add_argument("paths", nargs=paths, type=Path, help="YAML/JSON files or directories")
     p.add_argument(
         "--exclude",
         action="append",
@@ -200,8 +200,8 @@ def _add_input_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_compile_flags(p: argparse.ArgumentParser) -> None:
-    _add_input_flags(p)
+def _add_compile_flags(p: argparse.ArgumentParser, *, paths: str = "+") -> None:
+    _add_input_flags(p, paths=paths)
     p.add_argument(
         "--root-namespaces",
         type=_namespaces,
@@ -418,6 +418,30 @@ def _positive_rate(value: str) -> float:
     return rate
 
 
+def _add_kubernetes_flags(p: argparse.ArgumentParser) -> None:
+    """Kubernetes mode: objects from an API server instead of files (docs/kubernetes.md)."""
+    p.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="read objects from the Kubernetes API server (no file arguments) and write status",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="Kubernetes mode: the kubeconfig (default: in-cluster service account)",
+    )
+    p.add_argument("--context", default=None, help="Kubernetes mode: the kubeconfig context")
+    p.add_argument(
+        "--watch-namespaces",
+        type=_namespaces,
+        default=(),
+        metavar="NS[,NS...]",
+        help="Kubernetes mode: watch namespaced kinds only in these namespaces",
+    )
+
+
 def _add_kubernetes_status_flags(p: argparse.ArgumentParser) -> None:
     """Kubernetes mode: leader election and status writing (docs/kubernetes.md)."""
     p.add_argument(
@@ -480,6 +504,10 @@ def _kubernetes_status_settings(args: argparse.Namespace) -> dict[str, Any]:
     and `explain`, which do not take them)."""
     d = ServeConfig(paths=())
     return {
+        "kubernetes": getattr(args, "kubernetes", False),
+        "kubeconfig": getattr(args, "kubeconfig", None),
+        "kube_context": getattr(args, "context", None),
+        "watch_namespaces": tuple(getattr(args, "watch_namespaces", ())),
         "leader_elect": not getattr(args, "no_leader_elect", not d.leader_elect),
         "leader_election_namespace": getattr(
             args, "leader_election_namespace", d.leader_election_namespace
@@ -594,7 +622,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
     """`turnout serve`: compile, program Envoy, watch."""
     serve = sub.add_parser("serve", help="compile routing files and program Envoy over xDS")
-    _add_compile_flags(serve)
+    _add_compile_flags(serve, paths="*")
+    _add_kubernetes_flags(serve)
     _add_listen_flags(serve)
     serve.add_argument(
         "--log-level",
@@ -1176,6 +1205,10 @@ def _setup_logging(level: str, fmt: str) -> None:
         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
+    # The Kubernetes client's HTTP library logs every request at info: one line per status
+    # write and Lease renewal would drown turnout's own log.
+    for name in ("httpx2", "httpcore2"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -1183,6 +1216,9 @@ def _serve(args: argparse.Namespace) -> int:
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         print(f"turnout: no such file or directory: {', '.join(missing)}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if args.kubernetes == bool(args.paths):
+        print("turnout: give files or directories, or --kubernetes (not both)", file=sys.stderr)
         return EXIT_UNREADABLE
     config = serve_config(args)
     timing = leader.timing_problem(
@@ -1209,8 +1245,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(_run(config))
-    except (OSError, EnvoyNotFoundError) as err:
-        # A port taken between the check above and the bind, an Envoy that cannot be run.
+    except (OSError, EnvoyNotFoundError, ValueError) as err:
+        # A port taken between the check above and the bind, an Envoy that cannot be run, no
+        # usable kubeconfig.
         print(f"turnout: {err}", file=sys.stderr)
         return EXIT_UNREADABLE
     return EXIT_OK
@@ -1283,7 +1320,7 @@ async def _run(config: ServeConfig) -> None:
         warn_exposed(config)
         await admin.start(config.admin_address, config.admin_port)
         await controller.start()
-        if not controller.statuses() and not controller.problems():
+        if not config.kubernetes and not controller.statuses() and not controller.problems():
             log.warning("%s", _nothing_found(config.paths))
         log.info(
             "turnout serving: HTTP on %s:%d, admin on %s:%d, xDS on %s:%d%s",

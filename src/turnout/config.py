@@ -80,6 +80,12 @@ class ServeConfig:
     extra_envoy_args: tuple[str, ...] = field(default=())
     # `--exclude` globs: paths under the given directories (or names) that are not read at all.
     exclude: tuple[str, ...] = ()
+    # Kubernetes mode (`--kubernetes`): objects from the API server the kubeconfig (None:
+    # in-cluster) names, namespaced kinds only from `watch_namespaces` when given.
+    kubernetes: bool = False
+    kubeconfig: Path | None = None
+    kube_context: str | None = None
+    watch_namespaces: tuple[str, ...] = ()
     # Kubernetes mode, status and leader election (docs/kubernetes.md): only the holder of the
     # Lease `turnout` in `leader_election_namespace` writes status (`--no-leader-elect`: this one
     # always does); client-go's timings.
