@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from turnout.compile_inputs import CompileOptions, PathNormalization, RateLimitService
-from turnout.config import ServeConfig, split_host_port
+from turnout.config import KubernetesSettings, ServeConfig, split_host_port
 from turnout.dialects.contour_route import ContourRouteDialect
 from turnout.dialects.gatewayapi import GatewayAPIDialect
 from turnout.dialects.httpproxy import HTTPProxyDialect
@@ -25,11 +25,14 @@ from turnout.envoy.translate.options import (
     Tracing,
     TranslateOptions,
 )
-from turnout.graph.build import CompileResult, build_graph
+from turnout.graph.build import CORE_KINDS, CompileResult, build_graph
 from turnout.graph.dialect import Dialect, Dialects
 from turnout.metrics import Metrics
 from turnout.sources.base import Source
 from turnout.sources.files import FileSource
+from turnout.sources.kubernetes.api import load_config
+from turnout.sources.kubernetes.reflector import StatusObserver
+from turnout.sources.kubernetes.source import KubernetesSource
 from turnout.status.sink import StatusSink
 from turnout.store import Snapshot
 
@@ -66,7 +69,7 @@ def compile_options(config: ServeConfig) -> CompileOptions:
         ingress_class_name=config.ingress_class_name,
         # Files: nothing else could take a classless Ingress; in a cluster, only the default
         # IngressClass gives one to a controller.
-        classless_ingress_is_ours=not config.kubernetes,
+        classless_ingress_is_ours=config.kubernetes is None,
         routegroup_class=config.routegroup_class,
         fallback_certificate=config.fallback_certificate,
         enable_external_name_service=config.enable_external_name_service,
@@ -133,7 +136,10 @@ def tracing(config: ServeConfig) -> Tracing | None:
 
 
 def default_sources(config: ServeConfig) -> list[Source]:
-    """Where `serve` reads objects from: the files and directories it was given."""
+    """Where `serve` reads objects from: the files and directories it was given, or the
+    Kubernetes API server (`--kubernetes`)."""
+    if config.kubernetes is not None:
+        return [kubernetes_source(config.kubernetes)]
     return [
         FileSource(
             config.paths,
@@ -177,19 +183,18 @@ def kubernetes_status_sink(
     return KubeStatusSink(writer, leader.LeaderElector(lease, settings, writer.set_leading))
 
 
-def kubernetes_parts(config: ServeConfig, metrics: Metrics) -> tuple[Source, KubeStatusSink]:
-    """Kubernetes mode: the source watching the API server, and the status writer it tells
-    each object's current status. ValueError without a usable kubeconfig."""
-    from lightkube import AsyncClient
-
-    from turnout.graph.build import CORE_KINDS
-    from turnout.sources.kubernetes.api import load_config
-    from turnout.sources.kubernetes.source import KubernetesSource
-
-    single = load_config(config.kubeconfig, config.kube_context)
-    sink = kubernetes_status_sink(config, AsyncClient(single), metrics)
-    readable = default_dialects().kinds | CORE_KINDS
-    return KubernetesSource(single, readable, config.watch_namespaces, observer=sink), sink
+def kubernetes_source(
+    settings: KubernetesSettings, observer: StatusObserver | None = None
+) -> Source:
+    """Every kind the dialects (and the compile itself) read, from the API server, telling
+    `observer` (the status writer) each object's current status. ValueError when there is no
+    usable kubeconfig or in-cluster configuration."""
+    return KubernetesSource(
+        load_config(settings.kubeconfig, settings.context),
+        readable=default_dialects().kinds | CORE_KINDS,
+        namespaces=settings.watch_namespaces,
+        observer=observer,
+    )
 
 
 def build_controller(
@@ -203,9 +208,14 @@ def build_controller(
     from turnout.controller import Controller
 
     metrics = metrics or Metrics()
-    if config.kubernetes and sources is None:
-        source, sink = kubernetes_parts(config, metrics)
-        sources, status_sinks = [source], (*status_sinks, sink)
+    if config.kubernetes is not None and sources is None:
+        # The status writer, told each object's current status by the source's watches.
+        from lightkube import AsyncClient
+
+        kube = load_config(config.kubernetes.kubeconfig, config.kubernetes.context)
+        sink = kubernetes_status_sink(config, AsyncClient(kube), metrics)
+        sources = [kubernetes_source(config.kubernetes, observer=sink)]
+        status_sinks = (*status_sinks, sink)
     return Controller(
         config,
         sources=default_sources(config) if sources is None else sources,

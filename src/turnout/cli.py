@@ -35,7 +35,7 @@ from turnout.compile_inputs import (
     EscapedSlashes,
     ListenerProtocol,
 )
-from turnout.config import ServeConfig, split_host_port
+from turnout.config import KubernetesSettings, ServeConfig, split_host_port
 from turnout.controller import envoy_state_dir, running_envoy
 from turnout.envoy.state import StateDirError
 from turnout.graph.build import CompileResult
@@ -179,8 +179,8 @@ def _file_bytes(value: str) -> int:
     return limit
 
 
-def _add_input_flags(p: argparse.ArgumentParser, *, paths: str = "+") -> None:
-    """What the files source reads."""
+def _add_input_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
+    """What the files source reads (`paths`: the nargs of the file arguments)."""
     p.add_argument("paths", nargs=paths, type=Path, help="YAML/JSON files or directories")
     p.add_argument(
         "--exclude",
@@ -200,8 +200,8 @@ def _add_input_flags(p: argparse.ArgumentParser, *, paths: str = "+") -> None:
     )
 
 
-def _add_compile_flags(p: argparse.ArgumentParser, *, paths: str = "+") -> None:
-    _add_input_flags(p, paths=paths)
+def _add_compile_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
+    _add_input_flags(p, paths)
     p.add_argument(
         "--root-namespaces",
         type=_namespaces,
@@ -418,30 +418,6 @@ def _positive_rate(value: str) -> float:
     return rate
 
 
-def _add_kubernetes_flags(p: argparse.ArgumentParser) -> None:
-    """Kubernetes mode: objects from an API server instead of files (docs/kubernetes.md)."""
-    p.add_argument(
-        "--kubernetes",
-        action="store_true",
-        help="read objects from the Kubernetes API server (no file arguments) and write status",
-    )
-    p.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="Kubernetes mode: the kubeconfig (default: in-cluster service account)",
-    )
-    p.add_argument("--context", default=None, help="Kubernetes mode: the kubeconfig context")
-    p.add_argument(
-        "--watch-namespaces",
-        type=_namespaces,
-        default=(),
-        metavar="NS[,NS...]",
-        help="Kubernetes mode: watch namespaced kinds only in these namespaces",
-    )
-
-
 def _add_kubernetes_status_flags(p: argparse.ArgumentParser) -> None:
     """Kubernetes mode: leader election and status writing (docs/kubernetes.md)."""
     p.add_argument(
@@ -504,10 +480,6 @@ def _kubernetes_status_settings(args: argparse.Namespace) -> dict[str, Any]:
     and `explain`, which do not take them)."""
     d = ServeConfig(paths=())
     return {
-        "kubernetes": getattr(args, "kubernetes", False),
-        "kubeconfig": getattr(args, "kubeconfig", None),
-        "kube_context": getattr(args, "context", None),
-        "watch_namespaces": tuple(getattr(args, "watch_namespaces", ())),
         "leader_elect": not getattr(args, "no_leader_elect", not d.leader_elect),
         "leader_election_namespace": getattr(
             args, "leader_election_namespace", d.leader_election_namespace
@@ -574,6 +546,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         state_dir=getattr(args, "state_dir", defaults.state_dir),
         max_file_bytes=getattr(args, "max_file_bytes", defaults.max_file_bytes),
         **_kubernetes_status_settings(args),
+        kubernetes=kubernetes_settings(args),
     )
 
 
@@ -622,6 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
     """`turnout serve`: compile, program Envoy, watch."""
     serve = sub.add_parser("serve", help="compile routing files and program Envoy over xDS")
+    # No file arguments with --kubernetes: `_serve` checks that one of the two is given.
     _add_compile_flags(serve, paths="*")
     _add_kubernetes_flags(serve)
     _add_listen_flags(serve)
@@ -675,6 +649,71 @@ def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
         "serving (default: $XDG_RUNTIME_DIR/turnout-<http-port>, else "
         "/tmp/turnout-<uid>-<http-port>)",
     )
+
+
+def _add_kubernetes_flags(serve: argparse.ArgumentParser) -> None:
+    """`serve --kubernetes`: objects from an API server instead of files."""
+    kube = serve.add_argument_group("Kubernetes mode")
+    kube.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="read objects from the Kubernetes API server (list and watch) instead of files",
+    )
+    kube.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="kubeconfig file (default: the in-cluster service account)",
+    )
+    kube.add_argument("--context", default=None, help="kubeconfig context (default: current)")
+    kube.add_argument(
+        "--watch-namespaces",
+        type=_namespaces,
+        default=(),
+        metavar="NS[,NS...]",
+        help="watch namespaced kinds in these namespaces only (default: all); cluster-scoped "
+        "kinds are always read",
+    )
+
+
+def kubernetes_settings(args: argparse.Namespace) -> KubernetesSettings | None:
+    if not getattr(args, "kubernetes", False):
+        return None
+    return KubernetesSettings(
+        kubeconfig=args.kubeconfig, context=args.context, watch_namespaces=args.watch_namespaces
+    )
+
+
+def _kubernetes_usage_problem(args: argparse.Namespace) -> str | None:
+    """Files or --kubernetes, not both and not neither; the Kubernetes flags need the mode."""
+    if args.kubernetes and args.paths:
+        return "serve --kubernetes reads the API server and takes no file arguments"
+    if not args.kubernetes and not args.paths:
+        return "serve needs files or directories to read, or --kubernetes"
+    stray = [
+        flag
+        for flag, given in (
+            ("--kubeconfig", args.kubeconfig is not None),
+            ("--context", args.context is not None),
+            ("--watch-namespaces", bool(args.watch_namespaces)),
+        )
+        if given and not args.kubernetes
+    ]
+    return f"{', '.join(stray)} only apply with --kubernetes" if stray else None
+
+
+def _check_kubernetes(args: argparse.Namespace) -> str | None:
+    """A one-line problem with the Kubernetes flags or configuration, or None."""
+    problem = _kubernetes_usage_problem(args)
+    if problem is None and args.kubernetes:
+        from turnout.sources.kubernetes.api import load_config
+
+        try:
+            load_config(args.kubeconfig, args.context)
+        except ValueError as err:
+            return str(err)
+    return problem
 
 
 def _add_check(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -1213,12 +1252,13 @@ def _setup_logging(level: str, fmt: str) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level, args.log_format)
+    kube_problem = _check_kubernetes(args)
+    if kube_problem is not None:
+        print(f"turnout: {kube_problem}", file=sys.stderr)
+        return EXIT_UNREADABLE
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         print(f"turnout: no such file or directory: {', '.join(missing)}", file=sys.stderr)
-        return EXIT_UNREADABLE
-    if args.kubernetes == bool(args.paths):
-        print("turnout: give files or directories, or --kubernetes (not both)", file=sys.stderr)
         return EXIT_UNREADABLE
     config = serve_config(args)
     timing = leader.timing_problem(
@@ -1320,7 +1360,7 @@ async def _run(config: ServeConfig) -> None:
         warn_exposed(config)
         await admin.start(config.admin_address, config.admin_port)
         await controller.start()
-        if not config.kubernetes and not controller.statuses() and not controller.problems():
+        if config.paths and not controller.statuses() and not controller.problems():
             log.warning("%s", _nothing_found(config.paths))
         log.info(
             "turnout serving: HTTP on %s:%d, admin on %s:%d, xDS on %s:%d%s",

@@ -16,6 +16,17 @@ from turnout.sources.kubernetes.status_writer import DEFAULT_WRITE_BURST, DEFAUL
 
 
 @dataclass(frozen=True, slots=True)
+class KubernetesSettings:
+    """`serve --kubernetes`: where the API server is and what of it is watched."""
+
+    # A kubeconfig file (--kubeconfig); None: the in-cluster service account.
+    kubeconfig: Path | None = None
+    context: str | None = None  # --context; None: the kubeconfig's current context
+    # --watch-namespaces: namespaced kinds are watched in these only; (): in every namespace.
+    watch_namespaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ServeConfig:
     paths: tuple[Path, ...]
     # Where Envoy's listeners bind (the shared HTTP/HTTPS listeners and Gateway listeners).
@@ -80,12 +91,8 @@ class ServeConfig:
     extra_envoy_args: tuple[str, ...] = field(default=())
     # `--exclude` globs: paths under the given directories (or names) that are not read at all.
     exclude: tuple[str, ...] = ()
-    # Kubernetes mode (`--kubernetes`): objects from the API server the kubeconfig (None:
-    # in-cluster) names, namespaced kinds only from `watch_namespaces` when given.
-    kubernetes: bool = False
-    kubeconfig: Path | None = None
-    kube_context: str | None = None
-    watch_namespaces: tuple[str, ...] = ()
+    # Kubernetes mode (`serve --kubernetes`): objects come from an API server, not from `paths`.
+    kubernetes: KubernetesSettings | None = None
     # Kubernetes mode, status and leader election (docs/kubernetes.md): only the holder of the
     # Lease `turnout` in `leader_election_namespace` writes status (`--no-leader-elect`: this one
     # always does); client-go's timings.

@@ -54,7 +54,7 @@ def wait_ready(admin: str, proc: subprocess.Popen[bytes], timeout: float = 30.0)
 
 
 def start_serve(
-    path: Path,
+    path: Path | None,
     http_port: int,
     admin_port: int,
     *,
@@ -62,8 +62,9 @@ def start_serve(
     ports: Sequence[tuple[str, int]] = (),
     extra: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
-    """Starts `turnout serve path` as a child process; `ports` sets the other port flags (free
-    ports otherwise) and `state_dir` its --state-dir."""
+    """Starts `turnout serve path` as a child process (no path: `extra` says where objects come
+    from, e.g. --kubernetes); `ports` sets the other port flags (free ports otherwise) and
+    `state_dir` its --state-dir."""
     chosen = dict(ports)
     flags: list[str] = []
     for flag in ("--https-port", "--xds-port", "--envoy-admin-port"):
@@ -73,7 +74,7 @@ def start_serve(
         "-m",
         "turnout",
         "serve",
-        str(path),
+        *([str(path)] if path is not None else []),
         "--http-port",
         str(http_port),
         "--admin-port",
