@@ -379,3 +379,32 @@ async def test_contour_route_gets_its_process_time() -> None:
     w.publish([status])
     await drain(w)
     assert api.status(ref) == {"currentStatus": "Valid", "errors": [], "lastProcessTime": T1}
+
+
+async def test_an_unreachable_api_is_retried_later() -> None:
+    api = MemoryApi()
+    api.add(PROXY)
+    failures = [OSError("connection refused")]
+    patch = api.patch
+
+    async def flaky(target: StatusTarget, rv: str, status: Mapping[str, Any]) -> Observed:
+        if failures:
+            raise failures.pop()
+        return await patch(target, rv, status)
+
+    api.patch = flaky  # type: ignore[method-assign]
+    w = writer(api)
+    w.publish([proxy_status()])
+    task = asyncio.create_task(w.run())
+    try:
+        await asyncio.wait_for(until_written(api), 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert writes(w, "error") == 1
+    assert len(api.writes) == 1
+
+
+async def until_written(api: MemoryApi) -> None:
+    while not api.writes:
+        await asyncio.sleep(0.05)

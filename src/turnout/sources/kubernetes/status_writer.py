@@ -45,6 +45,8 @@ DEFAULT_WRITE_BURST = 500
 DEFAULT_WORKERS = 8
 MAX_ATTEMPTS = 5
 CONFLICT_BACKOFF_S = 0.05
+# A write that failed otherwise (API server unreachable, 5xx) is tried again this much later.
+ERROR_RETRY_S = 2.0
 # Contour's Route: `lastProcessTime` says when turnout last wrote it.
 PROCESS_TIME_KINDS = frozenset({("contour.heptio.com", "Route")})
 
@@ -229,9 +231,12 @@ class StatusWriter:
                 await self.write(ref)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as err:
+                # The API server unreachable or answering an error: one line, and the object is
+                # compared again later (a newer status may have replaced it meanwhile).
                 self.metrics.status_writes.labels(result="error").inc()
-                log.exception("cannot write the status of %s", ref)
+                log.warning("cannot write the status of %s: %s; retrying", ref, err or repr(err))
+                asyncio.get_running_loop().call_later(ERROR_RETRY_S, self._enqueue, ref)
             finally:
                 self._inflight.discard(ref)
                 self._settle_idle()
