@@ -334,6 +334,7 @@ async def test_a_status_someone_else_overwrote_is_written_again() -> None:
     await drain(w)
     api.objects[("HTTPProxy", "app", "web")] = (7, {"currentStatus": "tampered"})
     w.observe(PROXY, "7", {"currentStatus": "tampered"})
+    assert w.pending == 1
     await drain(w)
     status = api.status(PROXY)
     assert status is not None and status["currentStatus"] == "valid"
@@ -408,3 +409,17 @@ async def test_an_unreachable_api_is_retried_later() -> None:
 async def until_written(api: MemoryApi) -> None:
     while not api.writes:
         await asyncio.sleep(0.05)
+
+
+async def test_the_echo_of_its_own_write_is_not_compared_again() -> None:
+    api = MemoryApi()
+    api.add(PROXY)
+    w = writer(api)
+    w.publish([proxy_status()])
+    await drain(w)
+    rv, status = api.objects[("HTTPProxy", "app", "web")]
+    reads = api.reads
+    w.observe(PROXY, str(rv), status)  # the watch event of the write it just made
+    assert w.pending == 0
+    await drain(w)
+    assert (api.reads, len(api.writes)) == (reads, 1)

@@ -182,8 +182,10 @@ class StatusWriter:
     ) -> None:
         """The status `ref` has in the API server now (a watch event): compared again, since
         someone else may have written it."""
+        known = self._current.get(ref)
         self._current[ref] = Observed(resource_version, status)
-        if ref in self._desired:
+        # The echo of this writer's own write (the version it holds already) needs no compare.
+        if ref in self._desired and (known is None or known.resource_version != resource_version):
             self._enqueue(ref)
 
     def forget(self, ref: ObjectRef) -> None:
@@ -205,6 +207,11 @@ class StatusWriter:
         self._queue[ref] = None
         self._idle.clear()
         self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        """Objects queued or being written."""
+        return len(self._queue) + len(self._inflight)
 
     async def idle(self) -> None:
         """Returns once nothing is queued or being written (tests, the benchmark)."""
