@@ -144,13 +144,24 @@ async def send_all(api: httpx.AsyncClient, requests: list[tuple[str, str, Any]])
     await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
 
 
-def start_turnout(kubeconfig: Path, state: str) -> subprocess.Popen[bytes]:
+def start_turnout(kubeconfig: Path, state: str, admin: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "turnout", "serve", "--kubernetes", "--kubeconfig"]
     cmd += [str(kubeconfig), "--no-envoy", "--no-leader-elect", "--no-demo-backends"]
-    for flag in ("--http-port", "--https-port", "--xds-port", "--envoy-admin-port", "--admin-port"):
+    for flag in ("--http-port", "--https-port", "--xds-port", "--envoy-admin-port"):
         cmd += [flag, str(free_port())]
-    cmd += ["--state-dir", state, "--log-level", "warning"]
+    cmd += ["--admin-port", str(admin), "--state-dir", state, "--log-level", "warning"]
     return subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+
+
+def status_writes(admin: int) -> dict[str, float]:
+    """turnout_status_writes_total by result, from turnout's /metrics."""
+    text = httpx.get(f"http://127.0.0.1:{admin}/metrics", timeout=30).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("turnout_status_writes_total{"):
+            result = line.split('result="', 1)[1].split('"', 1)[0]
+            out[result] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def setup_objects() -> list[tuple[str, dict[str, Any]]]:
@@ -197,18 +208,22 @@ async def gateway_has_status(api: httpx.AsyncClient) -> bool:
 async def measure(api: httpx.AsyncClient, kind: str, n: int, kubeconfig: Path) -> dict[str, float]:
     for k, o in setup_objects():
         await send_all(api, [("POST", collection(k), o)])
+    admin = free_port()
     with tempfile.TemporaryDirectory() as state:
-        proc = start_turnout(kubeconfig, state)
+        proc = start_turnout(kubeconfig, state, admin)
         try:
             # Ready: the Gateway got its status (watches up, a compile and a write done).
             await wait(lambda: gateway_has_status(api), 120, "turnout's first status")
             await asyncio.sleep(1.0)
+            before = status_writes(admin)
             creates = [("POST", collection(kind), o) for o in objects(kind, n)]
             started = time.perf_counter()
             await send_all(api, creates)
             created = time.perf_counter() - started
             await wait(lambda: all_converged(api, kind, n), 600, "every status written")
             total = time.perf_counter() - started
+            await asyncio.sleep(2.0)  # anything written after convergence counts too
+            after = status_writes(admin)
         finally:
             proc.terminate()
             proc.wait(timeout=60)
@@ -220,7 +235,8 @@ async def measure(api: httpx.AsyncClient, kind: str, n: int, kubeconfig: Path) -
     started = time.perf_counter()
     await send_all(api, patches)
     patched = time.perf_counter() - started
-    return {"create_s": created, "converged_s": total, "patch_s": patched}
+    written = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    return {"create_s": created, "converged_s": total, "patch_s": patched, **written}
 
 
 async def run_once(kind: str, n: int) -> dict[str, float]:
@@ -254,7 +270,9 @@ def main() -> None:
             f"run {i + 1}: {args.objects} {args.kind}s: the fake accepted the creates in "
             f"{r['create_s']:.2f} s; every status written {r['converged_s']:.2f} s after the "
             f"first create ({r['converged_s'] - r['create_s']:.2f} s after the last); baseline: "
-            f"{args.objects} status patches from a plain client took {r['patch_s']:.2f} s",
+            f"{args.objects} status patches from a plain client took {r['patch_s']:.2f} s; "
+            f"turnout's writes: {int(r.get('written', 0))} written, "
+            f"{int(r.get('conflict', 0))} conflicts, {int(r.get('error', 0))} errors",
             flush=True,
         )
 
