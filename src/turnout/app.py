@@ -31,11 +31,16 @@ from turnout.metrics import Metrics
 from turnout.sources.base import Source
 from turnout.sources.files import FileSource
 from turnout.sources.kubernetes.api import load_config
+from turnout.sources.kubernetes.reflector import StatusObserver
 from turnout.sources.kubernetes.source import KubernetesSource
+from turnout.status.sink import StatusSink
 from turnout.store import Snapshot
 
 if TYPE_CHECKING:
+    from lightkube import AsyncClient
+
     from turnout.controller import Controller
+    from turnout.sources.kubernetes.status_sink import KubeStatusSink
 
 
 def default_dialects() -> Dialects:
@@ -63,8 +68,9 @@ def compile_options(config: ServeConfig) -> CompileOptions:
         max_include_revisits=config.max_include_revisits,
         disable_permit_insecure=config.disable_permit_insecure,
         ingress_class_name=config.ingress_class_name,
-        # Every source is a files source: nothing else could take a classless Ingress.
-        classless_ingress_is_ours=True,
+        # Files: nothing else could take a classless Ingress; in a cluster, only the default
+        # IngressClass gives one to a controller.
+        classless_ingress_is_ours=config.kubernetes is None,
         routegroup_class=config.routegroup_class,
         fallback_certificate=config.fallback_certificate,
         enable_external_name_service=config.enable_external_name_service,
@@ -75,6 +81,7 @@ def compile_options(config: ServeConfig) -> CompileOptions:
             (config.envoy_admin_port, "--envoy-admin-port"),
         ),
         rate_limit_service=rate_limit_service(config),
+        status_address=config.ingress_status_address,
     )
 
 
@@ -146,13 +153,48 @@ def default_sources(config: ServeConfig) -> list[Source]:
     ]
 
 
-def kubernetes_source(settings: KubernetesSettings) -> Source:
-    """Every kind the dialects (and the compile itself) read, from the API server. ValueError
-    when there is no usable kubeconfig or in-cluster configuration."""
+def kubernetes_status_sink(
+    config: ServeConfig, client: AsyncClient, metrics: Metrics
+) -> KubeStatusSink:
+    """Kubernetes mode's status writer, behind leader election unless `--no-leader-elect`."""
+    # Imported here: file mode never loads the Kubernetes client.
+    from turnout.sources.kubernetes import leader
+    from turnout.sources.kubernetes.status_api import LightkubeLeaseApi, LightkubeStatusApi
+    from turnout.sources.kubernetes.status_sink import KubeStatusSink
+    from turnout.sources.kubernetes.status_writer import StatusWriter, WriterSettings
+
+    writer = StatusWriter(
+        LightkubeStatusApi(client),
+        WriterSettings(
+            controller_name=config.gateway_controller_name,
+            writes_per_second=config.status_writes_per_second,
+            burst=config.status_write_burst,
+        ),
+        metrics=metrics,
+    )
+    if not config.leader_elect:
+        return KubeStatusSink(writer, None)
+    settings = leader.ElectionSettings(
+        identity=leader.default_identity(),
+        lease_duration_s=config.leader_election_lease_duration_s,
+        renew_deadline_s=config.leader_election_renew_deadline_s,
+        retry_period_s=config.leader_election_retry_period_s,
+    )
+    lease = LightkubeLeaseApi(client, config.leader_election_namespace)
+    return KubeStatusSink(writer, leader.LeaderElector(lease, settings, writer.set_leading))
+
+
+def kubernetes_source(
+    settings: KubernetesSettings, observer: StatusObserver | None = None
+) -> Source:
+    """Every kind the dialects (and the compile itself) read, from the API server, telling
+    `observer` (the status writer) each object's current status. ValueError when there is no
+    usable kubeconfig or in-cluster configuration."""
     return KubernetesSource(
         load_config(settings.kubeconfig, settings.context),
         readable=default_dialects().kinds | CORE_KINDS,
         namespaces=settings.watch_namespaces,
+        observer=observer,
     )
 
 
@@ -160,11 +202,21 @@ def build_controller(
     config: ServeConfig,
     metrics: Metrics | None = None,
     sources: Sequence[Source] | None = None,
+    status_sinks: Sequence[StatusSink] = (),
 ) -> Controller:
     """A controller for `config` with every dialect and `sources` (the files source)."""
     # Imported here: `check` and `explain` never load the gRPC server and Envoy protos.
     from turnout.controller import Controller
 
+    metrics = metrics or Metrics()
+    if config.kubernetes is not None and sources is None:
+        # The status writer, told each object's current status by the source's watches.
+        from lightkube import AsyncClient
+
+        kube = load_config(config.kubernetes.kubeconfig, config.kubernetes.context)
+        sink = kubernetes_status_sink(config, AsyncClient(kube), metrics)
+        sources = [kubernetes_source(config.kubernetes, observer=sink)]
+        status_sinks = (*status_sinks, sink)
     return Controller(
         config,
         sources=default_sources(config) if sources is None else sources,
@@ -172,6 +224,7 @@ def build_controller(
         compile_options=compile_options(config),
         translate_options=translate_options(config),
         metrics=metrics,
+        status_sinks=status_sinks,
     )
 
 

@@ -49,6 +49,8 @@ from turnout.graph.model import DirectResponse, Forward, Redirect
 from turnout.graph.policy_answers import DEFAULT_CLIENT_ADDRESS, PolicyAnswer
 from turnout.objects import thaw
 from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, DEFAULT_MAX_FILE_BYTES, FileSource
+from turnout.sources.kubernetes import leader
+from turnout.sources.kubernetes.status_writer import DEFAULT_WRITE_BURST, DEFAULT_WRITES_PER_SECOND
 from turnout.status.model import Condition, IgnoredObject, ObjectStatus
 from turnout.store import Store
 
@@ -424,6 +426,103 @@ def _add_discover_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number above 0, got {value!r}")
+    return int(value)
+
+
+def _positive_rate(value: str) -> float:
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = -1.0
+    if not 0 < rate < 1e6:  # NaN fails the comparison too
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {value!r}")
+    return rate
+
+
+def _add_kubernetes_status_flags(p: argparse.ArgumentParser) -> None:
+    """Kubernetes mode: leader election and status writing (docs/kubernetes.md)."""
+    p.add_argument(
+        "--no-leader-elect",
+        action="store_true",
+        help="Kubernetes mode: write status without holding the leader-election Lease (run one "
+        "replica only)",
+    )
+    p.add_argument(
+        "--leader-election-namespace",
+        default=leader.DEFAULT_NAMESPACE,
+        metavar="NAMESPACE",
+        help="Kubernetes mode: the namespace of the Lease `turnout` whose holder writes status",
+    )
+    for name, default, what in (
+        ("lease-duration", leader.DEFAULT_LEASE_DURATION_S, "how long a Lease not renewed holds"),
+        (
+            "renew-deadline",
+            leader.DEFAULT_RENEW_DEADLINE_S,
+            "the leader steps down when it could not renew for this long",
+        ),
+        (
+            "retry-period",
+            leader.DEFAULT_RETRY_PERIOD_S,
+            "how often candidates try and the leader renews",
+        ),
+    ):
+        p.add_argument(
+            f"--leader-election-{name}",
+            type=_positive_seconds,
+            default=default,
+            metavar="SECONDS",
+            help=f"Kubernetes mode: {what} (client-go's default: %(default)g)",
+        )
+    p.add_argument(
+        "--ingress-status-address",
+        default="",
+        metavar="ADDRESS",
+        help="the IP or hostname written to Ingress and RouteGroup status.loadBalancer (the "
+        "Envoy Service's external address; default: --address)",
+    )
+    p.add_argument(
+        "--status-write-qps",
+        type=_positive_rate,
+        default=DEFAULT_WRITES_PER_SECOND,
+        metavar="N",
+        help="Kubernetes mode: status writes per second at most (a token bucket)",
+    )
+    p.add_argument(
+        "--status-write-burst",
+        type=_positive_int,
+        default=DEFAULT_WRITE_BURST,
+        metavar="N",
+        help="Kubernetes mode: status writes allowed at once before --status-write-qps applies",
+    )
+
+
+def _kubernetes_status_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The ServeConfig fields of `_add_kubernetes_status_flags` (their defaults for `check`
+    and `explain`, which do not take them)."""
+    d = ServeConfig(paths=())
+    return {
+        "leader_elect": not getattr(args, "no_leader_elect", not d.leader_elect),
+        "leader_election_namespace": getattr(
+            args, "leader_election_namespace", d.leader_election_namespace
+        ),
+        "leader_election_lease_duration_s": getattr(
+            args, "leader_election_lease_duration", d.leader_election_lease_duration_s
+        ),
+        "leader_election_renew_deadline_s": getattr(
+            args, "leader_election_renew_deadline", d.leader_election_renew_deadline_s
+        ),
+        "leader_election_retry_period_s": getattr(
+            args, "leader_election_retry_period", d.leader_election_retry_period_s
+        ),
+        "ingress_status_address": getattr(args, "ingress_status_address", ""),
+        "status_writes_per_second": getattr(args, "status_write_qps", d.status_writes_per_second),
+        "status_write_burst": getattr(args, "status_write_burst", d.status_write_burst),
+    }
+
+
 def serve_config(args: argparse.Namespace) -> ServeConfig:
     """The settings the flags of `serve`, `check` or `explain` give (one builder for all three;
     the flags only `serve` has keep their defaults for the others)."""
@@ -473,6 +572,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         exclude=tuple(args.exclude),
         state_dir=getattr(args, "state_dir", defaults.state_dir),
         max_file_bytes=getattr(args, "max_file_bytes", defaults.max_file_bytes),
+        **_kubernetes_status_settings(args),
         kubernetes=kubernetes_settings(args),
     )
 
@@ -583,6 +683,7 @@ def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     _add_xds_tls_flags(serve, server=True)
     serve.add_argument("--node-id", default="turnout-envoy", help="the child Envoy's node id")
+    _add_kubernetes_status_flags(serve)
     serve.add_argument(
         "--state-dir",
         type=Path,
@@ -1425,6 +1526,10 @@ def _setup_logging(level: str, fmt: str) -> None:
         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
+    # The Kubernetes client's HTTP library logs every request at info: one line per status
+    # write and Lease renewal would drown turnout's own log.
+    for name in ("httpx2", "httpcore2"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -1438,6 +1543,14 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"turnout: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return EXIT_UNREADABLE
     config = serve_config(args)
+    timing = leader.timing_problem(
+        config.leader_election_lease_duration_s,
+        config.leader_election_renew_deadline_s,
+        config.leader_election_retry_period_s,
+    )
+    if timing:
+        print(f"turnout: {timing}", file=sys.stderr)
+        return EXIT_UNREADABLE
     if config.run_envoy:
         try:
             envoy_state_dir(config).prepare()
@@ -1454,8 +1567,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(_run(config))
-    except (OSError, EnvoyNotFoundError) as err:
-        # A port taken between the check above and the bind, an Envoy that cannot be run.
+    except (OSError, EnvoyNotFoundError, ValueError) as err:
+        # A port taken between the check above and the bind, an Envoy that cannot be run, no
+        # usable kubeconfig.
         print(f"turnout: {err}", file=sys.stderr)
         return EXIT_UNREADABLE
     return EXIT_OK

@@ -177,10 +177,18 @@ class CompileOptions:
     # `--rate-limit-service`: without one, global rate limit policies are refused (Envoy would
     # have no one to ask).
     rate_limit_service: RateLimitService | None = None
-    # `--max-include-revisits`: how many times one root's include (HTTPProxy) or delegation
-    # (IngressRoute) walk may reach an object it already walked on another path. Distinct
-    # objects cost linearly and are not counted; shared children are what grows exponentially.
+    # `--max-include-revisits`: how much one root's include (HTTPProxy) or delegation
+    # (IngressRoute) walk may do again: each object it reaches again on another path costs 1 plus
+    # its routes. Distinct objects cost linearly and are not counted; shared children are what
+    # grows exponentially.
     max_include_revisits: int = DEFAULT_MAX_INCLUDE_REVISITS
+    # `--ingress-status-address`: what Ingress and RouteGroup `status.loadBalancer` name (an IP
+    # or a hostname: the Envoy Service's external address); "": `address`.
+    status_address: str = ""
+
+    @property
+    def load_balancer_address(self) -> str:
+        return self.status_address or self.address
 
     def dns_answer(self, name: str) -> DnsAnswer | None:
         for found in self.dns_answers:

@@ -14,6 +14,8 @@ from turnout.compile_inputs import (
 from turnout.envoy.stats import EnvoyStats
 from turnout.envoy.xds_tls import XdsTlsFiles
 from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, DEFAULT_MAX_FILE_BYTES
+from turnout.sources.kubernetes import leader
+from turnout.sources.kubernetes.status_writer import DEFAULT_WRITE_BURST, DEFAULT_WRITES_PER_SECOND
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,19 @@ class ServeConfig:
     exclude: tuple[str, ...] = ()
     # Kubernetes mode (`serve --kubernetes`): objects come from an API server, not from `paths`.
     kubernetes: KubernetesSettings | None = None
+    # Kubernetes mode, status and leader election (docs/kubernetes.md): only the holder of the
+    # Lease `turnout` in `leader_election_namespace` writes status (`--no-leader-elect`: this one
+    # always does); client-go's timings.
+    leader_elect: bool = True
+    leader_election_namespace: str = leader.DEFAULT_NAMESPACE
+    leader_election_lease_duration_s: float = leader.DEFAULT_LEASE_DURATION_S
+    leader_election_renew_deadline_s: float = leader.DEFAULT_RENEW_DEADLINE_S
+    leader_election_retry_period_s: float = leader.DEFAULT_RETRY_PERIOD_S
+    # The address (IP or hostname) written to Ingress and RouteGroup `status.loadBalancer`;
+    # "": `address`.
+    ingress_status_address: str = ""
+    status_writes_per_second: float = DEFAULT_WRITES_PER_SECOND
+    status_write_burst: int = DEFAULT_WRITE_BURST
 
 
 def split_host_port(value: str) -> tuple[str, int]:

@@ -61,6 +61,7 @@ from turnout.sources.base import Source, StoreSink
 from turnout.sources.local_addresses import HostWatcher
 from turnout.sources.oidc import IssuerDiscoverer
 from turnout.status.model import IgnoredObject, ObjectStatus, State, stamp_transitions
+from turnout.status.sink import StatusSink
 from turnout.store import Snapshot, SourceProblem, Store, same_content
 
 log = logging.getLogger("turnout")
@@ -149,8 +150,11 @@ class Controller:
         compile_options: CompileOptions,
         translate_options: TranslateOptions,
         metrics: Metrics | None = None,
+        status_sinks: Sequence[StatusSink] = (),
     ) -> None:
         self.config = config
+        # Told every published status (Kubernetes mode: the status writer).
+        self.status_sinks = tuple(status_sinks)
         self.sources = tuple(sources)
         self.dialects = dialects
         self.compile_options = compile_options
@@ -385,6 +389,8 @@ class Controller:
         # Programmed changes with Envoy's answers, so it is counted here, not per compile.
         for value, count in programmed_counts(self._published).items():
             self.metrics.gateways.labels(programmed=value).set(count)
+        for sink in self.status_sinks:
+            sink.publish(self._published)
 
     def status_json(self, status: ObjectStatus) -> dict[str, Any]:
         return self.dialects.status_json(status)
@@ -446,6 +452,8 @@ class Controller:
             )
         self._tasks.append(asyncio.create_task(self._compile_loop(), name="turnout-compile"))
         self._tasks.append(asyncio.create_task(self.hosts.run(), name="turnout-hosts"))
+        for sink in self.status_sinks:
+            self._tasks.append(asyncio.create_task(sink.run(), name="turnout-status-sink"))
         await self._wait_first_compile()
         if self.config.demo_backends:
             await self._start_demo_backends()

@@ -20,6 +20,8 @@ from prometheus_client import (
 # import).
 XDS_TYPES = ("cluster", "endpoint", "listener", "route", "secret")
 PROGRAMMED_VALUES = ("True", "False", "Unknown")
+# The `result` label of turnout_status_writes (sources/kubernetes/status_writer.py).
+STATUS_WRITE_RESULTS = ("written", "conflict", "gone", "error")
 
 
 class Metrics:
@@ -86,6 +88,19 @@ class Metrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30, 60),
             registry=self.registry,
         )
+        self.leader = Gauge(
+            "turnout_leader",
+            "1 while this turnout holds the leader-election Lease (or runs without election) and "
+            "writes status in Kubernetes mode, else 0",
+            registry=self.registry,
+        )
+        self.status_writes = Counter(
+            "turnout_status_writes",
+            "Status subresource writes in Kubernetes mode, by result (written; conflict: a 409, "
+            "re-read and retried; gone: the object was deleted; error: any other failure)",
+            ["result"],
+            registry=self.registry,
+        )
         self._register_runtime_collectors()
         self._initialise_labels()
 
@@ -103,3 +118,5 @@ class Metrics:
                 counter.labels(type=xds_type)
         for value in PROGRAMMED_VALUES:
             self.gateways.labels(programmed=value)
+        for result in STATUS_WRITE_RESULTS:
+            self.status_writes.labels(result=result)

@@ -396,3 +396,33 @@ async def test_statuses_settle_when_envoy_answers_and_keep_their_transition_time
         if fake is not None:
             await fake.stop()
         await controller.stop()
+
+
+class RecordingSink:
+    """A status sink that keeps what it was told, and whether it ran."""
+
+    def __init__(self) -> None:
+        self.published: list[tuple[ObjectStatus, ...]] = []
+        self.running = False
+
+    def publish(self, statuses: Sequence[ObjectStatus]) -> None:
+        self.published.append(tuple(statuses))
+
+    async def run(self) -> None:
+        self.running = True
+        await asyncio.Event().wait()
+
+
+async def test_status_sinks_are_told_each_change_of_the_published_statuses() -> None:
+    sink = RecordingSink()
+    source = ListSource("a", _objects(PROXY))
+    controller = build_controller(_config(), sources=[source], status_sinks=[sink])
+    await controller.start()
+    try:
+        await until(lambda: sink.running and bool(sink.published), 5.0)
+        assert sink.published[-1] == controller.statuses()
+        told = len(sink.published)
+        await controller.reload()  # nothing changed: nothing published again
+        assert len(sink.published) == told
+    finally:
+        await controller.stop()

@@ -312,6 +312,19 @@ def test_losing_a_host_keeps_the_ingress_other_hosts() -> None:
     assert status_of(result, "ing")["loadBalancer"] == {"ingress": [{"ip": "127.0.0.1"}]}
 
 
+@pytest.mark.parametrize(
+    ("address", "entry"),
+    [("203.0.113.7", {"ip": "203.0.113.7"}), ("lb.example.net", {"hostname": "lb.example.net"})],
+)
+def test_ingress_status_address_is_the_load_balancer(address: str, entry: dict[str, str]) -> None:
+    """--ingress-status-address (the Envoy Service's external address) rather than --address."""
+    result = compile_objects(
+        [service("svc"), ingress("ing", rule("a.example.com", path("/")))],
+        status_address=address,
+    )
+    assert status_of(result, "ing")["loadBalancer"] == {"ingress": [entry]}
+
+
 # --- merging and precedence ---------------------------------------------------------------------
 
 

@@ -15,8 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
+from turnout.objects import ObjectRef
 from turnout.sources.base import SourceSink
 from turnout.sources.kubernetes.api import RETRYABLE, Json, KubeApi, KubeApiError
 from turnout.sources.kubernetes.convert import ref_of, to_object
@@ -53,6 +56,17 @@ class WatchSettings:
 DEFAULT_SETTINGS = WatchSettings()
 
 
+class StatusObserver(Protocol):
+    """Told the status each object has in the API server (which the store does not keep): the
+    status writer compares with it, so it writes only what changed and never reads first."""
+
+    def observe(
+        self, ref: ObjectRef, resource_version: str, status: Mapping[str, Any] | None
+    ) -> None: ...
+
+    def forget(self, ref: ObjectRef) -> None: ...
+
+
 class Gone(Exception):
     """410: the resourceVersion to watch from was compacted; list again."""
 
@@ -84,8 +98,10 @@ class Reflector:
         namespace: str | None,
         sink: SourceSink,
         settings: WatchSettings = DEFAULT_SETTINGS,
+        observer: StatusObserver | None = None,
     ) -> None:
         self.api = api
+        self.observer = observer if resource.writes_status else None
         self.resource = resource
         self.namespace = namespace if resource.namespaced else None
         self.sink = sink
@@ -139,6 +155,7 @@ class Reflector:
             obj = to_object(item, self.resource) if isinstance(item, dict) else None
             if obj is not None:
                 objects.append(obj)
+                self._observe(item)
         self.sink.replace_partition(self.partition, objects)
         meta = body.get("metadata")
         self.rv = str(meta.get("resourceVersion", "")) if isinstance(meta, dict) else ""
@@ -184,7 +201,22 @@ class Reflector:
             obj = to_object(raw, self.resource)
             if obj is not None:
                 self.sink.upsert(self.partition, obj)
+                self._observe(raw)
         elif kind == "DELETED":
             ref = ref_of(raw, self.resource)
             if ref is not None:
                 self.sink.delete(self.partition, ref)
+                if self.observer is not None:
+                    self.observer.forget(ref)
+
+    def _observe(self, raw: Json) -> None:
+        ref = ref_of(raw, self.resource) if self.observer is not None else None
+        if self.observer is None or ref is None:
+            return
+        meta = raw.get("metadata") or {}
+        status = raw.get("status")
+        self.observer.observe(
+            ref,
+            str(meta.get("resourceVersion", "")),
+            status if isinstance(status, Mapping) else None,
+        )

@@ -18,7 +18,12 @@ from turnout.sources.base import SourceSink
 from turnout.sources.kubernetes.api import RETRYABLE, KubeApi
 from turnout.sources.kubernetes.discovery import discover, wanted
 from turnout.sources.kubernetes.kinds import ApiResource
-from turnout.sources.kubernetes.reflector import DEFAULT_SETTINGS, Reflector, WatchSettings
+from turnout.sources.kubernetes.reflector import (
+    DEFAULT_SETTINGS,
+    Reflector,
+    StatusObserver,
+    WatchSettings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +39,10 @@ class KubernetesSource:
         namespaces: Sequence[str] = (),
         rediscover_s: float = DEFAULT_REDISCOVER_S,
         settings: WatchSettings = DEFAULT_SETTINGS,
+        observer: StatusObserver | None = None,
     ) -> None:
         self._config = config
+        self.observer = observer  # the status writer, told each object's current status
         self._want = wanted(readable)
         self._namespaces = tuple(namespaces)
         self._rediscover_s = rediscover_s
@@ -114,6 +121,6 @@ class KubernetesSource:
         )
         pairs = []
         for ns in namespaces:
-            reflector = Reflector(api, resource, ns, sink, self._settings)
+            reflector = Reflector(api, resource, ns, sink, self._settings, self.observer)
             pairs.append((reflector, asyncio.create_task(reflector.run())))
         self._running[key] = pairs
