@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 MAX_TRUSTED_HOPS = 2**32 - 1
 DEFAULT_TRACING_SERVICE_NAME = "turnout"
 DEFAULT_TRACING_SAMPLING_PERCENT = 100.0
+# Below this many routes a virtual host stays a list (docs/benchmarks.md has the measurement).
+DEFAULT_MATCHER_TREE_MIN_ROUTES = 128
 
 
 class AccessLogFormat(StrEnum):
@@ -89,6 +91,9 @@ class TranslateOptions:
     `rate_limit_service`: the global rate limit service every HTTP connection manager's
     ratelimit filter asks (over a cluster of its own, `clusters.rate_limit_cluster`); None: no
     ratelimit filter (the compile then lets no global policy into the graph).
+    `matcher_tree_min_routes`: a virtual host with at least this many routes is translated to a
+    matcher tree (`route_tree`), which finds a request's route without walking the list; 0:
+    every host stays a list.
     `jwt_providers`: set by `translate` from the graph (`http_filters.jwt_providers`), not by
     callers: the JWT providers every HTTP connection manager carries.
     """
@@ -101,6 +106,7 @@ class TranslateOptions:
     system_ca_file: str = DEFAULT_SYSTEM_CA_FILE
     paths: PathNormalization = DEFAULT_PATH_NORMALIZATION
     rate_limit_service: RateLimitService | None = None
+    matcher_tree_min_routes: int = DEFAULT_MATCHER_TREE_MIN_ROUTES
     jwt_providers: tuple[JwtValidation, ...] = ()
 
     def __post_init__(self) -> None:
@@ -109,4 +115,8 @@ class TranslateOptions:
         if not 0 <= self.num_trusted_hops <= MAX_TRUSTED_HOPS:
             raise ValueError(
                 f"num_trusted_hops must be in 0-{MAX_TRUSTED_HOPS}, got {self.num_trusted_hops}"
+            )
+        if self.matcher_tree_min_routes < 0:
+            raise ValueError(
+                f"matcher_tree_min_routes must be 0 or more, got {self.matcher_tree_min_routes}"
             )
