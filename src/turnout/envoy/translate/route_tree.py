@@ -22,7 +22,7 @@ request reaching it:
 So the first route of a leaf that matches is the first route of the whole list that matches, for
 every request. A tree that would copy routes into leaves more than `MAX_COPIES_PER_ROUTE` times
 on average (many regex routes next to many prefixes, or deep chains of nested prefixes) is not
-built: the host stays a list.
+built: the host stays a list, as does a host without any route a key can stand for.
 """
 
 from __future__ import annotations
@@ -106,13 +106,16 @@ def plan_route_tree(
     matches: Sequence[RouteMatch], max_copies: int = MAX_COPIES_PER_ROUTE
 ) -> RouteTree | None:
     """The leaves for routes with these matches (in first-match order), or None when the tree
-    would hold more than `max_copies` entries per route."""
+    would hold more than `max_copies` entries per route or has no key at all (a list then
+    costs the same, and Envoy refuses a tree without one)."""
     placements = [placement(m) for m in matches]
     everywhere = tuple(i for i, p in enumerate(placements) if p.key is None)
     by_key: dict[str, list[int]] = {}
     for i, p in enumerate(placements):
         if p.key is not None:
             by_key.setdefault(p.key, []).append(i)
+    if not by_key:
+        return None
     budget = max_copies * len(matches) - len(everywhere) * (len(by_key) + 1)
     if budget < 0:
         return None
