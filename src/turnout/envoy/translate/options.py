@@ -7,6 +7,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from turnout.compile_inputs import (
+    DEFAULT_MATCHER_TREE_MIN_ROUTES,
     DEFAULT_PATH_NORMALIZATION,
     DEFAULT_SYSTEM_CA_FILE,
     PathNormalization,
@@ -20,8 +21,6 @@ if TYPE_CHECKING:
 MAX_TRUSTED_HOPS = 2**32 - 1
 DEFAULT_TRACING_SERVICE_NAME = "turnout"
 DEFAULT_TRACING_SAMPLING_PERCENT = 100.0
-# Below this many routes a virtual host stays a list (docs/benchmarks.md has the measurement).
-DEFAULT_MATCHER_TREE_MIN_ROUTES = 128
 
 
 class AccessLogFormat(StrEnum):

@@ -26,11 +26,11 @@ from envoy.config.route.v3 import route_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.v3 import percent_pb2
 
+from turnout.compile_inputs import DEFAULT_MATCHER_TREE_MIN_ROUTES
 from turnout.envoy.translate.http_filters import (
     set_route_filter_configs,
     set_virtual_host_filter_configs,
 )
-from turnout.envoy.translate.options import DEFAULT_MATCHER_TREE_MIN_ROUTES
 from turnout.envoy.translate.rate_limit import RATELIMIT_FILTER, opt_out, rate_limits
 from turnout.envoy.translate.route_policies import apply_route_policies
 from turnout.envoy.translate.route_tree import matcher_tree, plan_route_tree
