@@ -33,10 +33,8 @@ from typing import Any
 
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.type.matcher.v3 import http_inputs_pb2
-from xds.core.v3 import extension_pb2
 from xds.type.matcher.v3 import matcher_pb2
 
-from turnout.envoy.translate.common import pack
 from turnout.graph.model import PathMatchKind, RouteMatch
 
 __all__ = [
@@ -50,10 +48,6 @@ __all__ = [
 
 # Leaf entries per route beyond which the tree costs more memory than it saves time.
 MAX_COPIES_PER_ROUTE = 4
-
-# Characters a key must not hold: the trie reads the raw `:path`, query and fragment included,
-# while route path matches read the path alone.
-_NOT_IN_KEYS = ("?", "#")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +91,9 @@ def placement(match: RouteMatch) -> Placement:
         key = path.value.rstrip("/")
     elif path.kind is PathMatchKind.REGEX:
         key = None
-    if not key or key == "/" or any(c in key for c in _NOT_IN_KEYS):
+    # The trie reads the raw `:path`, query string included, while path matches read the path
+    # alone: a key holding `?` or `#` would be reached by requests the route never matches.
+    if not key or key == "/" or "?" in key or "#" in key:
         key = None
     return Placement(path.kind, key)
 
@@ -119,41 +115,67 @@ def plan_route_tree(
     budget = max_copies * len(matches) - len(everywhere) * (len(by_key) + 1)
     if budget < 0:
         return None
+    lengths = sorted({len(k) for k in by_key})
     leaves = []
     for key in sorted(by_key):
-        keyed = [i for k in _keys_prefixing(key, by_key) for i in by_key[k]]
-        fitting = [i for i in keyed if placements[i].fits(key)]
+        # A key's own routes always fit it; only routes under shorter keys need the check.
+        fitting = by_key[key] + [
+            i
+            for shorter in _shorter_keys(key, by_key, lengths)
+            for i in by_key[shorter]
+            if placements[i].fits(key)
+        ]
         budget -= len(fitting)
         if budget < 0:
             return None
-        leaves.append((key, tuple(sorted((*fitting, *everywhere)))))
+        if len(fitting) > len(by_key[key]) or everywhere:
+            fitting = sorted(fitting + list(everywhere))
+        leaves.append((key, tuple(fitting)))
     return RouteTree(tuple(leaves), everywhere)
 
 
-def _keys_prefixing(key: str, keys: dict[str, list[int]]) -> list[str]:
-    # One set lookup per prefix length: linear in the key's length, not in the number of keys.
-    return [key[:n] for n in range(1, len(key) + 1) if key[:n] in keys]
+def _shorter_keys(key: str, keys: dict[str, list[int]], lengths: list[int]) -> list[str]:
+    # One lookup per length some key has: not a scan of the keys.
+    return [key[:n] for n in lengths if n < len(key) and key[:n] in keys]
 
 
 def matcher_tree(tree: RouteTree, routes: Sequence[Any]) -> Any:
     """The `xds.type.matcher.v3.Matcher` for `tree`, whose indices point into `routes` (the
     host's translated `envoy.config.route.v3.Route` messages)."""
+    # Each route is serialized once and the leaves are assembled from those bytes: a route sits
+    # in many leaves (a catch-all in all of them), and copying messages per leaf would cost more
+    # than the rest of the translation.
+    encoded = [_route_list_entry(r.SerializeToString(deterministic=True)) for r in routes]
     out = matcher_pb2.Matcher()
     node = out.matcher_tree
-    node.input.CopyFrom(
-        extension_pb2.TypedExtensionConfig(
-            name="request-path",
-            typed_config=pack(http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=":path")),
-        )
+    node.input.name = "request-path"
+    node.input.typed_config.Pack(
+        http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=":path"), deterministic=True
     )
     for key, indices in tree.leaves:
-        node.prefix_match_map.map[key].action.CopyFrom(_route_list(indices, routes))
+        _set_route_list(node.prefix_match_map.map[key].action, indices, encoded)
     if tree.no_match:
-        out.on_no_match.action.CopyFrom(_route_list(tree.no_match, routes))
+        _set_route_list(out.on_no_match.action, tree.no_match, encoded)
     return out
 
 
-def _route_list(indices: Sequence[int], routes: Sequence[Any]) -> Any:
-    return extension_pb2.TypedExtensionConfig(
-        name="routes", typed_config=pack(rc.RouteList(routes=[routes[i] for i in indices]))
-    )
+def _set_route_list(action: Any, indices: Sequence[int], encoded: Sequence[bytes]) -> None:
+    action.name = "routes"
+    action.typed_config.type_url = _ROUTE_LIST_URL
+    action.typed_config.value = b"".join(encoded[i] for i in indices)
+
+
+_ROUTE_LIST_URL = "type.googleapis.com/" + rc.RouteList.DESCRIPTOR.full_name
+# RouteList.routes is field 1, length-delimited: tag byte (1 << 3) | 2.
+_ROUTES_TAG = b"\x0a"
+
+
+def _route_list_entry(route: bytes) -> bytes:
+    """One `RouteList.routes` entry on the wire: the tag, the length as a varint, the route."""
+    n = len(route)
+    length = bytearray()
+    while n > 0x7F:
+        length.append((n & 0x7F) | 0x80)
+        n >>= 7
+    length.append(n)
+    return _ROUTES_TAG + bytes(length) + route
