@@ -12,6 +12,9 @@ is reported. Before measuring, each Envoy must answer the request with the last 
     python3 bench/route_table.py                      # 1, 1000, 10000 routes; 5 rounds of 5 s
     python3 bench/route_table.py --routes 1 100 1000 --rounds 3 --seconds 3
     python3 bench/route_table.py --envoy-cpu 0 --wrk-cpu 1   # pin Envoy and wrk (taskset)
+    python3 bench/route_table.py --routes 45000 --translate-only  # turnout's side only
+
+It also prints what the tree costs turnout for the largest table: translate time and bytes.
 """
 
 from __future__ import annotations
@@ -155,6 +158,20 @@ def measure(args: argparse.Namespace) -> dict[Config, list[float]]:
     return ratios
 
 
+def translation_cost(routes: int, repeat: int = 3) -> None:
+    """What the tree costs turnout: translate time and RouteConfiguration bytes, list vs tree."""
+    print(f"\n| {routes} routes | translate (median of {repeat}) | bytes |\n|---|---|---|")
+    for shape, min_routes in SHAPES.items():
+        times, size = [], 0
+        table, options = graph(routes, 8080), TranslateOptions(matcher_tree_min_routes=min_routes)
+        for _ in range(repeat):
+            start = time.perf_counter()
+            resources = translate(table, options)
+            times.append(time.perf_counter() - start)
+            size = len(resources.routes[0].SerializeToString(deterministic=True))
+        print(f"| {shape} | {statistics.median(times) * 1000:.0f} ms | {size:,} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--routes", type=int, nargs="+", default=[1, 1000, 10000])
@@ -162,9 +179,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--envoy-cpu", help="taskset CPU list for every Envoy")
     parser.add_argument("--wrk-cpu", help="taskset CPU list for wrk")
+    parser.add_argument("--translate-only", action="store_true", help="skip the Envoy load")
     args = parser.parse_args()
+    translation_cost(max(args.routes))
+    if args.translate_only:
+        return
     ratios = measure(args)
-    print("| routes | shape | requests/s vs 1 route (list), median | min | max |")
+    print("\n| routes | shape | requests/s vs 1 route (list), median | min | max |")
     print("|---|---|---|---|---|")
     for c, values in ratios.items():
         print(f"| {c.routes} | {c.shape} | {statistics.median(values):.3f} | "
