@@ -542,7 +542,8 @@ tree_path_matches = st.one_of(
         st.sampled_from([PathMatchKind.EXACT, PathMatchKind.PREFIX, PathMatchKind.SEGMENT_PREFIX]),
         st.sampled_from(TREE_PATHS),
     )] * 6,
-    st.builds(PathMatch, st.just(PathMatchKind.REGEX), st.sampled_from(["/a.*", "/a/[^/]+"])),
+    st.builds(PathMatch, st.just(PathMatchKind.REGEX),
+              st.sampled_from(["/a.*", "/a/[^/]+", "/ab?", "/a|/b", ".*b", "/a/b+/?"])),
 )  # fmt: skip
 tree_route_matches = st.builds(
     RouteMatch,

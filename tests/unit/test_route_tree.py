@@ -19,9 +19,11 @@ from hypothesis import strategies as st
 from turnout.envoy.translate import TranslateOptions, translate, translate_virtual_host
 from turnout.envoy.translate.route_tree import (
     MAX_COPIES_PER_ROUTE,
+    Placement,
     RouteTree,
     placement,
     plan_route_tree,
+    regex_literal_prefix,
 )
 from turnout.graph.evaluate import path_matches
 from turnout.graph.model import (
@@ -69,7 +71,7 @@ def test_every_leaf_holds_the_routes_that_can_match_there_in_the_hosts_order() -
     matches = [
         m(EXACT, "/a"),  # 0: leaf /a only
         m(PREFIX, "/a"),  # 1: /a and every key below it
-        m(REGEX, "/a/.*"),  # 2: everywhere
+        m(REGEX, ".*/b"),  # 2: everywhere
         m(SEGMENT, "/a/b/"),  # 3: /a/b and /a/b/..., not /a/bc
         m(PREFIX, "/a/b/c"),  # 4
         m(PREFIX, "/a/bc"),  # 5
@@ -96,10 +98,30 @@ def test_keys_never_hold_a_query_or_fragment_and_slash_is_everywhere() -> None:
     assert placement(m(EXACT, "/a/")).key == "/a/"
 
 
+def test_a_regex_is_placed_under_the_literal_text_every_path_it_matches_starts_with() -> None:
+    assert regex_literal_prefix("/team-a/.*") == "/team-a/"
+    assert regex_literal_prefix("/a/[^/]+") == "/a/"
+    assert regex_literal_prefix("/a/b+") == "/a/b"
+    # A quantifier makes the literal before it optional.
+    assert regex_literal_prefix("/ab?") == "/a"
+    assert regex_literal_prefix("/ab*c") == "/a"
+    assert regex_literal_prefix("/ab{0,2}") == "/a"
+    # Unsure: an alternation anywhere, an anchor or group first, an escape, non-ASCII.
+    assert regex_literal_prefix("/a|/b") == ""
+    assert regex_literal_prefix("^/a") == ""
+    assert regex_literal_prefix("(/a)/b") == ""
+    assert regex_literal_prefix("/a\\.b") == "/a"
+    assert regex_literal_prefix("/é") == "/"
+    assert placement(m(REGEX, "/team-a/.*")) == Placement(REGEX, "/team-a/")
+    assert placement(m(REGEX, "/.*")).key is None
+    tree = plan_route_tree([m(REGEX, "/a/.*"), m(PREFIX, "/a/b"), m(PREFIX, "/b")])
+    assert tree == RouteTree(leaves=(("/a/", (0,)), ("/a/b", (0, 1)), ("/b", (2,))), no_match=())
+
+
 def test_a_host_without_keys_or_copying_too_often_stays_a_list() -> None:
-    assert plan_route_tree([m(REGEX, "/a.*"), m(PREFIX, "/")]) is None
+    assert plan_route_tree([m(REGEX, ".*/a"), m(PREFIX, "/")]) is None
     # Every regex route would be copied into each of the many prefix leaves.
-    many = [m(PREFIX, f"/p{i}") for i in range(50)] + [m(REGEX, f"/r{i}.*") for i in range(50)]
+    many = [m(PREFIX, f"/p{i}") for i in range(50)] + [m(REGEX, f"(/r{i}).*") for i in range(50)]
     assert plan_route_tree(many) is None
     assert plan_route_tree(many, max_copies=60) is not None
     # Deep chains of nested prefixes copy each route into every longer key's leaf.
@@ -120,7 +142,9 @@ def test_ten_thousand_prefixes_make_one_entry_per_route() -> None:
 PATHS = ["/", "/a", "/a/", "/a/b", "/a/b/", "/a/bc", "/ab", "/a/b/c", "/b", "/a?x", "/a%2f", "/A"]
 route_matches = st.one_of(
     st.builds(m, st.sampled_from([EXACT, PREFIX, SEGMENT]), st.sampled_from(PATHS)),
-    st.builds(m, st.just(REGEX), st.sampled_from(["/a.*", "/a/[^/]+", "/b"])),
+    st.builds(
+        m, st.just(REGEX), st.sampled_from(["/a.*", "/a/[^/]+", "/b", "/ab?", "/a|/b", ".*b"])
+    ),
 )
 targets = st.builds(
     lambda base, cut, tail: base[: max(1, len(base) - cut)] + tail,

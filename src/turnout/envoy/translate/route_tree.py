@@ -16,8 +16,10 @@ request reaching it:
   map would miss `/e?x=1`): in the leaf `e` only, since no key holds `?`;
 - a path-segment prefix `s` (key `s`): in the leaves `s` and `s/...` (a key `sX` with another
   character after `s` is reached only by paths outside the segment);
-- anything a key cannot stand for (a regex, `/`, a prefix or path holding `?` or `#`): in every
-  leaf and in the list for requests no key prefixes (`on_no_match`).
+- a regex starting with literal text (`/team-a/.*`): placed as a prefix of that text, since
+  every path it matches starts with it;
+- anything a key cannot stand for (a regex without literal start, `/`, a prefix or path holding
+  `?` or `#`): in every leaf and in the list for requests no key prefixes (`on_no_match`).
 
 So the first route of a leaf that matches is the first route of the whole list that matches, for
 every request. A tree that would copy routes into leaves more than `MAX_COPIES_PER_ROUTE` times
@@ -44,6 +46,7 @@ __all__ = [
     "matcher_tree",
     "placement",
     "plan_route_tree",
+    "regex_literal_prefix",
 ]
 
 # Leaf entries per route beyond which the tree costs more memory than it saves time.
@@ -63,6 +66,7 @@ class Placement:
             return True
         if self.kind is PathMatchKind.EXACT:
             return leaf == self.key
+        # A regex with a literal prefix (`/team-a/.*`) is placed like a string prefix.
         if not leaf.startswith(self.key):
             return False
         if self.kind is PathMatchKind.SEGMENT_PREFIX:
@@ -90,12 +94,30 @@ def placement(match: RouteMatch) -> Placement:
     if path.kind is PathMatchKind.SEGMENT_PREFIX:
         key = path.value.rstrip("/")
     elif path.kind is PathMatchKind.REGEX:
-        key = None
+        key = regex_literal_prefix(path.value)
     # The trie reads the raw `:path`, query string included, while path matches read the path
     # alone: a key holding `?` or `#` would be reached by requests the route never matches.
     if not key or key == "/" or "?" in key or "#" in key:
         key = None
     return Placement(path.kind, key)
+
+
+# RE2's metacharacters; `?`, `*` and `{` after a literal make that literal optional.
+_REGEX_META = frozenset(".[]{}()*+?|^$\\")
+_OPTIONAL = frozenset("?*{")
+
+
+def regex_literal_prefix(pattern: str) -> str:
+    """The literal text every path this (fully matched) regex accepts starts with; "" when
+    unsure: an alternation anywhere, a leading group, class or anchor, a non-ASCII character."""
+    if "|" in pattern:
+        return ""
+    n = 0
+    while n < len(pattern) and pattern[n] not in _REGEX_META and pattern[n].isascii():
+        n += 1
+    if n < len(pattern) and pattern[n] in _OPTIONAL:
+        n -= 1
+    return pattern[: max(n, 0)]
 
 
 def plan_route_tree(
