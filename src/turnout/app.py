@@ -96,6 +96,7 @@ def translate_options(config: ServeConfig) -> TranslateOptions:
         access_log=access_log(config),
         tracing=tracing(config),
         rate_limit_service=rate_limit_service(config),
+        matcher_tree_min_routes=config.matcher_tree_min_routes,
     )
 
 

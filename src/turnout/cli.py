@@ -28,6 +28,7 @@ import yaml
 from turnout import app, certgen
 from turnout.compile_inputs import (
     DEFAULT_GATEWAY_CONTROLLER_NAME,
+    DEFAULT_MATCHER_TREE_MIN_ROUTES,
     DEFAULT_MAX_INCLUDE_REVISITS,
     DEFAULT_SYSTEM_CA_FILE,
     HTTP_LISTENER,
@@ -97,6 +98,16 @@ def _trusted_hops(value: str) -> int:
     if not 0 <= hops <= 2**32 - 1:  # Envoy's xff_num_trusted_hops is a uint32
         raise argparse.ArgumentTypeError(f"expected a whole number from 0, got {value!r}")
     return hops
+
+
+def _route_count(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0, got {value!r}")
+    return count
 
 
 def _collector(value: str) -> str:
@@ -291,6 +302,16 @@ def _add_compile_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
         help="what Envoy does with a path holding %%2F or %%5C: redirect (307) to the path "
         "with them decoded, reject (400), forward decoded, or keep them as they are "
         "(default: redirect)",
+    )
+    p.add_argument(
+        "--matcher-tree-min-routes",
+        type=_route_count,
+        default=DEFAULT_MATCHER_TREE_MIN_ROUTES,
+        metavar="N",
+        help="a virtual host with at least N routes is sent to Envoy as a matcher tree, which "
+        "finds a request's route by its path without walking the list; the first match stays "
+        "the same for every request (docs/data-plane.md; default: %(default)s, 0: never). Only "
+        "`serve` and `translate` use it",
     )
     p.add_argument(
         "--enable-external-name-service",
@@ -556,6 +577,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         system_ca_file=args.system_ca_file,
         disable_merge_slashes=args.disable_merge_slashes,
         escaped_slashes=args.escaped_slashes,
+        matcher_tree_min_routes=args.matcher_tree_min_routes,
         access_log=args.access_log,
         access_log_format=args.access_log_format,
         tracing_collector=args.tracing_collector,

@@ -25,6 +25,10 @@ OWN_HOP_SOURCE_ADDRESS = "127.0.0.84"
 # Debian's and Ubuntu's system CA bundle.
 DEFAULT_SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 
+# From this many routes on, a virtual host is a matcher tree in Envoy (`--matcher-tree-min-routes`,
+# docs/benchmarks.md has the measurement behind the default).
+DEFAULT_MATCHER_TREE_MIN_ROUTES = 128
+
 
 class ListenerProtocol(enum.Enum):
     HTTP = "HTTP"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from turnout.compile_inputs import (
     DEFAULT_GATEWAY_CONTROLLER_NAME,
+    DEFAULT_MATCHER_TREE_MIN_ROUTES,
     DEFAULT_MAX_INCLUDE_REVISITS,
     DEFAULT_SYSTEM_CA_FILE,
     EscapedSlashes,
@@ -69,6 +70,8 @@ class ServeConfig:
     # path_with_escaped_slashes_action): docs/policies.md, "Path normalisation".
     disable_merge_slashes: bool = False
     escaped_slashes: EscapedSlashes = EscapedSlashes.UNESCAPE_AND_REDIRECT
+    # A virtual host with this many routes or more is a matcher tree in Envoy (0: never).
+    matcher_tree_min_routes: int = DEFAULT_MATCHER_TREE_MIN_ROUTES
     # Envoy's access log on every HTTP connection manager and TCP proxy: "off", "stdout" (the
     # child Envoy's stdout is copied to turnout's stdout; turnout logs to stderr) or a file
     # path; "json" (Contour's field names) or "text" (docs/observability.md).

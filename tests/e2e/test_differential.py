@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 
 from turnout.envoy.bootstrap import bootstrap_config, write_bootstrap
 from turnout.envoy.process import EnvoyProcess
-from turnout.envoy.translate import translate
+from turnout.envoy.translate import TranslateOptions, translate
+from turnout.envoy.translate.route_tree import plan_route_tree
 from turnout.envoy.xds import XdsServer
 from turnout.graph.evaluate import (
     Decision,
@@ -136,8 +137,9 @@ class EnvoyUnderTest:
             self._thread.join(10)
             self._loop.close()
 
-    def serve(self, graph: RoutingGraph) -> RoutingGraph:
-        """Pushes `graph` (plus a probe host) and returns once Envoy's workers route with it."""
+    def serve(self, graph: RoutingGraph, options: TranslateOptions | None = None) -> RoutingGraph:
+        """Pushes `graph` (plus a probe host), translated with `options`, and returns once
+        Envoy's workers route with it."""
         self._generation += 1
         marker = f"generation-{self._generation}"
         probe = VirtualHost(
@@ -153,7 +155,7 @@ class EnvoyUnderTest:
         )  # fmt: skip
 
         async def push() -> bool:
-            version = self._server.set_resources(translate(graph))
+            version = self._server.set_resources(translate(graph, options))
             return await self._server.wait_acked(version, 15.0)
 
         assert self._run(push()), f"Envoy did not acknowledge: {self._server.readiness()[1]}"
@@ -527,6 +529,123 @@ def test_the_generated_requests_reach_every_kind_of_outcome() -> None:
     ):
         print(COVERAGE)
         assert COVERAGE[outcome] >= 2, (outcome, COVERAGE)
+
+
+# --- hosts translated to matcher trees ----------------------------------------------------------
+
+# Prefixes of prefixes, segment boundaries, trailing slashes and values no key can stand for.
+TREE_PATHS = ["/", "/a", "/a/", "/a/b", "/a/b/", "/a/bc", "/ab", "/a/b/c", "/b", "/b/", "/api",
+              "/api/v1", "/A", "/a.b", "/%41", "/a?x", "/a#f", "/ap"]  # fmt: skip
+tree_path_matches = st.one_of(
+    *[st.builds(
+        PathMatch,
+        st.sampled_from([PathMatchKind.EXACT, PathMatchKind.PREFIX, PathMatchKind.SEGMENT_PREFIX]),
+        st.sampled_from(TREE_PATHS),
+    )] * 6,
+    st.builds(PathMatch, st.just(PathMatchKind.REGEX),
+              st.sampled_from(["/a.*", "/a/[^/]+", "/ab?", "/a|/b", ".*b", "/a/b+/?"])),
+)  # fmt: skip
+tree_route_matches = st.builds(
+    RouteMatch,
+    path=tree_path_matches,
+    headers=st.lists(header_matches, max_size=1).map(tuple),
+    query=st.lists(query_matches, max_size=1).map(tuple),
+)
+TREE_HOSTS = [("a.example.com", HostnameMatch.EXACT), ("*.example.com",
+              HostnameMatch.WILDCARD_ONE_LABEL)]  # fmt: skip
+# Every host is a matcher tree, the probe host's one route included.
+TREES = TranslateOptions(matcher_tree_min_routes=1)
+
+
+@st.composite
+def tree_route_sets(draw: st.DrawFn) -> RoutingGraph:
+    hosts = draw(st.lists(st.sampled_from(TREE_HOSTS), min_size=1, max_size=2, unique=True))
+    vhosts = []
+    n = 0
+    for hostname, kind in hosts:
+        routes = []
+        for match in draw(st.lists(tree_route_matches, min_size=1, max_size=24)):
+            routes.append(_route(n, match, DirectResponse(200, f"{hostname}#{n}")))
+            n += 1
+        vhosts.append(VirtualHost(hostname, hostname, tuple(routes), OWNER, kind))
+    listener = Listener("ingress_http", "127.0.0.1", 0, ListenerProtocol.HTTP, tuple(vhosts))
+    return RoutingGraph(listeners=(listener,))
+
+
+TREE_SUFFIXES = ["", "", "/", "x", "/x", "b", "/b/c", "?q=a", "/?q=a", "?x=/a/b", "#f"]
+
+
+@st.composite
+def tree_probes_for(draw: st.DrawFn, graph: RoutingGraph) -> Probe:
+    """A request near one route's path: the path itself, a prefix of it, or it followed by a
+    trailing slash, more characters or segments, or a query string."""
+    vhosts = [vh for vh in graph.listeners[0].virtual_hosts if vh.routes]
+    if not vhosts:
+        return draw(random_probes)
+    vh = draw(st.sampled_from(vhosts))
+    route = draw(st.sampled_from(vh.routes))
+    base = draw(st.sampled_from(TREE_PATHS)) if route.match.path.kind is PathMatchKind.REGEX else (
+        route.match.path.value)  # fmt: skip
+    base = base[: draw(st.integers(1, len(base)))] if draw(st.booleans()) else base
+    target = base + draw(st.sampled_from(TREE_SUFFIXES))
+    headers: tuple[tuple[str, str], ...] = ()
+    for h in route.match.headers:
+        headers += draw(_header_for(h))
+    params = [draw(_param_for(q)) for q in route.match.query]
+    if params:
+        target += ("&" if "?" in target else "?") + "&".join(params)
+    return Probe(draw(_host_for(vh)), target, draw(methods), headers)
+
+
+TREE_COVERAGE: Counter[str] = Counter()
+
+
+@settings(
+    max_examples=60,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(graph=tree_route_sets(), data=st.data())
+def test_matcher_tree_hosts_route_generated_requests_as_the_evaluator_decides(
+    envoy: EnvoyUnderTest, graph: RoutingGraph, data: st.DataObject
+) -> None:
+    """The same comparison with every host translated to a matcher tree: the evaluator walks
+    the list, Envoy looks up the path's leaf; first-match order must agree for every request."""
+    enforced, _ = enforce_envoy_limits(graph)
+    [routes] = translate(enforced, TREES).routes
+    for vh, message in zip(enforced.listeners[0].virtual_hosts, routes.virtual_hosts, strict=True):
+        # A host without a key, or copying routes too often, stays a list.
+        tree = plan_route_tree([r.match for r in vh.routes]) is not None
+        assert message.HasField("matcher") is tree
+        assert not (tree and message.routes)
+        TREE_COVERAGE["tree host"] += tree
+    probes = data.draw(st.lists(tree_probes_for(enforced), min_size=12, max_size=12))
+    served = envoy.serve(enforced, TREES)
+    disagreements = []
+    for p in probes:
+        decision = evaluate(served, make_request(p.host, p.target, p.method, p.headers))
+        TREE_COVERAGE["routed" if decision.route is not None else "no route"] += 1
+        if decision.route is not None:
+            TREE_COVERAGE[decision.route.match.path.kind.value] += 1
+            TREE_COVERAGE["query string"] += "?" in p.target
+        want_status, want_body = expected(decision)
+        status, body = envoy.request(p.host, p.target, p.method, p.headers)
+        if status != want_status or (want_body is not None and body != want_body):
+            chosen = decision.route.source if decision.route is not None else None
+            disagreements.append(
+                f"{p}: envoy {status} {body[:40]!r}, evaluator {want_status} {want_body!r} "
+                f"(route {chosen}, {decision.rejected_reason or 'routed'})"
+            )
+    assert not disagreements, "\n".join(disagreements)
+
+
+def test_the_tree_requests_reach_every_kind_of_route() -> None:
+    assert TREE_COVERAGE, "the matcher-tree differential test must run first (file order)"
+    assert TREE_COVERAGE["tree host"] >= 40, TREE_COVERAGE
+    for outcome in ("no route", "exact", "prefix", "segment_prefix", "regex", "query string"):
+        assert TREE_COVERAGE[outcome] >= 5, (outcome, TREE_COVERAGE)
 
 
 # --- policy answers before the route -------------------------------------------------------------

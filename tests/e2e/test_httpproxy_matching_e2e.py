@@ -313,3 +313,53 @@ async def test_regex_within_envoys_program_size_is_served(harness: Harness) -> N
     refused = harness.status_of("HTTPProxy", "default", "regex-too-large")
     assert refused["currentStatus"] == "invalid"
     assert "RE2 program size 102 exceeds Envoy's limit of 100" in json.dumps(refused)
+
+
+async def test_a_host_with_many_routes_is_a_matcher_tree_with_the_same_first_match(
+    harness: Harness,
+) -> None:
+    """From `--matcher-tree-min-routes` (128 by default) routes, Envoy gets the host as a matcher
+    tree; the routes Envoy picks stay those the list order gives (docs/data-plane.md)."""
+    host = "many-routes.example.com"
+    routes = "".join(
+        f"""\
+    - conditions: [{{prefix: /team-{i}/}}]
+      services: [{{name: {("even", "odd")[i % 2]}, port: 80}}]
+"""
+        for i in range(150)
+    )
+    routes += """\
+    - conditions: [{prefix: /team-7/}, {header: {name: x-first, present: true}}]
+      services: [{name: header, port: 80}]
+    - services: [{name: root, port: 80}]
+"""
+    await harness.apply(
+        {
+            "svc.yaml": await harness.services(
+                *(("default", n) for n in ("even", "odd", "header", "root"))
+            ),
+            "proxy.yaml": proxy("many-routes", host, "  routes:\n" + routes),
+        }
+    )
+    dump = await harness.envoy_admin("/config_dump?resource=dynamic_route_configs")
+    vhosts = [
+        vh
+        for config in dump["configs"]
+        for vh in config["route_config"].get("virtual_hosts", [])
+        if host in vh["domains"]
+    ]
+    assert len(vhosts) == 1 and "matcher" in vhosts[0] and "routes" not in vhosts[0]
+    cases = {
+        "/team-149/x": "default/odd",
+        "/team-148/": "default/even",
+        "/team-14/x?q=/team-149/": "default/even",
+        "/team-1/x": "default/odd",
+        "/team-1": "default/root",
+        "/team-150/": "default/root",
+        "/other": "default/root",
+    }
+    got = {path: await harness.served_by(host, path) for path in cases}
+    assert got == cases
+    # Equal prefixes: the header route is more specific and comes first in Contour's order.
+    assert await harness.served_by(host, "/team-7/a", {"x-first": "1"}) == "default/header"
+    assert await harness.served_by(host, "/team-7/a") == "default/odd"

@@ -67,6 +67,24 @@ def test_translate_takes_the_port_and_translate_flags_of_serve(
     assert '"xff_num_trusted_hops": 2' in out
 
 
+def test_translate_makes_hosts_matcher_trees_from_the_flags_route_count(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def hosts(*flags: str) -> list[dict[str, Any]]:
+        code, out, _ = _translate(capsys, str(QUICKSTART), "--type", "routes", "-o", "json", *flags)
+        assert code == 0
+        configs = json.loads(out)["routes"]["resources"]
+        return [vh for config in configs for vh in config["virtual_hosts"]]
+
+    assert all("routes" in vh and "matcher" not in vh for vh in hosts())
+    trees = hosts("--matcher-tree-min-routes", "1")
+    assert trees and all("matcher" in vh and "routes" not in vh for vh in trees)
+    with pytest.raises(SystemExit) as exited:
+        main(["translate", str(QUICKSTART), "--matcher-tree-min-routes", "-1"])
+    assert exited.value.code == 2
+    assert "expected a whole number from 0" in capsys.readouterr().err
+
+
 def test_translate_type_shows_only_that_type(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _translate(capsys, str(QUICKSTART), "--type", "clusters", "-o", "json")
     assert code == 0

@@ -108,7 +108,9 @@ def _http_listener(listener: Listener, options: TranslateOptions) -> ListenerRes
             filters=[listener_components_pb2.Filter(name=HCM_FILTER, typed_config=pack(hcm))]
         )
     )
-    routes = translate_route_configuration(route_config_name, listener.virtual_hosts)
+    routes = translate_route_configuration(
+        route_config_name, listener.virtual_hosts, options.matcher_tree_min_routes
+    )
     return ListenerResources(listener=out, route_configurations=(routes,))
 
 
@@ -163,7 +165,9 @@ def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerRe
             continue  # both would be the chain without server names
         name = https_route_name(sni, listener.name)
         chain = _http_tls_chain(name, tls, stat_prefix, options, _authorization(members))
-        config = translate_route_configuration(name, tuple(members))
+        config = translate_route_configuration(
+            name, tuple(members), options.matcher_tree_min_routes
+        )
         misdirected = misdirected_domains(sni, members, shadowing, served_names)
         if misdirected:
             config.virtual_hosts.append(misdirected_virtual_host(misdirected))
@@ -244,7 +248,9 @@ def _fallback_chain(
     )
     chain.name = FALLBACK_CHAIN
     chain.filter_chain_match.transport_protocol = "tls"
-    config = translate_route_configuration(FALLBACK_ROUTE_CONFIG, table.hosts)
+    config = translate_route_configuration(
+        FALLBACK_ROUTE_CONFIG, table.hosts, options.matcher_tree_min_routes
+    )
     config.virtual_hosts.append(misdirected_virtual_host(table.misdirected))
     return chain, config
 

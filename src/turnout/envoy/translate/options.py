@@ -7,6 +7,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from turnout.compile_inputs import (
+    DEFAULT_MATCHER_TREE_MIN_ROUTES,
     DEFAULT_PATH_NORMALIZATION,
     DEFAULT_SYSTEM_CA_FILE,
     PathNormalization,
@@ -89,6 +90,9 @@ class TranslateOptions:
     `rate_limit_service`: the global rate limit service every HTTP connection manager's
     ratelimit filter asks (over a cluster of its own, `clusters.rate_limit_cluster`); None: no
     ratelimit filter (the compile then lets no global policy into the graph).
+    `matcher_tree_min_routes`: a virtual host with at least this many routes is translated to a
+    matcher tree (`route_tree`), which finds a request's route without walking the list; 0:
+    every host stays a list.
     `jwt_providers`: set by `translate` from the graph (`http_filters.jwt_providers`), not by
     callers: the JWT providers every HTTP connection manager carries.
     """
@@ -101,6 +105,7 @@ class TranslateOptions:
     system_ca_file: str = DEFAULT_SYSTEM_CA_FILE
     paths: PathNormalization = DEFAULT_PATH_NORMALIZATION
     rate_limit_service: RateLimitService | None = None
+    matcher_tree_min_routes: int = DEFAULT_MATCHER_TREE_MIN_ROUTES
     jwt_providers: tuple[JwtValidation, ...] = ()
 
     def __post_init__(self) -> None:
@@ -109,4 +114,8 @@ class TranslateOptions:
         if not 0 <= self.num_trusted_hops <= MAX_TRUSTED_HOPS:
             raise ValueError(
                 f"num_trusted_hops must be in 0-{MAX_TRUSTED_HOPS}, got {self.num_trusted_hops}"
+            )
+        if self.matcher_tree_min_routes < 0:
+            raise ValueError(
+                f"matcher_tree_min_routes must be 0 or more, got {self.matcher_tree_min_routes}"
             )

@@ -26,12 +26,14 @@ from envoy.config.route.v3 import route_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.v3 import percent_pb2
 
+from turnout.compile_inputs import DEFAULT_MATCHER_TREE_MIN_ROUTES
 from turnout.envoy.translate.http_filters import (
     set_route_filter_configs,
     set_virtual_host_filter_configs,
 )
 from turnout.envoy.translate.rate_limit import RATELIMIT_FILTER, opt_out, rate_limits
 from turnout.envoy.translate.route_policies import apply_route_policies
+from turnout.envoy.translate.route_tree import matcher_tree, plan_route_tree
 from turnout.graph.evaluate import (
     NO_BACKEND_STATUS,
     effective_forward,
@@ -119,8 +121,13 @@ def log_translation_failure(what: str, err: BaseException) -> None:
     )
 
 
-def translate_route_configuration(name: str, virtual_hosts: Iterable[VirtualHost]) -> Any:
-    """One RouteConfiguration holding `virtual_hosts` in the given order.
+def translate_route_configuration(
+    name: str,
+    virtual_hosts: Iterable[VirtualHost],
+    matcher_tree_min_routes: int = DEFAULT_MATCHER_TREE_MIN_ROUTES,
+) -> Any:
+    """One RouteConfiguration holding `virtual_hosts` in the given order; a host with at least
+    `matcher_tree_min_routes` routes is a matcher tree (`translate_virtual_host`).
 
     A virtual host whose hostname was already used (case-insensitively) is dropped: Envoy rejects
     the whole RouteConfiguration on a duplicate domain, and ownership in the graph builder should
@@ -139,7 +146,7 @@ def translate_route_configuration(name: str, virtual_hosts: Iterable[VirtualHost
             domain = vh.hostname.lower()
             if domain in seen:
                 continue
-            message = translate_virtual_host(vh)
+            message = translate_virtual_host(vh, matcher_tree_min_routes)
             body = _max_direct_body(vh)
         except Exception as err:
             log_translation_failure(f"virtual host {vh.name!r} of {vh.owner}", err)
@@ -152,8 +159,12 @@ def translate_route_configuration(name: str, virtual_hosts: Iterable[VirtualHost
     return config
 
 
-def translate_virtual_host(vh: VirtualHost) -> Any:
-    """One Envoy VirtualHost (`domains: [hostname]`) with the routes in the graph's order.
+def translate_virtual_host(
+    vh: VirtualHost, matcher_tree_min_routes: int = DEFAULT_MATCHER_TREE_MIN_ROUTES
+) -> Any:
+    """One Envoy VirtualHost (`domains: [hostname]`) with the routes in the graph's order: a
+    list, or from `matcher_tree_min_routes` routes (0: never) a matcher tree with the same first
+    match for every request (`route_tree`; a tree that would copy routes too often stays a list).
 
     Raises only when the virtual host itself (name, domain, authority match) cannot be expressed;
     a route that cannot be translated answers 500 instead (see `translate_route_guarded`).
@@ -163,10 +174,16 @@ def translate_virtual_host(vh: VirtualHost) -> Any:
     set_virtual_host_filter_configs(out, vh)
     if vh.policies.global_rate_limit is not None:
         out.rate_limits.extend(rate_limits(vh.policies.global_rate_limit, translate_header_match))
-    for route in vh.routes:
-        message = translate_route_guarded(route, authority)
-        if message is not None:
-            out.routes.append(message)
+    kept = [(r, translate_route_guarded(r, authority)) for r in vh.routes]
+    translated = [(route, message) for route, message in kept if message is not None]
+    tree = None
+    if 0 < matcher_tree_min_routes <= len(translated):
+        tree = plan_route_tree([route.match for route, _ in translated])
+    messages = [message for _, message in translated]
+    if tree is None:
+        out.routes.extend(messages)
+    else:
+        out.matcher.CopyFrom(matcher_tree(tree, messages))
     return out
 
 

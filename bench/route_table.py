@@ -1,0 +1,196 @@
+"""Envoy's throughput on one virtual host with many routes: a route list against a matcher tree.
+
+One host with 1, 1,000 and 10,000 prefix routes (`/route-<i>/`, each a direct response naming
+it), the request matching the LAST route (`/route-<N-1>/x`), so a list walks every route first.
+Each table is translated twice: as a list (`matcher_tree_min_routes=0`) and as a matcher tree
+(`matcher_tree_min_routes=1`), loaded into its own Envoy (`--concurrency 1`, one worker) as a
+static bootstrap, and loaded with `wrk` (Debian's `wrk`; `-t1 -c16`). Every Envoy is started
+first; the rounds then run each configuration in turn, so a noisy neighbour hurts them alike.
+Every figure is a ratio against the single-route list in the same round; the median over rounds
+is reported. Before measuring, each Envoy must answer the request with the last route's body.
+
+    python3 bench/route_table.py                      # 1, 1000, 10000 routes; 5 rounds of 5 s
+    python3 bench/route_table.py --routes 1 100 1000 --rounds 3 --seconds 3
+    python3 bench/route_table.py --envoy-cpu 0 --wrk-cpu 1   # pin Envoy and wrk (taskset)
+    python3 bench/route_table.py --routes 45000 --translate-only  # turnout's side only
+
+It also prints what the tree costs turnout for the largest table: translate time and bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from turnout.envoy.translate import TranslateOptions, translate
+from turnout.envoy.validate import static_bootstrap
+from turnout.graph.model import (
+    DirectResponse,
+    Listener,
+    ListenerProtocol,
+    PathMatch,
+    Route,
+    RouteMatch,
+    RouteSource,
+    RoutingGraph,
+    VirtualHost,
+)
+from turnout.objects import ObjectRef
+
+HOST = "bench.example.com"
+OWNER = ObjectRef("projectcontour.io", "HTTPProxy", "bench", "routes")
+SHAPES = {"list": 0, "tree": 1}  # matcher_tree_min_routes
+
+
+@dataclass(frozen=True)
+class Config:
+    routes: int
+    shape: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.routes} routes, {self.shape}"
+
+    @property
+    def target(self) -> str:
+        return f"/route-{self.routes - 1}/x"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def graph(routes: int, port: int) -> RoutingGraph:
+    table = tuple(
+        Route(
+            RouteMatch(PathMatch.prefix(f"/route-{i}/")),
+            DirectResponse(200, f"route-{i}"),
+            RouteSource(OWNER, f"spec.routes[{i}]"),
+        )
+        for i in range(routes)
+    )
+    vh = VirtualHost(HOST, HOST, table, OWNER)
+    listener = Listener("ingress_http", "127.0.0.1", port, ListenerProtocol.HTTP, (vh,))
+    return RoutingGraph(listeners=(listener,))
+
+
+def start_envoy(config: Config, work: Path, cpu: str | None) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    options = TranslateOptions(matcher_tree_min_routes=SHAPES[config.shape])
+    resources = translate(graph(config.routes, port), options)
+    path = work / f"envoy-{config.routes}-{config.shape}.json"
+    path.write_text(json.dumps(static_bootstrap(resources)))
+    envoy = shutil.which("envoy") or "envoy"
+    command = [envoy, "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
+               "--log-level", "error"]  # fmt: skip
+    if cpu is not None:
+        command = ["taskset", "-c", cpu, *command]
+    return subprocess.Popen(command), port
+
+
+def wait_serving(config: Config, port: int, timeout_s: float = 60.0) -> None:
+    want = f"route-{config.routes - 1}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}{config.target}", headers={"Host": HOST}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=2) as answer:
+                body = answer.read().decode()
+            if body != want:
+                raise SystemExit(f"{config.label}: answered {body!r}, not the last route")
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"{config.label}: Envoy did not serve within {timeout_s} s")
+
+
+def wrk(config: Config, port: int, seconds: int, cpu: str | None) -> float:
+    command = ["wrk", "-t1", "-c16", f"-d{seconds}s", "-H", f"Host: {HOST}",
+               f"http://127.0.0.1:{port}{config.target}"]  # fmt: skip
+    if cpu is not None:
+        command = ["taskset", "-c", cpu, *command]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    if re.search(r"Non-2xx or 3xx responses", out):
+        raise SystemExit(f"{config.label}: wrk saw errors:\n{out}")
+    match = re.search(r"Requests/sec:\s+([0-9.]+)", out)
+    if match is None:
+        raise SystemExit(f"cannot read wrk's output:\n{out}")
+    return float(match.group(1))
+
+
+def measure(args: argparse.Namespace) -> dict[Config, list[float]]:
+    configs = [Config(n, shape) for n in args.routes for shape in SHAPES]
+    baseline = Config(1, "list")
+    if baseline not in configs:
+        configs.insert(0, baseline)
+    ratios: dict[Config, list[float]] = {c: [] for c in configs}
+    with tempfile.TemporaryDirectory() as tmp:
+        running = {c: start_envoy(c, Path(tmp), args.envoy_cpu) for c in configs}
+        try:
+            for c, (_, port) in running.items():
+                wait_serving(c, port)
+            for r in range(args.rounds):
+                rates = {c: wrk(c, port, args.seconds, args.wrk_cpu) for c, (_, port) in
+                         running.items()}  # fmt: skip
+                for c, rate in rates.items():
+                    ratios[c].append(rate / rates[baseline])
+                print(f"round {r + 1}: " + ", ".join(f"{c.label} {rates[c]:.0f}/s" for c in
+                      configs), file=sys.stderr)  # fmt: skip
+        finally:
+            for process, _ in running.values():
+                process.terminate()
+                process.wait(10)
+    return ratios
+
+
+def translation_cost(routes: int, repeat: int = 3) -> None:
+    """What the tree costs turnout: translate time and RouteConfiguration bytes, list vs tree."""
+    print(f"\n| {routes} routes | translate (median of {repeat}) | bytes |\n|---|---|---|")
+    for shape, min_routes in SHAPES.items():
+        times, size = [], 0
+        table, options = graph(routes, 8080), TranslateOptions(matcher_tree_min_routes=min_routes)
+        for _ in range(repeat):
+            start = time.perf_counter()
+            resources = translate(table, options)
+            times.append(time.perf_counter() - start)
+            size = len(resources.routes[0].SerializeToString(deterministic=True))
+        print(f"| {shape} | {statistics.median(times) * 1000:.0f} ms | {size:,} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--routes", type=int, nargs="+", default=[1, 1000, 10000])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--envoy-cpu", help="taskset CPU list for every Envoy")
+    parser.add_argument("--wrk-cpu", help="taskset CPU list for wrk")
+    parser.add_argument("--translate-only", action="store_true", help="skip the Envoy load")
+    args = parser.parse_args()
+    translation_cost(max(args.routes))
+    if args.translate_only:
+        return
+    ratios = measure(args)
+    print("\n| routes | shape | requests/s vs 1 route (list), median | min | max |")
+    print("|---|---|---|---|---|")
+    for c, values in ratios.items():
+        print(f"| {c.routes} | {c.shape} | {statistics.median(values):.3f} | "
+              f"{min(values):.3f} | {max(values):.3f} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""A virtual host's first-match route list as Envoy's matcher tree (`VirtualHost.matcher`).
+
+Envoy walks a virtual host's `routes` one by one for every request; with thousands of routes that
+walk dominates the request's cost. A matcher tree finds a short list of candidates with one trie
+lookup instead: a `prefix_match_map` on the `:path` header, whose longest key that prefixes the
+request's path selects a leaf, and each leaf is a `RouteList` that Envoy walks in order. Envoy
+re-checks each route's own full match (path, headers, query, runtime fraction) inside the leaf, so
+a leaf may hold more routes than can match; what it must never miss is a route that matches some
+request reaching it. Envoy 1.40 does not fall back to a shorter key when no route of a
+`RouteList` leaf matches, so every leaf holds, in the host's order, every route that could match a
+request reaching it:
+
+- a route whose path match is a string prefix `v` (key `v`): in every leaf whose key starts with
+  `v` (a request reaching that key starts with it, hence with `v`);
+- an exact path `e` (key `e`; the trie matches raw `:path`, query string included, so an exact
+  map would miss `/e?x=1`): in the leaf `e` only, since no key holds `?`;
+- a path-segment prefix `s` (key `s`): in the leaves `s` and `s/...` (a key `sX` with another
+  character after `s` is reached only by paths outside the segment);
+- a regex starting with literal text (`/team-a/.*`): placed as a prefix of that text, since
+  every path it matches starts with it;
+- anything a key cannot stand for (a regex without literal start, `/`, a prefix or path holding
+  `?` or `#`): in every leaf and in the list for requests no key prefixes (`on_no_match`).
+
+So the first route of a leaf that matches is the first route of the whole list that matches, for
+every request. A tree that would copy routes into leaves more than `MAX_COPIES_PER_ROUTE` times
+on average (many regex routes next to many prefixes, or deep chains of nested prefixes) is not
+built: the host stays a list, as does a host without any route a key can stand for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from envoy.config.route.v3 import route_components_pb2 as rc
+from envoy.type.matcher.v3 import http_inputs_pb2
+from xds.type.matcher.v3 import matcher_pb2
+
+from turnout.graph.model import PathMatchKind, RouteMatch
+
+__all__ = [
+    "MAX_COPIES_PER_ROUTE",
+    "Placement",
+    "RouteTree",
+    "matcher_tree",
+    "placement",
+    "plan_route_tree",
+    "regex_literal_prefix",
+]
+
+# Leaf entries per route beyond which the tree costs more memory than it saves time.
+MAX_COPIES_PER_ROUTE = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a route's path match puts it: `key` None means every leaf (and `on_no_match`)."""
+
+    kind: PathMatchKind
+    key: str | None
+
+    def fits(self, leaf: str) -> bool:
+        """Whether a request reaching the leaf `leaf` may match this route's path."""
+        if self.key is None:
+            return True
+        if self.kind is PathMatchKind.EXACT:
+            return leaf == self.key
+        # A regex with a literal prefix (`/team-a/.*`) is placed like a string prefix.
+        if not leaf.startswith(self.key):
+            return False
+        if self.kind is PathMatchKind.SEGMENT_PREFIX:
+            return len(leaf) == len(self.key) or leaf[len(self.key)] == "/"
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTree:
+    """Leaves by key (sorted) with the indices of their routes in the host's order, and the
+    routes for a path that no key prefixes."""
+
+    leaves: tuple[tuple[str, tuple[int, ...]], ...]
+    no_match: tuple[int, ...]
+
+    @property
+    def entries(self) -> int:
+        return sum(len(routes) for _, routes in self.leaves) + len(self.no_match)
+
+
+def placement(match: RouteMatch) -> Placement:
+    """The leaf key a route's path match stands for, or everywhere."""
+    path = match.path
+    key: str | None = path.value
+    if path.kind is PathMatchKind.SEGMENT_PREFIX:
+        key = path.value.rstrip("/")
+    elif path.kind is PathMatchKind.REGEX:
+        key = regex_literal_prefix(path.value)
+    # The trie reads the raw `:path`, query string included, while path matches read the path
+    # alone: a key holding `?` or `#` would be reached by requests the route never matches.
+    if not key or key == "/" or "?" in key or "#" in key:
+        key = None
+    return Placement(path.kind, key)
+
+
+# RE2's metacharacters; `?`, `*` and `{` after a literal make that literal optional.
+_REGEX_META = frozenset(".[]{}()*+?|^$\\")
+_OPTIONAL = frozenset("?*{")
+
+
+def regex_literal_prefix(pattern: str) -> str:
+    """The literal text every path this (fully matched) regex accepts starts with; "" when
+    unsure: an alternation anywhere, a leading group, class or anchor, a non-ASCII character."""
+    if "|" in pattern:
+        return ""
+    n = 0
+    while n < len(pattern) and pattern[n] not in _REGEX_META and pattern[n].isascii():
+        n += 1
+    if n < len(pattern) and pattern[n] in _OPTIONAL:
+        n -= 1
+    return pattern[: max(n, 0)]
+
+
+def plan_route_tree(
+    matches: Sequence[RouteMatch], max_copies: int = MAX_COPIES_PER_ROUTE
+) -> RouteTree | None:
+    """The leaves for routes with these matches (in first-match order), or None when the tree
+    would hold more than `max_copies` entries per route or has no key at all (a list then
+    costs the same, and Envoy refuses a tree without one)."""
+    placements = [placement(m) for m in matches]
+    everywhere = tuple(i for i, p in enumerate(placements) if p.key is None)
+    by_key: dict[str, list[int]] = {}
+    for i, p in enumerate(placements):
+        if p.key is not None:
+            by_key.setdefault(p.key, []).append(i)
+    if not by_key:
+        return None
+    budget = max_copies * len(matches) - len(everywhere) * (len(by_key) + 1)
+    if budget < 0:
+        return None
+    lengths = sorted({len(k) for k in by_key})
+    leaves = []
+    for key in sorted(by_key):
+        # A key's own routes always fit it; only routes under shorter keys need the check.
+        fitting = by_key[key] + [
+            i
+            for shorter in _shorter_keys(key, by_key, lengths)
+            for i in by_key[shorter]
+            if placements[i].fits(key)
+        ]
+        budget -= len(fitting)
+        if budget < 0:
+            return None
+        if len(fitting) > len(by_key[key]) or everywhere:
+            fitting = sorted(fitting + list(everywhere))
+        leaves.append((key, tuple(fitting)))
+    return RouteTree(tuple(leaves), everywhere)
+
+
+def _shorter_keys(key: str, keys: dict[str, list[int]], lengths: list[int]) -> list[str]:
+    # One lookup per length some key has: not a scan of the keys.
+    return [key[:n] for n in lengths if n < len(key) and key[:n] in keys]
+
+
+def matcher_tree(tree: RouteTree, routes: Sequence[Any]) -> Any:
+    """The `xds.type.matcher.v3.Matcher` for `tree`, whose indices point into `routes` (the
+    host's translated `envoy.config.route.v3.Route` messages)."""
+    # Each route is serialized once and the leaves are assembled from those bytes: a route sits
+    # in many leaves (a catch-all in all of them), and copying messages per leaf would cost more
+    # than the rest of the translation.
+    encoded = [_route_list_entry(r.SerializeToString(deterministic=True)) for r in routes]
+    out = matcher_pb2.Matcher()
+    node = out.matcher_tree
+    node.input.name = "request-path"
+    node.input.typed_config.Pack(
+        http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=":path"), deterministic=True
+    )
+    for key, indices in tree.leaves:
+        _set_route_list(node.prefix_match_map.map[key].action, indices, encoded)
+    if tree.no_match:
+        _set_route_list(out.on_no_match.action, tree.no_match, encoded)
+    return out
+
+
+def _set_route_list(action: Any, indices: Sequence[int], encoded: Sequence[bytes]) -> None:
+    action.name = "routes"
+    action.typed_config.type_url = _ROUTE_LIST_URL
+    action.typed_config.value = b"".join(encoded[i] for i in indices)
+
+
+_ROUTE_LIST_URL = "type.googleapis.com/" + rc.RouteList.DESCRIPTOR.full_name
+# RouteList.routes is field 1, length-delimited: tag byte (1 << 3) | 2.
+_ROUTES_TAG = b"\x0a"
+
+
+def _route_list_entry(route: bytes) -> bytes:
+    """One `RouteList.routes` entry on the wire: the tag, the length as a varint, the route."""
+    n = len(route)
+    length = bytearray()
+    while n > 0x7F:
+        length.append((n & 0x7F) | 0x80)
+        n >>= 7
+    length.append(n)
+    return _ROUTES_TAG + bytes(length) + route
