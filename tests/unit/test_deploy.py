@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from turnout import manifests
-from turnout.cli import main
+from turnout.cli import build_parser, main, serve_config
 from turnout.compile_inputs import DEFAULT_GATEWAY_CONTROLLER_NAME
 from turnout.dialects.fields import LIST_CAPS
 from turnout.dialects.ingress.classes import CONTROLLER
@@ -306,3 +306,34 @@ def _containers(objects: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
             pod = o["spec"]["template"]["spec"]
             yield from pod.get("initContainers", [])
             yield from pod["containers"]
+
+
+def _container_args(path: str, name: str) -> list[str]:
+    for obj in _docs((DEPLOY / path).read_text()):
+        pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+        for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            if container["name"] == name:
+                return [str(a) for a in container["args"]]
+    raise AssertionError(f"no container {name} in {path}")
+
+
+def test_the_turnout_deployment_runs_flags_serve_accepts() -> None:
+    args = build_parser().parse_args(_container_args("03-turnout.yaml", "turnout"))
+    config = serve_config(args)
+    assert config.kubernetes is not None and not config.run_envoy
+    assert config.xds_tls is not None
+    assert (config.xds_address, config.admin_address) == ("0.0.0.0", "0.0.0.0")
+
+
+def test_the_envoy_init_container_writes_a_bootstrap_with_mutual_tls(tmp_path: Path) -> None:
+    args = _container_args("04-envoy.yaml", "bootstrap")
+    out = tmp_path / "envoy.yaml"
+    args = [
+        str(out) if a == "/config/envoy.yaml" else a.replace("$(POD_NAME)", "envoy-0") for a in args
+    ]
+    assert main(args) == 0
+    config = yaml.safe_load(out.read_text())
+    (xds,) = config["static_resources"]["clusters"]
+    assert xds["transport_socket"]["name"] == "envoy.transport_sockets.tls"
+    assert config["dynamic_resources"]["ads_config"]["api_type"] in ("GRPC", "DELTA_GRPC")
+    assert config["node"]["id"] == "envoy-0"
