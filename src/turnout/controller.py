@@ -496,6 +496,7 @@ class Controller:
             admin_port=self.config.envoy_admin_port,
             node_id=self.config.node_id,
             admin_socket=self.state_dir.admin_socket,
+            xds_api=self.config.xds_api,
         )
 
     async def reload(self) -> Applied | None:
