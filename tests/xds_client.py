@@ -508,6 +508,10 @@ class DeltaFakeEnvoy:
             self.events.append(("recv", SHORT[t], names, removed))
             problem = self.reject(response)
             if problem is not None:
+                # Like Envoy's listener and cluster updates: removals apply, the rest is refused.
+                for name in removed:
+                    self.have.get(t, {}).pop(name, None)
+                    self.messages.get(t, {}).pop(name, None)
                 self.events.append(("nack", SHORT[t], names, removed))
                 self.client.send(t, nonce=response.nonce, error=problem)
                 continue

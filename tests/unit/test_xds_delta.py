@@ -5,6 +5,7 @@ listeners name)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -17,12 +18,14 @@ from tests.xds_client import (
     cla,
     cluster,
     delta_names,
+    listener,
     snapshot,
     until,
 )
 from turnout.envoy.resources import (
     CLUSTER_TYPE,
     ENDPOINT_TYPE,
+    LISTENER_TYPE,
     EnvoyResources,
 )
 from turnout.envoy.xds import RefusedResource, XdsServer
@@ -244,3 +247,32 @@ async def test_listener_state_follows_delta_acks(
     await synced(server, EnvoyResources(clusters=resources.clusters, endpoints=resources.endpoints))
     assert server.listener_state("http").programmed is True
     assert server.listener_state("http").exists is False
+
+
+async def test_a_refused_listener_is_tried_again_with_the_next_change_and_removals_stick(
+    server: XdsServer, envoys: Callable[..., DeltaFakeEnvoy]
+) -> None:
+    message = "Error adding/updating listener(s) busy: cannot bind"
+
+    def reject(response: Any) -> str | None:
+        return message if "busy" in delta_names(response) else None
+
+    def with_listeners(*names: str) -> EnvoyResources:
+        base = snapshot(["a"])
+        extra = tuple(listener(n, "main", 10100 + i) for i, n in enumerate(names))
+        return dataclasses.replace(base, listeners=base.listeners + extra)
+
+    fake = envoys(reject=reject)
+    await synced(server, with_listeners("old"))
+    # One response removes `old` and adds `busy`, which Envoy refuses by name.
+    server.set_resources(with_listeners("busy"))
+    await until(lambda: server.refused_resources() != (), 3)
+    assert set(fake.have[LISTENER_TYPE]) == {"http"}
+    fake.clear()
+    # The next listener change carries `busy` again (refused again), and `old` stays removed.
+    server.set_resources(with_listeners("busy", "new"))
+    await until(lambda: ("nack", "listener", ("busy", "new"), ()) in fake.events, 3)
+    await until(lambda: not fake.client.inbox.qsize() and server.refused_resources() != (), 3)
+    assert server.listener_state("new").programmed is True
+    assert server.listener_state("busy").programmed is False
+    assert server.readiness(frozenset({"busy"}))[0]

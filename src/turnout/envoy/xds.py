@@ -510,6 +510,11 @@ class _Stream:
         st.nack = nack
         self.server._record_nack(nack)
         _note_refused(st, message)
+        if st.delta:
+            # Envoy removes what a delta response removes before it adds and updates the rest,
+            # failing or not; the removal is not announced again.
+            for name in st.inflight_removed:
+                st.acked.pop(name, None)
         # Only Envoy's message is logged, never resource contents: a Secret's bytes must not leak.
         log.warning("%s", nack.describe())
 
@@ -794,6 +799,17 @@ class _Stream:
         removed = sorted(name for name in st.sent if name not in target) if st.wildcard else []
         if not send and not removed:
             return None
+        if type_url in FULL_STATE_TYPES:
+            # As a State-of-the-World response would, every change of clusters or listeners
+            # tries the refused ones again (a port may have become free); Envoy applies those
+            # one by one, so a refused one does not hold the others back.
+            sending = {res.name for res in send}
+            send.extend(
+                target[name]
+                for name, (digest, _) in sorted(st.refused.items())
+                if name not in sending and name in target and target[name].digest == digest
+            )
+            send.sort(key=lambda res: res.name)
         return self._target_version(type_url, target), send, removed
 
     def _cluster_endpoints_subscribed(self) -> bool:
