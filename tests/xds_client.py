@@ -171,13 +171,21 @@ def resource_names(response: Any) -> list[str]:
 
 def refs(response: Any) -> list[str]:
     """The names Envoy would subscribe to after this CDS or LDS response."""
-    out: set[str] = set()
+    messages = []
     for packed in response.resources:
         message = MESSAGE_CLASSES[response.type_url]()
         packed.Unpack(message)
-        if response.type_url == CLUSTER_TYPE and message.type == cluster_pb2.Cluster.EDS:
+        messages.append(message)
+    return message_refs(response.type_url, messages)
+
+
+def message_refs(type_url: str, messages: Iterable[Any]) -> list[str]:
+    """The names Envoy subscribes to while it holds these clusters or listeners."""
+    out: set[str] = set()
+    for message in messages:
+        if type_url == CLUSTER_TYPE and message.type == cluster_pb2.Cluster.EDS:
             out.add(message.eds_cluster_config.service_name or message.name)
-        if response.type_url == LISTENER_TYPE:
+        if type_url == LISTENER_TYPE:
             for chain in message.filter_chains:
                 for f in chain.filters:
                     hcm = hcm_pb2.HttpConnectionManager()
@@ -358,3 +366,190 @@ async def until(predicate: Callable[[], bool], timeout: float = 2.0) -> None:
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.01)
+
+
+def delta_names(response: Any) -> tuple[str, ...]:
+    return tuple(res.name for res in response.resources)
+
+
+def unpacked(response: Any) -> list[Any]:
+    out = []
+    for res in response.resources:
+        message = MESSAGE_CLASSES[response.type_url]()
+        res.resource.Unpack(message)
+        out.append(message)
+    return out
+
+
+class DeltaClient:
+    """One Delta ADS stream; requests go out in order, responses collect in `inbox`."""
+
+    def __init__(self, port: int, node_id: str = "node-a") -> None:
+        self.node_id = node_id
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        self._outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._node_sent = False
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self.channel)
+        self.call = stub.DeltaAggregatedResources(self._requests())
+        self.inbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._reader = asyncio.create_task(self._read())
+
+    async def _requests(self) -> AsyncIterator[Any]:
+        while (request := await self._outbox.get()) is not None:
+            yield request
+
+    async def _read(self) -> None:
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
+            async for response in self.call:
+                self.inbox.put_nowait(response)
+
+    def send(
+        self,
+        type_url: str,
+        subscribe: Iterable[str] = (),
+        unsubscribe: Iterable[str] = (),
+        *,
+        nonce: str = "",
+        error: str | None = None,
+        initial: dict[str, str] | None = None,
+    ) -> None:
+        request = discovery_pb2.DeltaDiscoveryRequest(
+            type_url=type_url,
+            resource_names_subscribe=list(subscribe),
+            resource_names_unsubscribe=list(unsubscribe),
+            initial_resource_versions=initial or {},
+            response_nonce=nonce,
+        )
+        if not self._node_sent:  # like Envoy with set_node_on_first_message_only
+            request.node.id = self.node_id
+            self._node_sent = True
+        if error is not None:
+            request.error_detail.code = 3
+            request.error_detail.message = error
+        self._outbox.put_nowait(request)
+
+    def ack(self, response: Any) -> None:
+        self.send(response.type_url, nonce=response.nonce)
+
+    async def recv(self, timeout: float = 2.0) -> Any:
+        return await asyncio.wait_for(self.inbox.get(), timeout)
+
+    async def expect_nothing(self, wait: float = 0.15) -> None:
+        await asyncio.sleep(wait)
+        assert self.inbox.empty(), f"unexpected response: {self.inbox.get_nowait()}"
+
+    async def close(self) -> None:
+        self._outbox.put_nowait(None)
+        self.call.cancel()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        await self.channel.close()
+
+
+@dataclass
+class DeltaFakeEnvoy:
+    """Answers a delta stream like Envoy: keeps what it was sent (name -> version), ACKs (or
+    NACKs when `reject` says so), subscribes to the CLAs of its EDS clusters and the route
+    configurations of its listeners and unsubscribes what they stop naming, requests listeners
+    once its clusters' endpoints are in. `resume`: the fake Envoy whose state this one starts
+    with, as Envoy reconnecting to a control plane: it reports what it has
+    (`initial_resource_versions`) and renews its subscriptions."""
+
+    client: DeltaClient
+    reject: Callable[[Any], str | None] = lambda response: None
+    resume: DeltaFakeEnvoy | None = None
+    # ("recv" | "ack" | "nack", type, names sent, names removed)
+    events: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
+    have: dict[str, dict[str, str]] = field(default_factory=dict)  # type -> name -> version
+    messages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    names: dict[str, set[str]] = field(default_factory=dict)  # explicit subscriptions
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> DeltaFakeEnvoy:
+        if self.resume is not None:
+            self.have = {t: dict(v) for t, v in self.resume.have.items()}
+            self.messages = {t: dict(v) for t, v in self.resume.messages.items()}
+            self.names = {t: set(v) for t, v in self.resume.names.items()}
+        for type_url in (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE):
+            if type_url == CLUSTER_TYPE or type_url in self.have:
+                self.client.send(
+                    type_url, sorted(self.names.get(type_url, ())), initial=self.have.get(type_url)
+                )
+        self._task = asyncio.create_task(self._run(LISTENER_TYPE in self.have))
+        return self
+
+    def index(self, kind: str, type_short: str, names: tuple[str, ...] | None = None) -> int:
+        for i, (k, t, n, _) in enumerate(self.events):
+            if k == kind and t == type_short and (names is None or n == names):
+                return i
+        raise AssertionError(f"no {kind} {type_short} {names} in {self.events}")
+
+    def received(self) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+        return [(t, n, r) for kind, t, n, r in self.events if kind == "recv"]
+
+    def clear(self) -> None:
+        self.events.clear()
+
+    def _refs(self, type_url: str) -> set[str]:
+        return set(message_refs(type_url, self.messages.get(type_url, {}).values()))
+
+    def _follow(self, type_url: str, wanted: set[str]) -> None:
+        first = type_url not in self.names
+        old = self.names.get(type_url, set())
+        self.names[type_url] = wanted
+        if wanted != old or first:
+            self.client.send(type_url, sorted(wanted - old), sorted(old - wanted))
+
+    def _take(self, response: Any) -> None:
+        t = response.type_url
+        have = self.have.setdefault(t, {})
+        messages = self.messages.setdefault(t, {})
+        for res, message in zip(response.resources, unpacked(response), strict=True):
+            have[res.name] = res.version
+            messages[res.name] = message
+        for name in response.removed_resources:
+            have.pop(name, None)
+            messages.pop(name, None)
+
+    async def _run(self, listeners_requested: bool) -> None:
+        while True:
+            response = await self.client.inbox.get()
+            t = response.type_url
+            names, removed = delta_names(response), tuple(response.removed_resources)
+            self.events.append(("recv", SHORT[t], names, removed))
+            problem = self.reject(response)
+            if problem is not None:
+                # Like Envoy's listener and cluster updates: removals apply, the rest is refused.
+                for name in removed:
+                    self.have.get(t, {}).pop(name, None)
+                    self.messages.get(t, {}).pop(name, None)
+                self.events.append(("nack", SHORT[t], names, removed))
+                self.client.send(t, nonce=response.nonce, error=problem)
+                continue
+            self._take(response)
+            if t == CLUSTER_TYPE:
+                self.client.ack(response)
+                self._follow(ENDPOINT_TYPE, self._refs(CLUSTER_TYPE))
+            elif t == LISTENER_TYPE:
+                # Envoy creates the listener (and its RDS subscription) before it ACKs.
+                self._follow(ROUTE_TYPE, self._refs(LISTENER_TYPE))
+                self.client.ack(response)
+            else:
+                self.client.ack(response)
+            self.events.append(("ack", SHORT[t], names, removed))
+            endpoints = set(self.have.get(ENDPOINT_TYPE, {}))
+            if (
+                not listeners_requested
+                and CLUSTER_TYPE in self.have
+                and self.names.get(ENDPOINT_TYPE, set()) <= endpoints
+            ):
+                listeners_requested = True
+                self.client.send(LISTENER_TYPE)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.client.close()

@@ -590,6 +590,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         rate_limit_resource_exhausted=args.rate_limit_resource_exhausted,
         rate_limit_timeout_s=args.rate_limit_timeout,
         node_id=getattr(args, "node_id", defaults.node_id),
+        xds_api=getattr(args, "xds_api", defaults.xds_api),
         empty_file_grace_s=getattr(args, "empty_file_grace", defaults.empty_file_grace_s),
         exclude=tuple(args.exclude),
         state_dir=getattr(args, "state_dir", defaults.state_dir),
@@ -706,6 +707,7 @@ def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_xds_tls_flags(serve, server=True)
     serve.add_argument("--node-id", default="turnout-envoy", help="the child Envoy's node id")
     _add_kubernetes_status_flags(serve)
+    _add_xds_api(serve, "the child Envoy's")
     serve.add_argument(
         "--state-dir",
         type=Path,
@@ -853,6 +855,19 @@ def _add_translate(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
 
 
+def _add_xds_api(parser: argparse.ArgumentParser, whose: str) -> None:
+    from turnout.envoy.bootstrap import XDS_APIS
+
+    parser.add_argument(
+        "--xds-api",
+        choices=XDS_APIS,
+        default="delta",
+        help=f"{whose} ADS variant: delta (only changes are sent) or sotw (state of the world; "
+        "every change resends all clusters and listeners). turnout serves both "
+        "(default: %(default)s)",
+    )
+
+
 def _add_bootstrap(sub: argparse._SubParsersAction[_Parser]) -> None:
     """`turnout bootstrap`: an external Envoy's bootstrap."""
     boot = sub.add_parser("bootstrap", help="write the bootstrap for an external Envoy")
@@ -889,6 +904,7 @@ def _add_bootstrap(sub: argparse._SubParsersAction[_Parser]) -> None:
         "the SDS files through which Envoy reads (and re-reads on rotation) the three files "
         "(default: OUTPUT's directory; needed when OUTPUT is stdout)",
     )
+    _add_xds_api(boot, "Envoy's")
     # `-o` is the output format in every command; `--format` is its old, deprecated name here.
     boot.add_argument(
         "-o",
@@ -1307,6 +1323,7 @@ def _bootstrap(args: argparse.Namespace) -> int:
         node_id=args.node_id,
         stats=args.envoy_stats,
         xds_tls=tls,
+        xds_api=args.xds_api,
     )
     text = _dump(config, args.format)
     if tls is not None:

@@ -90,6 +90,8 @@ class ServeConfig:
     rate_limit_resource_exhausted: bool = False
     rate_limit_timeout_s: float = 0.1
     node_id: str = "turnout-envoy"
+    # The ADS variant of the child Envoy's bootstrap (`--xds-api`): "delta" or "sotw".
+    xds_api: str = "delta"
     # The Envoy child's bootstrap, pid file and admin socket (`envoy.state`); None: the default
     # per-user directory for this HTTP port (`envoy.state.default_state_dir`).
     state_dir: Path | None = None

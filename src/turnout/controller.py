@@ -521,6 +521,7 @@ class Controller:
             admin_socket=self.state_dir.admin_socket,
             stats=self.config.envoy_stats,
             xds_tls=self._child_tls(),
+            xds_api=self.config.xds_api,
         )
 
     def _child_tls(self) -> XdsClientTls | None:

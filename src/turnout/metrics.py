@@ -64,6 +64,13 @@ class Metrics:
         self.xds_nacks = Counter(
             "turnout_xds_nacks", "xDS NACKs received, by type", ["type"], registry=self.registry
         )
+        self.xds_apply_seconds = Histogram(
+            "turnout_xds_apply_seconds",
+            "Envoy's apply time: from an xDS response sent to its ACK, by type",
+            ["type"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
         self.connected_envoys = Gauge(
             "turnout_xds_connected_envoys",
             "Envoy instances with an open ADS stream",
@@ -116,6 +123,7 @@ class Metrics:
         for xds_type in XDS_TYPES:
             for counter in (self.xds_pushes, self.xds_acks, self.xds_nacks):
                 counter.labels(type=xds_type)
+            self.xds_apply_seconds.labels(type=xds_type)
         for value in PROGRAMMED_VALUES:
             self.gateways.labels(programmed=value)
         for result in STATUS_WRITE_RESULTS:

@@ -136,8 +136,9 @@ class Stack:
     admin_port: int
 
 
-@pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
+@pytest.fixture(params=["delta", "sotw"])
+async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+    # Both ADS variants turnout serves, against the real Envoy.
     metrics = Metrics()
     server = XdsServer(metrics)
     xds_port = await server.start("127.0.0.1", 0)
@@ -148,6 +149,7 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
         admin_address="127.0.0.1",
         admin_port=admin_port,
         node_id=NODE,
+        xds_api=request.param,
     )
     envoy = EnvoyProcess(write_bootstrap(tmp_path / "envoy.yaml", config), metrics=metrics)
     await envoy.start()

@@ -143,8 +143,13 @@ def test_bootstrap_writes_ads_config(tmp_path: Path) -> None:
     assert main(["bootstrap", str(out), "--xds-port", "18123", "--node-id", "edge-1"]) == 0
     doc = yaml.safe_load(out.read_text())
     assert doc["node"]["id"] == "edge-1"
-    assert doc["dynamic_resources"]["ads_config"]["api_type"] == "GRPC"
+    # Delta xDS by default; --xds-api sotw keeps the State of the World.
+    assert doc["dynamic_resources"]["ads_config"]["api_type"] == "DELTA_GRPC"
+    assert doc["dynamic_resources"]["ads_config"]["set_node_on_first_message_only"] is True
     assert "18123" in json.dumps(doc)
+    assert main(["bootstrap", str(out), "--xds-api", "sotw"]) == 0
+    doc = yaml.safe_load(out.read_text())
+    assert doc["dynamic_resources"]["ads_config"]["api_type"] == "GRPC"
 
 
 def test_check_reports_unknown_kinds_and_versions(

@@ -13,10 +13,8 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import grpc
 import pytest
 from envoy.config.route.v3 import route_pb2
-from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from tests.xds_client import (
     SHORT,
@@ -545,16 +543,6 @@ async def test_secrets_are_never_logged(
     await until(lambda: bool(server.nacks()))
     assert "rejected secret" in caplog.text
     assert "sUp3r-s3cr3t" not in caplog.text
-
-
-async def test_delta_is_unimplemented(server: XdsServer) -> None:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:  # type: ignore[attr-defined]
-        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
-        call = stub.DeltaAggregatedResources(iter([discovery_pb2.DeltaDiscoveryRequest()]))
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            async for _ in call:
-                pass
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 async def test_readiness_waits_for_the_secrets_listeners_name(

@@ -20,6 +20,10 @@ import yaml
 from turnout.envoy.stats import CONTROL_PLANE_CLUSTER, EnvoyStats, stats_config
 
 XDS_CLUSTER = CONTROL_PLANE_CLUSTER
+# `--xds-api`: the ADS variant Envoy speaks. Delta sends only what changed (the default); the
+# State of the World resends every cluster and listener on each change.
+XDS_APIS = ("delta", "sotw")
+_API_TYPES = {"delta": "DELTA_GRPC", "sotw": "GRPC"}
 
 _HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 _DNS_CLUSTER = "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster"
@@ -197,9 +201,11 @@ def bootstrap_config(
     max_downstream_connections: int = 50_000,
     stats: EnvoyStats = EnvoyStats.TRIMMED,
     xds_tls: XdsClientTls | None = None,
+    xds_api: str = "delta",
 ) -> dict[str, Any]:
     """An Envoy v3 bootstrap that takes listeners, clusters and everything they reference over
-    one State-of-the-World ADS stream to `xds_address:xds_port`.
+    one ADS stream to `xds_address:xds_port`: Delta xDS, or State of the World when `xds_api`
+    is "sotw".
 
     Envoy's admin listens on the Unix socket `admin_socket` when given (turnout's own Envoy),
     else on `admin_address:admin_port` (an external Envoy's choice). With `xds_tls` the xDS
@@ -209,7 +215,7 @@ def bootstrap_config(
         "admin": _admin(admin_address, admin_port, admin_socket),
         "dynamic_resources": {
             "ads_config": {
-                "api_type": "GRPC",
+                "api_type": _API_TYPES[xds_api],
                 "transport_api_version": "V3",
                 "grpc_services": [
                     {"envoy_grpc": {"cluster_name": XDS_CLUSTER, "retry_policy": _XDS_RETRY}}

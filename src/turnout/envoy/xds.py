@@ -1,9 +1,21 @@
-"""The xDS server: State-of-the-World ADS over gRPC (`grpc.aio`).
+"""The xDS server: ADS over gRPC (`grpc.aio`), State of the World and Delta.
 
 One `XdsServer` holds the current snapshot (an `EnvoyResources` turned into packed, hashed
-resources) and serves it to every Envoy that opens `StreamAggregatedResources`. The Delta variant
-(`DeltaAggregatedResources`) is not implemented and answers UNIMPLEMENTED, so an Envoy must use
-`api_type: GRPC` (the bootstrap in `turnout.envoy.bootstrap` does).
+resources) and serves it to every Envoy that opens `StreamAggregatedResources` (SotW,
+`api_type: GRPC`) or `DeltaAggregatedResources` (Delta, `api_type: DELTA_GRPC`, what turnout's
+bootstrap asks for by default). Both variants share one per-stream state machine; a delta stream
+differs in what a response holds and how a request subscribes:
+
+* A resource's delta `version` is the sha256 of its serialized bytes. Every type, clusters and
+  listeners included, is sent only for the names whose content the stream was not sent yet;
+  `removed_resources` names what a wildcard subscription had and the configuration dropped.
+* Subscriptions are changes (`resource_names_subscribe`/`_unsubscribe`), honoured even on a
+  request with a stale nonce; a newly subscribed name is always sent, one that does not exist yet
+  when it appears. The first request's `initial_resource_versions` say what a reconnecting Envoy
+  has, and only what differs is sent.
+* ACK/NACK, the per-resource refusal bookkeeping and the make-before-break order below are the
+  same for both variants; stale clusters go out as `removed_resources` after the routes stopped
+  naming them.
 
 Protocol rules this module keeps (see the xDS protocol's "ACK/NACK and resource type instance
 version", "When to send an update" and "Eventual consistency considerations"):
@@ -323,6 +335,11 @@ class _TypeState:
     # rejected resource does not hide that the others are in effect.
     in_effect: dict[str, str] = field(default_factory=dict)
     refused: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Delta xDS: every response carries only changed resources plus the names it removes, so
+    # `sent`/`acked` accumulate per name for every type (SotW: only for subset types).
+    delta: bool = False
+    inflight_removed: tuple[str, ...] = ()
+    sent_at: float = 0.0  # time.monotonic() of the last response: Envoy's apply time
 
     def subscribed(self, available: Iterable[str]) -> set[str]:
         if self.wildcard:
@@ -345,10 +362,15 @@ def _note_refused(st: _TypeState, message: str) -> None:
     resource of the response and puts nothing new in effect."""
     named = {name for name in st.inflight if _mentions(message, name)}
     if named and st.type_url in FULL_STATE_TYPES:
-        kept = {name: st.in_effect[name] for name in named if name in st.in_effect}
-        st.in_effect = {
-            name: res.digest for name, res in st.inflight.items() if name not in named
-        } | kept
+        taken = {name: res.digest for name, res in st.inflight.items() if name not in named}
+        if st.delta:
+            # A delta response holds only the changes: the rest stays as it was, the removed
+            # names are gone and the refused ones keep their old content.
+            removed = set(st.inflight_removed)
+            kept = {n: d for n, d in st.in_effect.items() if n not in removed}
+        else:
+            kept = {name: st.in_effect[name] for name in named if name in st.in_effect}
+        st.in_effect = kept | taken
         st.refused = {name: (st.inflight[name].digest, message) for name in named}
         return
     for name, res in st.inflight.items():
@@ -371,14 +393,15 @@ _END = _End()
 class _Stream:
     """The state machine of one ADS stream. Only the stream's own task touches it."""
 
-    def __init__(self, server: XdsServer, stream_id: int, peer: str) -> None:
+    def __init__(self, server: XdsServer, stream_id: int, peer: str, delta: bool = False) -> None:
         self.server = server
         self.id = stream_id
         self.peer = peer
+        self.delta = delta
         self.node_id: str | None = None
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.snapshot: _Snapshot | None = None
-        self.types = {t: _TypeState(t) for t in TYPE_ORDER}
+        self.types = {t: _TypeState(t, delta=delta) for t in TYPE_ORDER}
         # Resources the current snapshot dropped but Envoy may still use until it has the new
         # listeners and routes (make-before-break).
         self.retained: dict[str, dict[str, _Resource]] = {CLUSTER_TYPE: {}, ENDPOINT_TYPE: {}}
@@ -406,14 +429,24 @@ class _Stream:
             for name in [n for n in retained if n in current]:
                 del retained[name]
 
-    def on_request(self, request: Any) -> None:
+    def _type_of(self, request: Any) -> _TypeState | None:
         if request.HasField("node") and request.node.id:
             self.node_id = request.node.id
-        type_url = request.type_url
-        st = self.types.get(type_url)
+        st = self.types.get(request.type_url)
         if st is None:
-            log.debug("Envoy %s asked for unsupported type %s; ignored", self.node, type_url)
+            log.debug(
+                "Envoy %s asked for unsupported type %s; ignored", self.node, request.type_url
+            )
+        return st
+
+    def on_request(self, request: Any) -> None:
+        if self.delta:
+            self.on_delta_request(request)
             return
+        st = self._type_of(request)
+        if st is None:
+            return
+        type_url = st.type_url
         nonce = request.response_nonce
         # Before the first response of a type on this stream there is nothing to be stale
         # against; a reconnecting client may still carry a nonce from its previous stream.
@@ -439,9 +472,8 @@ class _Stream:
     def _on_ack(self, st: _TypeState) -> None:
         st.pending = False
         st.last_outcome = _Outcome.ACK
-        if st.type_url in FULL_STATE_TYPES:
+        if st.type_url in FULL_STATE_TYPES and not st.delta:
             st.acked = dict(st.inflight)
-            st.acked_refs = frozenset(name for res in st.acked.values() for name in res.refs)
             st.in_effect = {name: res.digest for name, res in st.inflight.items()}
             st.refused.clear()
         else:
@@ -449,15 +481,26 @@ class _Stream:
             for name, res in st.inflight.items():
                 st.in_effect[name] = res.digest
                 st.refused.pop(name, None)
+            for name in st.inflight_removed:
+                st.acked.pop(name, None)
+                st.in_effect.pop(name, None)
+                st.refused.pop(name, None)
+        if st.type_url == CLUSTER_TYPE:
+            st.acked_refs = frozenset(name for res in st.acked.values() for name in res.refs)
         st.acked_version = st.inflight_version
         if st.nack is not None and st.nack.version != st.inflight_version:
             st.nack = None
         self.server._count("ack", st.type_url)
+        applied = time.monotonic() - st.sent_at
+        self.server._observe_apply(st.type_url, applied)
         log.debug(
-            "Envoy %s ACKed %s version %s",
+            "Envoy %s ACKed %s version %s (%d resource(s), %d removed) %.3f s after the push",
             self.node,
             SHORT_TYPE_NAMES[st.type_url],
             st.inflight_version,
+            len(st.inflight),
+            len(st.inflight_removed),
+            applied,
         )
 
     def _on_nack(self, st: _TypeState, message: str) -> None:
@@ -467,6 +510,11 @@ class _Stream:
         st.nack = nack
         self.server._record_nack(nack)
         _note_refused(st, message)
+        if st.delta:
+            # Envoy removes what a delta response removes before it adds and updates the rest,
+            # failing or not; the removal is not announced again.
+            for name in st.inflight_removed:
+                st.acked.pop(name, None)
         # Only Envoy's message is logged, never resource contents: a Secret's bytes must not leak.
         log.warning("%s", nack.describe())
 
@@ -497,11 +545,95 @@ class _Stream:
         st.names = names
         # Envoy forgets what it unsubscribed; if it subscribes again it needs the resource again.
         for name in dropped:
-            st.sent.pop(name, None)
-            st.acked.pop(name, None)
-            st.forced.discard(name)
-            st.in_effect.pop(name, None)
-            st.refused.pop(name, None)
+            self._forget(st, name)
+
+    # -- delta requests ---------------------------------------------------------------------
+
+    def on_delta_request(self, request: Any) -> None:
+        """A `DeltaDiscoveryRequest`: ACK/NACK by nonce, then the subscription changes, which
+        count even when the nonce is stale (xDS protocol, "Delta xDS")."""
+        st = self._type_of(request)
+        if st is None:
+            return
+        nonce = request.response_nonce
+        if st.pending and nonce and nonce == st.nonce:
+            if request.HasField("error_detail"):
+                self._on_nack(st, request.error_detail.message)
+            else:
+                self._on_ack(st)
+        elif st.nonce and nonce and nonce != st.nonce:
+            log.debug(
+                "Envoy %s: %s request with stale nonce %s (latest %s): subscriptions only",
+                self.node,
+                SHORT_TYPE_NAMES[st.type_url],
+                nonce,
+                st.nonce,
+            )
+        resumed: Mapping[str, str] = {}
+        if not st.requested:
+            st.requested = True
+            # The legacy wildcard: a first request naming nothing asks for everything.
+            st.wildcard = not request.resource_names_subscribe
+            resumed = dict(request.initial_resource_versions)
+            self._resume_delta(st, resumed)
+        self._update_delta_subscription(
+            st, request.resource_names_subscribe, request.resource_names_unsubscribe, resumed
+        )
+
+    def _resume_delta(self, st: _TypeState, versions: Mapping[str, str]) -> None:
+        """A reconnecting Envoy lists what it has (`initial_resource_versions`): those are not
+        sent again unless they differ. Names the configuration no longer has are removed, the
+        clusters and endpoints among them only after the routes stop naming them."""
+        if not versions:
+            return
+        target = self._target(st.type_url) if self.snapshot is not None else {}
+        for name, version in versions.items():
+            res = target.get(name)
+            if res is None or res.digest != version:
+                # Stands for what Envoy has; never sent (see `_plan_delta`).
+                res = _Resource(name=name, digest=version, packed=any_pb2.Any())
+                retained = self.retained.get(st.type_url)
+                if name not in target and retained is not None:
+                    retained[name] = res
+            st.sent[name] = st.acked[name] = res
+            st.in_effect[name] = version
+        if st.type_url == CLUSTER_TYPE:
+            st.acked_refs = frozenset(name for res in st.acked.values() for name in res.refs)
+        st.last_outcome = _Outcome.ACK
+
+    def _update_delta_subscription(
+        self,
+        st: _TypeState,
+        subscribe: Iterable[str],
+        unsubscribe: Iterable[str],
+        resumed: Mapping[str, str],
+    ) -> None:
+        for name in unsubscribe:
+            if name == "*":
+                st.wildcard = False
+                continue
+            st.names.discard(name)
+            if not st.wildcard:
+                # Envoy drops what it unsubscribed; a later subscription needs it sent again.
+                self._forget(st, name)
+        for name in subscribe:
+            if name == "*":
+                st.wildcard = True
+                continue
+            st.names.add(name)
+            st.ever_named = True
+            # A subscribed name is sent even if Envoy should have it (xDS protocol: "the server
+            # must send it"), except what the same first request listed as held.
+            if name not in resumed:
+                st.forced.add(name)
+
+    @staticmethod
+    def _forget(st: _TypeState, name: str) -> None:
+        st.sent.pop(name, None)
+        st.acked.pop(name, None)
+        st.forced.discard(name)
+        st.in_effect.pop(name, None)
+        st.refused.pop(name, None)
 
     # -- what the stream should have --------------------------------------------------------
 
@@ -546,6 +678,10 @@ class _Stream:
                 return not target
             if excused and type_url == LISTENER_TYPE:
                 return True
+            if st.delta:
+                return st.acked.keys() == target.keys() and all(
+                    st.acked[name].digest == res.digest for name, res in target.items()
+                )
             return st.acked_version == self._target_version(type_url, target)
         counted = self._counted_names(type_url, target)
         if excused and _PARENT_TYPE.get(type_url) == LISTENER_TYPE:
@@ -638,6 +774,44 @@ class _Stream:
             return None
         return version, [target[name] for name in send]
 
+    def _plan_delta(self, type_url: str) -> tuple[str, list[_Resource], list[str]] | None:
+        """The delta response this type needs now: the subscribed resources whose content the
+        stream was not sent (or that it subscribed to again), and the names to remove."""
+        st = self.types[type_url]
+        if not st.requested or st.pending:
+            return None
+        target = self._target(type_url)
+        st.forced.intersection_update(target)
+        send = [
+            target[name]
+            for name in sorted(st.subscribed(target))
+            if (
+                name in st.forced
+                or (sent := st.sent.get(name)) is None
+                or sent.digest != target[name].digest
+            )
+            # A stand-in for what a reconnected Envoy has (`_resume_delta`) has no content.
+            and target[name].packed.type_url
+        ]
+        # Only a wildcard subscription hears of removals: Envoy drops an explicitly subscribed
+        # CLA, route configuration or secret itself once nothing names it (and a removal would
+        # empty a CLA a draining cluster still uses).
+        removed = sorted(name for name in st.sent if name not in target) if st.wildcard else []
+        if not send and not removed:
+            return None
+        if type_url in FULL_STATE_TYPES:
+            # As a State-of-the-World response would, every change of clusters or listeners
+            # tries the refused ones again (a port may have become free); Envoy applies those
+            # one by one, so a refused one does not hold the others back.
+            sending = {res.name for res in send}
+            send.extend(
+                target[name]
+                for name, (digest, _) in sorted(st.refused.items())
+                if name not in sending and name in target and target[name].digest == digest
+            )
+            send.sort(key=lambda res: res.name)
+        return self._target_version(type_url, target), send, removed
+
     def _cluster_endpoints_subscribed(self) -> bool:
         """Envoy subscribes to a new cluster's CLA only after it processed the CDS response; until
         that subscription has arrived (and been answered) the cluster is still warming."""
@@ -680,7 +854,7 @@ class _Stream:
             if not all(idle[gate] for gate in _GATES.get(type_url, ())):
                 idle[type_url] = False
                 continue
-            plan = self._plan(type_url)
+            plan = self._plan_delta(type_url) if self.delta else self._plan(type_url)
             if plan is not None:
                 out.append(self._respond(type_url, *plan))
             idle[type_url] = plan is None and not self.types[type_url].pending
@@ -688,11 +862,19 @@ class _Stream:
                 idle[type_url] = idle[type_url] and self._cluster_endpoints_subscribed()
         return out
 
-    def _respond(self, type_url: str, version: str, resources: list[_Resource]) -> Any:
+    def _respond(
+        self,
+        type_url: str,
+        version: str,
+        resources: list[_Resource],
+        removed: list[str] | None = None,
+    ) -> Any:
         st = self.types[type_url]
         st.nonce = secrets.token_hex(8)
         st.pending = True
+        st.sent_at = time.monotonic()
         st.inflight = {res.name: res for res in resources}
+        st.inflight_removed = tuple(removed or ())
         st.inflight_version = version
         if type_url == CLUSTER_TYPE:
             eds = self.types[ENDPOINT_TYPE]
@@ -700,20 +882,35 @@ class _Stream:
                 old = st.sent.get(res.name)
                 if old is None or old.digest != res.digest:
                     eds.forced.update(res.refs)
-        if type_url in FULL_STATE_TYPES:
+        if type_url in FULL_STATE_TYPES and not self.delta:
             st.sent = dict(st.inflight)
-            st.sent_version = version
         else:
             st.sent.update(st.inflight)
             st.forced.difference_update(st.inflight)
+            for name in st.inflight_removed:
+                del st.sent[name]
+        st.sent_version = version
         log.debug(
-            "Envoy %s: sending %s version %s (%d resource(s), nonce %s)",
+            "Envoy %s: sending %s version %s (%d resource(s), %d removed, nonce %s)",
             self.node,
             SHORT_TYPE_NAMES[type_url],
             version,
             len(resources),
+            len(st.inflight_removed),
             st.nonce,
         )
+        if self.delta:
+            return discovery_pb2.DeltaDiscoveryResponse(
+                system_version_info=version,
+                resources=[
+                    discovery_pb2.Resource(name=res.name, version=res.digest, resource=res.packed)
+                    for res in resources
+                ],
+                type_url=type_url,
+                removed_resources=st.inflight_removed,
+                nonce=st.nonce,
+                control_plane=base_pb2.ControlPlane(identifier="turnout"),
+            )
         return discovery_pb2.DiscoveryResponse(
             version_info=version,
             resources=[res.packed for res in resources],
@@ -942,7 +1139,8 @@ class XdsServer:
         for stream in sorted(self._streams.values(), key=lambda s: s.id):
             st = stream.types[LISTENER_TYPE]
             answered = st.last_outcome is not None and not st.pending
-            if not answered or set(st.inflight) != current or name in st.in_effect:
+            held = st.sent if st.delta else st.inflight
+            if not answered or set(held) != current or name in st.in_effect:
                 return ListenerState(
                     None,
                     f"waiting for Envoy {stream.node} to acknowledge the listeners without {name}",
@@ -980,10 +1178,10 @@ class XdsServer:
     # -- stream plumbing --------------------------------------------------------------------
 
     async def _serve_stream(
-        self, request_iterator: AsyncIterator[Any], context: Any
+        self, request_iterator: AsyncIterator[Any], context: Any, *, delta: bool = False
     ) -> AsyncGenerator[Any, None]:
         self._next_stream_id += 1
-        stream = _Stream(self, self._next_stream_id, str(context.peer()))
+        stream = _Stream(self, self._next_stream_id, str(context.peer()), delta)
         stream.switch_snapshot(self._snapshot)
         reader = asyncio.create_task(
             self._read_requests(request_iterator, stream.queue),
@@ -991,7 +1189,12 @@ class XdsServer:
         )
         self._streams[stream.id] = stream
         self._update_connected()
-        log.info("ADS stream %d opened from %s", stream.id, stream.peer)
+        log.info(
+            "ADS stream %d (%s) opened from %s",
+            stream.id,
+            "delta" if delta else "state of the world",
+            stream.peer,
+        )
         try:
             while True:
                 items = [await stream.queue.get()]
@@ -1050,6 +1253,12 @@ class XdsServer:
         self._nacks.append(nack)
         self._count("nack", nack.type_url)
 
+    def _observe_apply(self, type_url: str, seconds: float) -> None:
+        if self._metrics is not None:
+            self._metrics.xds_apply_seconds.labels(
+                type=SHORT_TYPE_NAMES.get(type_url, type_url)
+            ).observe(seconds)
+
     def _count(self, event: Literal["push", "ack", "nack"], type_url: str) -> None:
         if self._metrics is None:
             return
@@ -1081,8 +1290,9 @@ class _AdsServicer:
 
     async def DeltaAggregatedResources(
         self, request_iterator: AsyncIterator[Any], context: Any
-    ) -> None:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "turnout serves State-of-the-World ADS only; set ads_config.api_type to GRPC",
-        )
+    ) -> AsyncIterator[Any]:
+        async with contextlib.aclosing(
+            self._server._serve_stream(request_iterator, context, delta=True)
+        ) as responses:
+            async for response in responses:
+                yield response
