@@ -42,19 +42,20 @@ from turnout.envoy.bootstrap import bootstrap_config, bootstrap_yaml, write_boot
 from turnout.envoy.process import EnvoyProcess
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.state import StateDir, default_state_dir, our_envoy, same_bootstrap
-from turnout.envoy.translate import translate
+from turnout.envoy.translate import retranslate_clusters, translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.xds import XdsServer
 from turnout.graph.attribution import rejection_findings
 from turnout.graph.build import CompileResult, build_graph, fold_findings
 from turnout.graph.dialect import Dialects, EnvoyView
+from turnout.graph.endpoint_update import endpoint_services, update_endpoints
 from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
 from turnout.sources.base import Source, StoreSink
 from turnout.sources.local_addresses import HostWatcher
 from turnout.sources.oidc import IssuerDiscoverer
 from turnout.status.model import IgnoredObject, ObjectStatus, State, stamp_transitions
-from turnout.store import Snapshot, SourceProblem, Store, same_content
+from turnout.store import Snapshot, SourceProblem, Store, changed_objects, same_content
 
 log = logging.getLogger("turnout")
 
@@ -63,6 +64,11 @@ MAX_DELAY_S = 1.0
 # Versions waiting for every Envoy's ACK to time their change: bounded, as with no Envoy
 # connected none is ever acknowledged.
 MAX_UNACKED_CHANGES = 64
+# The debounce of a burst that changed only EndpointSlices or Endpoints: such a change costs
+# milliseconds (the endpoints fast path), so waiting the full debounce_ms would be most of its
+# latency; a rolling update's writes arriving together still make one update.
+ENDPOINT_DEBOUNCE_S = 0.01
+ENDPOINT_KINDS = frozenset({("discovery.k8s.io", "EndpointSlice"), ("", "Endpoints")})
 # A cold start that takes longer than this says how far it got, every this often.
 PROGRESS_INTERVAL_S = 1.0
 
@@ -212,6 +218,7 @@ class Controller:
             started = time.perf_counter()
             change_seen, self._change_seen = self._change_seen, None
             snapshot = self.store.snapshot()
+            self.store.clear_pending()
             compiled = self._compiled
             # The store unchanged since then: no need to look for external inputs again.
             if (
@@ -226,10 +233,14 @@ class Controller:
                 compile_input = self._input(snapshot)
                 if compile_input.same(self._compiled):
                     return self.applied
-                result, resources = await asyncio.to_thread(
-                    self._compile, snapshot, compile_input.compile_options
-                )
-                if await asyncio.to_thread(self.hosts.track, result.dns_names):
+                fast = await asyncio.to_thread(self._endpoint_update, compile_input)
+                if fast is not None:
+                    result, resources = fast
+                else:
+                    result, resources = await asyncio.to_thread(
+                        self._compile, snapshot, compile_input.compile_options
+                    )
+                if fast is None and await asyncio.to_thread(self.hosts.track, result.dns_names):
                     compile_input = self._input(snapshot)
                     result, resources = await asyncio.to_thread(
                         self._compile, snapshot, compile_input.compile_options
@@ -246,6 +257,39 @@ class Controller:
                 self._unacked.append((version, change_seen))
             self._applied(result, version, snapshot, time.perf_counter() - started, resources)
             return self.applied
+
+    def _endpoint_update(self, new: _Input) -> tuple[CompileResult, EnvoyResources] | None:
+        """The last compile with the endpoints of `new` when only EndpointSlices (or Endpoints)
+        of Services no routing decision depends on changed since it: the dialects do not run
+        and only those clusters' load assignments are translated anew (`update_endpoints`,
+        exactly a full compile's result). None: compile everything. Pure like `_compile`."""
+        old, applied = self._compiled, self.applied
+        if old is None or applied is None or applied.resources is None:
+            return None
+        if (old.discovery, old.compile_options, old.translate_options) != (
+            new.discovery,
+            new.compile_options,
+            new.translate_options,
+        ):
+            return None
+        services = endpoint_services(changed_objects(old.snapshot, new.snapshot))
+        if services is None:
+            return None
+        try:
+            update = update_endpoints(
+                applied.result, old.snapshot, new.snapshot, services, new.compile_options
+            )
+            if update is None:
+                return None
+            resources = retranslate_clusters(
+                applied.resources, update.result.graph, update.clusters, new.translate_options
+            )
+        except Exception:
+            # A bug here must cost only speed: the full compile decides.
+            log.exception("endpoint update failed; compiling everything")
+            return None
+        log.debug("endpoints of %d Service(s) updated without a compile", len(services))
+        return update.result, resources
 
     def _input(self, snapshot: Snapshot) -> _Input:
         discovery = self.oidc.results()
@@ -552,7 +596,11 @@ class Controller:
         quiet = max(0, self.config.debounce_ms) / 1000
         while True:
             self._dirty.clear()
-            remaining = min(quiet, deadline - loop.time())
+            window = quiet
+            pending = self.store.pending_kinds()
+            if pending and pending <= ENDPOINT_KINDS:
+                window = min(quiet, ENDPOINT_DEBOUNCE_S)
+            remaining = min(window, deadline - loop.time())
             if remaining <= 0:
                 return
             try:

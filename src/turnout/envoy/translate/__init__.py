@@ -36,7 +36,7 @@ object never costs the others their configuration.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from turnout.envoy.resources import EnvoyResources
@@ -74,9 +74,11 @@ from turnout.graph.model import CABundle, Cluster, Listener, RoutingGraph
 __all__ = [
     "ListenerResources",
     "TranslateOptions",
+    "cluster_resources",
     "downstream_tls_context",
     "https_route_name",
     "misdirected_virtual_host",
+    "retranslate_clusters",
     "route_name",
     "translate",
     "translate_cluster",
@@ -107,7 +109,7 @@ def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> E
     endpoints: list[Any] = []
     ca_bundles = {b.name: b for b in graph.ca_bundles}
     for cluster in sorted(graph.clusters, key=lambda c: str(c.name)):
-        pair = _cluster_guarded(cluster, opts, ca_bundles)
+        pair = cluster_resources(cluster, opts, ca_bundles)
         if pair is not None:
             clusters.append(pair[0])
             if pair[1] is not None:  # DNS clusters carry their endpoints themselves
@@ -170,9 +172,11 @@ def _listener_guarded(lst: Listener, opts: TranslateOptions) -> ListenerResource
     return None
 
 
-def _cluster_guarded(
+def cluster_resources(
     cluster: Cluster, opts: TranslateOptions, ca_bundles: Mapping[str, CABundle]
 ) -> tuple[Any, Any] | None:
+    """The Envoy cluster and (EDS) load assignment of one graph cluster, as `translate` emits
+    them; None when even a bare cluster fails."""
     try:
         cla = translate_load_assignment(cluster) if has_load_assignment(cluster) else None
         return translate_cluster(cluster, opts, ca_bundles), cla
@@ -185,6 +189,53 @@ def _cluster_guarded(
         return translate_cluster(bare, opts), translate_load_assignment(bare)
     except Exception:
         return None
+
+
+def retranslate_clusters(
+    resources: EnvoyResources,
+    graph: RoutingGraph,
+    names: Collection[str],
+    options: TranslateOptions | None = None,
+) -> EnvoyResources:
+    """`resources` (the translation of a graph that differs from `graph` only in the endpoints
+    of the clusters `names`) with those clusters and load assignments translated anew: what
+    `translate(graph)` gives, without translating the rest (the endpoints fast path)."""
+    if not names:
+        return resources
+    opts = options if options is not None else TranslateOptions()
+    ca_bundles = {b.name: b for b in graph.ca_bundles}
+    wanted = set(names)
+    fresh: dict[str, tuple[Any, Any] | None] = {
+        str(c.name): cluster_resources(c, opts, ca_bundles)
+        for c in graph.clusters
+        if c.name in wanted
+    }
+    clusters = _replaced(resources.clusters, fresh, lambda m: str(m.name), 0)
+    endpoints = _replaced(resources.endpoints, fresh, lambda m: str(m.cluster_name), 1)
+    return dataclasses.replace(resources, clusters=clusters, endpoints=endpoints)
+
+
+def _replaced(
+    messages: tuple[Any, ...],
+    fresh: Mapping[str, tuple[Any, Any] | None],
+    name: Callable[[Any], str],
+    part: int,
+) -> tuple[Any, ...]:
+    """`messages` with each one named in `fresh` replaced by its new translation; a cluster
+    translated to nothing now, or one that had no message, cannot be placed: ValueError."""
+    out = list(messages)
+    seen = 0
+    for i, message in enumerate(messages):
+        key = name(message)
+        if key in fresh:
+            pair = fresh[key]
+            if pair is None or pair[part] is None:
+                raise ValueError(f"cluster {key!r} no longer translates")
+            out[i] = pair[part]
+            seen += 1
+    if seen != len(fresh):
+        raise ValueError("a cluster to translate anew had no resource")
+    return tuple(out)
 
 
 def _by_name(messages: list[Any]) -> tuple[Any, ...]:
