@@ -55,7 +55,14 @@ from turnout.sources.base import Source, StoreSink
 from turnout.sources.local_addresses import HostWatcher
 from turnout.sources.oidc import IssuerDiscoverer
 from turnout.status.model import IgnoredObject, ObjectStatus, State, stamp_transitions
-from turnout.store import Snapshot, SourceProblem, Store, changed_objects, same_content
+from turnout.store import (
+    Change,
+    Snapshot,
+    SourceProblem,
+    Store,
+    changed_objects,
+    same_content,
+)
 
 log = logging.getLogger("turnout")
 
@@ -233,7 +240,8 @@ class Controller:
                 compile_input = self._input(snapshot)
                 if compile_input.same(self._compiled):
                     return self.applied
-                fast = await asyncio.to_thread(self._endpoint_update, compile_input)
+                changes = self._changes(snapshot)
+                fast = await asyncio.to_thread(self._endpoint_update, compile_input, changes)
                 if fast is not None:
                     result, resources = fast
                 else:
@@ -258,11 +266,19 @@ class Controller:
             self._applied(result, version, snapshot, time.perf_counter() - started, resources)
             return self.applied
 
-    def _endpoint_update(self, new: _Input) -> tuple[CompileResult, EnvoyResources] | None:
+    def _changes(self, snapshot: Snapshot) -> tuple[Change, ...] | None:
+        """What changed since the last good compile's input, from the store's log (in the event
+        loop, which writes the store); None when the log cannot tell."""
+        old = self._compiled
+        return None if old is None else self.store.changes(old.snapshot, snapshot)
+
+    def _endpoint_update(
+        self, new: _Input, changes: tuple[Change, ...] | None
+    ) -> tuple[CompileResult, EnvoyResources] | None:
         """The last compile with the endpoints of `new` when only EndpointSlices (or Endpoints)
-        of Services no routing decision depends on changed since it: the dialects do not run
-        and only those clusters' load assignments are translated anew (`update_endpoints`,
-        exactly a full compile's result). None: compile everything. Pure like `_compile`."""
+        of Services no routing decision depends on changed since it (`changes`; None: compare
+        the snapshots): the dialects do not run and only those clusters are translated anew
+        (`update_endpoints`, exactly a full compile's result). None: compile everything."""
         old, applied = self._compiled, self.applied
         if old is None or applied is None or applied.resources is None:
             return None
@@ -272,12 +288,13 @@ class Controller:
             new.translate_options,
         ):
             return None
-        services = endpoint_services(changed_objects(old.snapshot, new.snapshot))
-        if services is None:
+        if changes is None:
+            changes = changed_objects(old.snapshot, new.snapshot)
+        if endpoint_services(changes) is None:
             return None
         try:
             update = update_endpoints(
-                applied.result, old.snapshot, new.snapshot, services, new.compile_options
+                applied.result, old.snapshot, new.snapshot, changes, new.compile_options
             )
             if update is None:
                 return None
@@ -288,7 +305,7 @@ class Controller:
             # A bug here must cost only speed: the full compile decides.
             log.exception("endpoint update failed; compiling everything")
             return None
-        log.debug("endpoints of %d Service(s) updated without a compile", len(services))
+        log.debug("endpoints of %d cluster(s) updated without a compile", len(update.clusters))
         return update.result, resources
 
     def _input(self, snapshot: Snapshot) -> _Input:

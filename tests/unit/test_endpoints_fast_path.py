@@ -160,9 +160,10 @@ def _walk(
         new = Snapshot.of(objects)
         full = compile_snapshot(new, options, DIALECTS)
         full_resources = translate(full.graph)
-        services = endpoint_services(changed_objects(snapshot, new))
+        changes = changed_objects(snapshot, new)
+        services = endpoint_services(changes)
         assert services is not None
-        update = update_endpoints(result, snapshot, new, services, options)
+        update = update_endpoints(result, snapshot, new, changes, options)
         if update is None:
             assert services & result.endpoint_dependent_services or new.problems
             taken[1] += 1
@@ -244,9 +245,9 @@ def _fast(objects: list[KubeObject], changed: list[KubeObject]) -> CompileResult
     refs = {o.ref for o in changed}
     after = Snapshot.of([*(o for o in objects if o.ref not in refs), *changed])
     result = compile_snapshot(before, CompileOptions(), DIALECTS)
-    services = endpoint_services(changed_objects(before, after))
-    assert services is not None
-    update = update_endpoints(result, before, after, services, CompileOptions())
+    changes = changed_objects(before, after)
+    assert endpoint_services(changes) is not None
+    update = update_endpoints(result, before, after, changes, CompileOptions())
     if update is not None:
         _assert_same(update.result, compile_snapshot(after, CompileOptions(), DIALECTS))
     return None if update is None else update.result

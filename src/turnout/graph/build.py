@@ -90,7 +90,9 @@ class EndpointBasis:
     and the findings and problems the endpoint stage and the Envoy-limits net made.
     `forbidden_problems` holds one problem per `forbidden` entry, in the same order."""
 
-    backends: tuple[ServiceBackend, ...]
+    backends: Mapping[tuple[str, str], tuple[ServiceBackend, ...]]  # by (namespace, Service)
+    slices: Mapping[tuple[str, str], Sequence[KubeObject]]  # `index_endpoint_slices`
+    positions: Mapping[str, int]  # each cluster's place in `graph.clusters`
     reserved: Mapping[int, str]
     statuses: tuple[ObjectStatus, ...]
     limit_findings: tuple[Finding, ...]
@@ -253,14 +255,20 @@ def build_graph(
         )
     )
     graph = _hold_owned_hosts(graph, ownership)
+    by_service: dict[tuple[str, str], tuple[ServiceBackend, ...]] = {}
+    for backend in backends.service_backends():
+        if backend.cluster.name in used:
+            by_service[backend.service] = (*by_service.get(backend.service, ()), backend)
     basis = EndpointBasis(
-        backends=tuple(b for b in backends.service_backends() if b.cluster.name in used),
+        backends=by_service,
+        slices=backends.endpoint_slices(),
+        positions={c.name: i for i, c in enumerate(graph.clusters)},
         reserved=reserved,
         statuses=tuple(statuses),
         limit_findings=tuple(_limit_findings(limit_problems)),
         endpoint_findings=endpoint_findings(forbidden, graph),
         forbidden=forbidden,
-        forbidden_problems=forbidden_problems(forbidden, snapshot),
+        forbidden_problems=forbidden_problems(forbidden, snapshot, backends.endpoint_slices()),
         head_problems=(*snapshot.problems, *kinds.problems),
         tail_problems=source_problems(limit_problems, snapshot),
     )
@@ -437,15 +445,18 @@ def endpoint_findings(
 
 
 def forbidden_problems(
-    forbidden: Iterable[ForbiddenEndpoint], snapshot: Snapshot
+    forbidden: Iterable[ForbiddenEndpoint],
+    snapshot: Snapshot,
+    slices: Mapping[tuple[str, str], Sequence[KubeObject]] | None = None,
 ) -> tuple[SourceProblem, ...]:
     """One error per endpoint left out, on the Service (or the RouteGroup backend) whose
-    cluster listed it, naming the EndpointSlices or Endpoints that wrote it."""
+    cluster listed it, naming the EndpointSlices or Endpoints that wrote it (`slices`: the
+    snapshot's `index_endpoint_slices`, when the caller has it)."""
     out: list[SourceProblem] = []
     for f in forbidden:
         c, ep = f.cluster, f.endpoint
         service = snapshot.get("", "Service", c.namespace, c.service)
-        sources = endpoint_sources(snapshot, c.namespace, c.service, ep.address)
+        sources = endpoint_sources(snapshot, c.namespace, c.service, ep.address, slices)
         via = f" (listed by {', '.join(sources)})" if sources and service is not None else ""
         what = "Service" if service is not None else "backend"
         out.append(

@@ -14,7 +14,7 @@ caller then compiles everything).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from turnout.compile_inputs import CompileOptions
@@ -30,7 +30,6 @@ from turnout.graph.services import (
     SERVICE_NAME_LABEL,
     ForbiddenEndpoint,
     drop_forbidden_endpoints,
-    index_endpoint_slices,
     resolve_endpoints,
 )
 from turnout.graph.validate import endpoint_problem
@@ -84,37 +83,42 @@ def update_endpoints(
     result: CompileResult,
     old: Snapshot,
     snapshot: Snapshot,
-    services: frozenset[tuple[str, str]],
+    changes: Sequence[Change],
     options: CompileOptions,
 ) -> EndpointUpdate | None:
     """`result` (the compile of `old` with `options`) redone for `snapshot`, which differs from
-    `old` only in the endpoints of `services`; None when only a full compile can tell."""
+    `old` by `changes`; None when something other than endpoints changed, or the endpoints of
+    a Service a routing decision read: only a full compile can tell then. The work is in the
+    changed Services' clusters, not in the size of the snapshot."""
+    services = endpoint_services(changes)
     previous = result.endpoint_basis
-    if previous is None or services & result.endpoint_dependent_services:
+    if services is None or previous is None or services & result.endpoint_dependent_services:
         return None
-    basis = previous
     if snapshot.problems != old.problems or any(_endpoint_kind(r) for r in result.rejected):
         return None
-    touched = [b for b in basis.backends if b.service in services]
-    slices = index_endpoint_slices(snapshot, services) if touched else {}
+    slices = _reindexed(previous.slices, changes)
     fresh: dict[str, Cluster] = {}
     forbidden: dict[str, tuple[ForbiddenEndpoint, ...]] = {}
-    for backend in touched:
-        resolved = resolve_endpoints(backend, snapshot, slices)
-        (kept,), dropped = drop_forbidden_endpoints((resolved,), basis.reserved, options)
-        if any(endpoint_problem(ep) is not None for ep in kept.endpoints):
-            return None  # the net would report it among its other problems: a full compile
-        fresh[kept.name] = kept
-        forbidden[kept.name] = dropped
+    for service in sorted(services):
+        for backend in previous.backends.get(service, ()):
+            resolved = resolve_endpoints(backend, snapshot, slices)
+            (kept,), dropped = drop_forbidden_endpoints((resolved,), previous.reserved, options)
+            if any(endpoint_problem(ep) is not None for ep in kept.endpoints):
+                return None  # the net would report it among its other problems: a full compile
+            fresh[kept.name] = kept
+            forbidden[kept.name] = dropped
     graph = result.graph
-    names = tuple(c.name for c in graph.clusters if c.name in fresh)
+    names = tuple(sorted(n for n in fresh if n in previous.positions))
     if names:
-        clusters = tuple(fresh.get(c.name, c) for c in graph.clusters)
-        graph = dataclasses.replace(graph, clusters=clusters)
-    entries = _merged(basis, forbidden, snapshot)
+        clusters = list(graph.clusters)
+        for name in names:
+            clusters[previous.positions[name]] = fresh[name]
+        graph = dataclasses.replace(graph, clusters=tuple(clusters))
+    entries = _merged(previous, forbidden, snapshot, slices)
     refused = tuple(f for f, _ in entries)
     basis = dataclasses.replace(
-        basis,
+        previous,
+        slices=slices,
         endpoint_findings=endpoint_findings(refused, graph),
         forbidden=refused,
         forbidden_problems=tuple(p for _, p in entries),
@@ -127,6 +131,37 @@ def update_endpoints(
     return EndpointUpdate(updated, names)
 
 
+def _reindexed(
+    index: Mapping[tuple[str, str], Sequence[KubeObject]], changes: Iterable[Change]
+) -> Mapping[tuple[str, str], Sequence[KubeObject]]:
+    """`index_endpoint_slices` of the snapshot after `changes`, from the one before: the
+    entries of the Services a changed slice belongs (or belonged) to are redone."""
+    redone: dict[tuple[str, str], dict[str, KubeObject]] = {}
+    for before, after in changes:
+        for obj, keep in ((before, False), (after, True)):
+            if obj is None or obj.kind != "EndpointSlice":
+                continue
+            label = obj.labels.get(SERVICE_NAME_LABEL)
+            if not isinstance(label, str) or not label:
+                continue
+            key = (obj.namespace, label)
+            if key not in redone:
+                redone[key] = {o.name: o for o in index.get(key, ())}
+            if keep:
+                redone[key][obj.name] = obj
+            else:
+                redone[key].pop(obj.name, None)
+    if not redone:
+        return index
+    out = dict(index)
+    for key, by_name in redone.items():
+        if by_name:
+            out[key] = [by_name[n] for n in sorted(by_name)]
+        else:
+            out.pop(key, None)
+    return out
+
+
 def _endpoint_kind(ref: ObjectRef) -> bool:
     return (ref.group, ref.kind) in {("discovery.k8s.io", "EndpointSlice"), ("", "Endpoints")}
 
@@ -135,6 +170,7 @@ def _merged(
     basis: EndpointBasis,
     redone: dict[str, tuple[ForbiddenEndpoint, ...]],
     snapshot: Snapshot,
+    slices: Mapping[tuple[str, str], Sequence[KubeObject]],
 ) -> list[tuple[ForbiddenEndpoint, SourceProblem]]:
     """The refused endpoints with their problems: the redone clusters' anew, the others' as
     they were, in cluster name order as `drop_forbidden_endpoints` lists them."""
@@ -144,7 +180,7 @@ def _merged(
         if f.cluster.name not in redone
     ]
     for dropped in redone.values():
-        kept.extend(zip(dropped, forbidden_problems(dropped, snapshot), strict=True))
+        kept.extend(zip(dropped, forbidden_problems(dropped, snapshot, slices), strict=True))
     # Stable: one cluster's entries keep their endpoint order.
     kept.sort(key=lambda e: e[0].cluster.name)
     return kept

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +18,6 @@ from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from turnout.compile_inputs import CompileOptions, ListenerDecl
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -118,8 +116,8 @@ def _ready(endpoint: Mapping[str, Any]) -> bool:
 def index_endpoint_slices(
     snapshot: Snapshot, services: Collection[tuple[str, str]] | None = None
 ) -> dict[tuple[str, str], list[KubeObject]]:
-    """EndpointSlices by (namespace, service name), built once per compile; with `services`,
-    only theirs (the endpoints fast path)."""
+    """EndpointSlices by (namespace, service name), in namespace/name order, built once per
+    compile; with `services`, only theirs."""
     index: dict[tuple[str, str], list[KubeObject]] = {}
     for eps in snapshot.kind("discovery.k8s.io", "EndpointSlice"):
         service = eps.labels.get(SERVICE_NAME_LABEL)
@@ -134,7 +132,7 @@ def service_endpoints(
     snapshot: Snapshot,
     service: KubeObject,
     sp: ServicePort,
-    slices_index: Mapping[tuple[str, str], list[KubeObject]] | None = None,
+    slices_index: Mapping[tuple[str, str], Sequence[KubeObject]] | None = None,
     health: ServicePort | None = None,
 ) -> tuple[Endpoint, ...]:
     """Ready endpoints of a Service port, from EndpointSlices, else from Endpoints.
@@ -151,7 +149,7 @@ def endpoints_of(
     namespace: str,
     name: str,
     sp: ServicePort,
-    slices_index: Mapping[tuple[str, str], list[KubeObject]] | None = None,
+    slices_index: Mapping[tuple[str, str], Sequence[KubeObject]] | None = None,
     health: ServicePort | None = None,
 ) -> tuple[Endpoint, ...]:
     """`service_endpoints` of the Service `namespace`/`name`."""
@@ -295,7 +293,7 @@ class ServiceBackend:
 def resolve_endpoints(
     backend: ServiceBackend,
     snapshot: Snapshot,
-    slices_index: Mapping[tuple[str, str], list[KubeObject]] | None = None,
+    slices_index: Mapping[tuple[str, str], Sequence[KubeObject]] | None = None,
 ) -> Cluster:
     """The endpoint stage, for one cluster: its ready endpoints from the EndpointSlices (or
     Endpoints) of `snapshot`. The full compile and the endpoints fast path both run it."""
@@ -437,6 +435,10 @@ class BackendResolver:
     def endpoint_dependent(self) -> frozenset[tuple[str, str]]:
         """The (namespace, Service) pairs whose endpoints some routing decision read."""
         return frozenset(self._dependent)
+
+    def endpoint_slices(self) -> Mapping[tuple[str, str], Sequence[KubeObject]]:
+        """The EndpointSlices of the snapshot by (namespace, Service) (`index_endpoint_slices`)."""
+        return self._slices
 
     def service_backends(self) -> tuple[ServiceBackend, ...]:
         """The EDS clusters made from a Service port, by cluster name."""
@@ -641,11 +643,23 @@ def forbidden_dns_name(
     return None
 
 
-def endpoint_sources(snapshot: Snapshot, namespace: str, service: str, address: str) -> list[str]:
-    """The EndpointSlices (or the Endpoints) of a Service that list `address`, as "Kind name"."""
+def endpoint_sources(
+    snapshot: Snapshot,
+    namespace: str,
+    service: str,
+    address: str,
+    slices_index: Mapping[tuple[str, str], Sequence[KubeObject]] | None = None,
+) -> list[str]:
+    """The EndpointSlices (or the Endpoints) of a Service that list `address`, as "Kind name";
+    `slices_index`: `index_endpoint_slices` of `snapshot`, when the caller has it."""
+    slices: Iterable[KubeObject] = (
+        snapshot.kind("discovery.k8s.io", "EndpointSlice")
+        if slices_index is None
+        else slices_index.get((namespace, service), ())
+    )
     found = [
         f"EndpointSlice {namespace}/{eps.name}"
-        for eps in snapshot.kind("discovery.k8s.io", "EndpointSlice")
+        for eps in slices
         if eps.namespace == namespace
         and eps.labels.get(SERVICE_NAME_LABEL) == service
         and any(
