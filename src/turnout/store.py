@@ -8,6 +8,7 @@ Dialects only ever see a `Snapshot`.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -304,7 +305,9 @@ class Store:
         if self._order is None:
             self._order = sorted(self._partitions)
         parts = self._partitions
-        objects = tuple(itertools.chain.from_iterable(parts[k][0] for k in self._order))
+        # All in C (no Python frame per partition): one file per object is common.
+        contents = map(operator.itemgetter(0), map(parts.__getitem__, self._order))
+        objects = tuple(itertools.chain.from_iterable(contents))
         base = self._last_built()
         built = None
         if base is not None and self._unbuilt is not None:
@@ -339,12 +342,15 @@ class Store:
         first = a[1]
         if first > b[1] or (self._log and first + 1 < self._log[0][0] and first < b[1]):
             return None
+        # Newest first, stopping at `old`: the work is in the changes, not in the log's size.
         merged: dict[ObjectRef, list[KubeObject | None]] = {}
-        for seq, (before, after) in self._log:
-            if first < seq <= b[1]:
+        for seq, (before, after) in reversed(self._log):
+            if seq <= first:
+                break
+            if seq <= b[1]:
                 obj = after if after is not None else before
                 assert obj is not None
-                merged.setdefault(obj.ref, [before, after])[1] = after
+                merged.setdefault(obj.ref, [before, after])[0] = before
         return tuple((x, y) for x, y in merged.values() if not _same_change((x, y)))
 
 

@@ -45,10 +45,10 @@ _ENDPOINTS = ("v1", "Endpoints")
 
 @dataclass(frozen=True, slots=True)
 class EndpointUpdate:
-    """A compile result with new endpoints, and the clusters whose endpoints were redone."""
+    """A compile result with new endpoints, and its clusters whose endpoints were redone."""
 
     result: CompileResult
-    clusters: tuple[str, ...]
+    clusters: tuple[Cluster, ...]
 
 
 def _services_of(obj: KubeObject) -> tuple[str, str] | None:
@@ -128,7 +128,7 @@ def update_endpoints(
     updated = dataclasses.replace(
         result, graph=graph, statuses=statuses, problems=problems, endpoint_basis=basis
     )
-    return EndpointUpdate(updated, names)
+    return EndpointUpdate(updated, tuple(fresh[n] for n in names))
 
 
 def _reindexed(

@@ -35,8 +35,9 @@ object never costs the others their configuration.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from turnout.envoy.resources import EnvoyResources
@@ -194,25 +195,21 @@ def cluster_resources(
 def retranslate_clusters(
     resources: EnvoyResources,
     graph: RoutingGraph,
-    names: Collection[str],
+    clusters: Sequence[Cluster],
     options: TranslateOptions | None = None,
 ) -> EnvoyResources:
     """`resources` (the translation of a graph that differs from `graph` only in the endpoints
-    of the clusters `names`) with those clusters and load assignments translated anew: what
-    `translate(graph)` gives, without translating the rest (the endpoints fast path)."""
-    if not names:
+    of `clusters`, which are `graph`'s) with those clusters and their load assignments
+    translated anew: what `translate(graph)` gives, without translating the rest (the
+    endpoints fast path)."""
+    if not clusters:
         return resources
     opts = options if options is not None else TranslateOptions()
     ca_bundles = {b.name: b for b in graph.ca_bundles}
-    wanted = set(names)
-    fresh: dict[str, tuple[Any, Any] | None] = {
-        str(c.name): cluster_resources(c, opts, ca_bundles)
-        for c in graph.clusters
-        if c.name in wanted
-    }
-    clusters = _replaced(resources.clusters, fresh, lambda m: str(m.name), 0)
+    fresh = {str(c.name): cluster_resources(c, opts, ca_bundles) for c in clusters}
+    out = _replaced(resources.clusters, fresh, lambda m: str(m.name), 0)
     endpoints = _replaced(resources.endpoints, fresh, lambda m: str(m.cluster_name), 1)
-    return dataclasses.replace(resources, clusters=clusters, endpoints=endpoints)
+    return dataclasses.replace(resources, clusters=out, endpoints=endpoints)
 
 
 def _replaced(
@@ -221,20 +218,17 @@ def _replaced(
     name: Callable[[Any], str],
     part: int,
 ) -> tuple[Any, ...]:
-    """`messages` with each one named in `fresh` replaced by its new translation; a cluster
-    translated to nothing now, or one that had no message, cannot be placed: ValueError."""
+    """`messages` (sorted by `name`, as `translate` emits them) with each one named in `fresh`
+    replaced by its new translation, found by bisection; a cluster translated to nothing now,
+    or one without a message, cannot be placed: ValueError."""
     out = list(messages)
-    seen = 0
-    for i, message in enumerate(messages):
-        key = name(message)
-        if key in fresh:
-            pair = fresh[key]
-            if pair is None or pair[part] is None:
-                raise ValueError(f"cluster {key!r} no longer translates")
-            out[i] = pair[part]
-            seen += 1
-    if seen != len(fresh):
-        raise ValueError("a cluster to translate anew had no resource")
+    for key, pair in fresh.items():
+        i = bisect.bisect_left(out, key, key=name)
+        if i == len(out) or name(out[i]) != key:
+            raise ValueError(f"cluster {key!r} had no resource")
+        if pair is None or pair[part] is None:
+            raise ValueError(f"cluster {key!r} no longer translates")
+        out[i] = pair[part]
     return tuple(out)
 
 
