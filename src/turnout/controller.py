@@ -2,7 +2,8 @@
 
 `Controller` owns one store, one xDS server and (in standalone mode) one supervised Envoy. Its
 sources (`turnout.sources.base.Source`) write into the store; every change recompiles the whole
-store; the compile is a pure function, so the controller's only state is the latest result, the
+store (except an endpoint-only one, below); the compile is a pure function, so the controller's
+only state is the latest result, the
 statuses as Envoy's answers settled them, and what Envoy acknowledged.
 
 When it compiles:
@@ -15,6 +16,9 @@ When it compiles:
   `MAX_DELAY_S` (1 s) after that first change, so a steady trickle cannot starve it.
 * not at all when the store holds what the last good compile compiled (a file touched or
   rewritten with the same content), with the same discovery answers.
+* without the dialects when only EndpointSlices or Endpoints of Services no routing decision
+  reads changed (`graph.endpoint_update`): the last result with those Services' endpoints
+  redone, exactly what a full compile gives; such a burst waits `ENDPOINT_DEBOUNCE_S`.
 
 Statuses: what only Envoy's answer decides (a Gateway's `Programmed`) is settled when the xDS
 server reports that Envoy answered (ACK or NACK) and right after each compile, not when someone
