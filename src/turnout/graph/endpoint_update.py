@@ -116,10 +116,12 @@ def update_endpoints(
         graph = dataclasses.replace(graph, clusters=tuple(clusters))
     entries = _merged(previous, forbidden, snapshot, slices)
     refused = tuple(f for f, _ in entries)
+    # The same refusals name the same routes (the listeners are the last compile's): no walk.
+    same = _finding_keys(refused) == _finding_keys(previous.forbidden)
     basis = dataclasses.replace(
         previous,
         slices=slices,
-        endpoint_findings=endpoint_findings(refused, graph),
+        endpoint_findings=previous.endpoint_findings if same else endpoint_findings(refused, graph),
         forbidden=refused,
         forbidden_problems=tuple(p for _, p in entries),
     )
@@ -160,6 +162,14 @@ def _reindexed(
         else:
             out.pop(key, None)
     return out
+
+
+def _finding_keys(forbidden: Iterable[ForbiddenEndpoint]) -> list[tuple[object, ...]]:
+    """What `endpoint_findings` reads of each refused endpoint."""
+    return [
+        (f.cluster.name, f.cluster.namespace, f.cluster.service, f.endpoint, f.reason)
+        for f in forbidden
+    ]
 
 
 def _endpoint_kind(ref: ObjectRef) -> bool:
