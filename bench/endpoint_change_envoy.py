@@ -55,7 +55,7 @@ async def answered_by(client: httpx.AsyncClient, url: str, name: str, timeout: f
     started = time.perf_counter()
     while time.perf_counter() - started < timeout:
         try:
-            r = await client.get(url, headers={"host": "host0.example.com"})
+            r = await client.get(url, headers={"host": "host0.example.com", "x-r": "0"})
             if r.status_code == 200 and r.json().get("service") == name:
                 return time.perf_counter() - started
         except (httpx.HTTPError, ValueError):
@@ -103,7 +103,7 @@ async def run(proxies: int, routes: int, n: int) -> None:
         (directory / "routes.yaml").write_text("---\n".join(docs))
         write_atomically(directory / "slice.yaml", slice_file(ports[1], "same"))
         proc = serve(directory, state, http_port, admin_port)
-        url = f"http://127.0.0.1:{http_port}/child"
+        url = f"http://127.0.0.1:{http_port}/r0"
         try:
             started = time.perf_counter()
             async with httpx.AsyncClient(timeout=2.0) as client:
