@@ -29,17 +29,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compile_bench import generate  # noqa: E402
+from compile_bench import generate
 
-from turnout.app import compile_snapshot  # noqa: E402
-from turnout.compile_inputs import CompileOptions  # noqa: E402
-from turnout.envoy.resources import EnvoyResources  # noqa: E402
-from turnout.envoy.translate import retranslate_clusters, translate  # noqa: E402
-from turnout.graph.build import CompileResult  # noqa: E402
-from turnout.graph.endpoint_update import update_endpoints  # noqa: E402
-from turnout.objects import KubeObject  # noqa: E402
-from turnout.sources.parse import parse_text  # noqa: E402
-from turnout.store import Snapshot, Store, changed_objects  # noqa: E402
+from turnout.app import compile_snapshot
+from turnout.compile_inputs import CompileOptions
+from turnout.envoy.resources import EnvoyResources
+from turnout.envoy.translate import retranslate_clusters, translate
+from turnout.graph.build import CompileResult
+from turnout.graph.endpoint_update import update_endpoints
+from turnout.objects import KubeObject
+from turnout.sources.parse import parse_text
+from turnout.store import Snapshot, Store, changed_objects
 
 
 def slice_text(team: int, port: int, address: str | None = None) -> str:
@@ -145,8 +145,7 @@ def in_process(proxies: int, routes: int, changes: int) -> None:
     for label, t in (("full compile (baseline)", t_full), ("endpoints fast path", t_fast)):
         p50, p99 = statistics.median(t), percentile(t, 99)
         print(
-            f"  {label:<24} p50 {p50 * 1000:8.1f} ms  p99 {p99 * 1000:8.1f} ms  "
-            f"{p50 / base:.4f}x"
+            f"  {label:<24} p50 {p50 * 1000:8.1f} ms  p99 {p99 * 1000:8.1f} ms  {p50 / base:.4f}x"
         )
 
 
