@@ -2,7 +2,8 @@
 
 `Controller` owns one store, one xDS server and (in standalone mode) one supervised Envoy. Its
 sources (`turnout.sources.base.Source`) write into the store; every change recompiles the whole
-store; the compile is a pure function, so the controller's only state is the latest result, the
+store (except an endpoint-only one, below); the compile is a pure function, so the controller's
+only state is the latest result, the
 statuses as Envoy's answers settled them, and what Envoy acknowledged.
 
 When it compiles:
@@ -15,6 +16,9 @@ When it compiles:
   `MAX_DELAY_S` (1 s) after that first change, so a steady trickle cannot starve it.
 * not at all when the store holds what the last good compile compiled (a file touched or
   rewritten with the same content), with the same discovery answers.
+* without the dialects when only EndpointSlices or Endpoints of Services no routing decision
+  reads changed (`graph.endpoint_update`): the last result with those Services' endpoints
+  redone, exactly what a full compile gives; such a burst waits `ENDPOINT_DEBOUNCE_S`.
 
 Statuses: what only Envoy's answer decides (a Gateway's `Programmed`) is settled when the xDS
 server reports that Envoy answered (ACK or NACK) and right after each compile, not when someone
@@ -48,13 +52,14 @@ from turnout.envoy.bootstrap import (
 from turnout.envoy.process import EnvoyProcess
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.state import StateDir, default_state_dir, our_envoy, same_bootstrap
-from turnout.envoy.translate import translate
+from turnout.envoy.translate import retranslate_clusters, translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.xds import XdsServer
 from turnout.envoy.xds_tls import child_client_tls, server_credentials
 from turnout.graph.attribution import rejection_findings
 from turnout.graph.build import CompileResult, build_graph, fold_findings
 from turnout.graph.dialect import Dialects, EnvoyView
+from turnout.graph.endpoint_update import endpoint_services, update_endpoints
 from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
 from turnout.sources.base import Source, StoreSink
@@ -62,7 +67,14 @@ from turnout.sources.local_addresses import HostWatcher
 from turnout.sources.oidc import IssuerDiscoverer
 from turnout.status.model import IgnoredObject, ObjectStatus, State, stamp_transitions
 from turnout.status.sink import StatusSink
-from turnout.store import Snapshot, SourceProblem, Store, same_content
+from turnout.store import (
+    Change,
+    Snapshot,
+    SourceProblem,
+    Store,
+    changed_objects,
+    same_content,
+)
 
 log = logging.getLogger("turnout")
 
@@ -71,6 +83,11 @@ MAX_DELAY_S = 1.0
 # Versions waiting for every Envoy's ACK to time their change: bounded, as with no Envoy
 # connected none is ever acknowledged.
 MAX_UNACKED_CHANGES = 64
+# The debounce of a burst that changed only EndpointSlices or Endpoints: such a change costs
+# milliseconds (the endpoints fast path), so waiting the full debounce_ms would be most of its
+# latency; a rolling update's writes arriving together still make one update.
+ENDPOINT_DEBOUNCE_S = 0.01
+ENDPOINT_KINDS = frozenset({("discovery.k8s.io", "EndpointSlice"), ("", "Endpoints")})
 # A cold start that takes longer than this says how far it got, every this often.
 PROGRESS_INTERVAL_S = 1.0
 
@@ -223,6 +240,7 @@ class Controller:
             started = time.perf_counter()
             change_seen, self._change_seen = self._change_seen, None
             snapshot = self.store.snapshot()
+            self.store.clear_pending()
             compiled = self._compiled
             # The store unchanged since then: no need to look for external inputs again.
             if (
@@ -237,10 +255,15 @@ class Controller:
                 compile_input = self._input(snapshot)
                 if compile_input.same(self._compiled):
                     return self.applied
-                result, resources = await asyncio.to_thread(
-                    self._compile, snapshot, compile_input.compile_options
-                )
-                if await asyncio.to_thread(self.hosts.track, result.dns_names):
+                changes = self._changes(snapshot)
+                fast = await asyncio.to_thread(self._endpoint_update, compile_input, changes)
+                if fast is not None:
+                    result, resources = fast
+                else:
+                    result, resources = await asyncio.to_thread(
+                        self._compile, snapshot, compile_input.compile_options
+                    )
+                if fast is None and await asyncio.to_thread(self.hosts.track, result.dns_names):
                     compile_input = self._input(snapshot)
                     result, resources = await asyncio.to_thread(
                         self._compile, snapshot, compile_input.compile_options
@@ -257,6 +280,48 @@ class Controller:
                 self._unacked.append((version, change_seen))
             self._applied(result, version, snapshot, time.perf_counter() - started, resources)
             return self.applied
+
+    def _changes(self, snapshot: Snapshot) -> tuple[Change, ...] | None:
+        """What changed since the last good compile's input, from the store's log (in the event
+        loop, which writes the store); None when the log cannot tell."""
+        old = self._compiled
+        return None if old is None else self.store.changes(old.snapshot, snapshot)
+
+    def _endpoint_update(
+        self, new: _Input, changes: tuple[Change, ...] | None
+    ) -> tuple[CompileResult, EnvoyResources] | None:
+        """The last compile with the endpoints of `new` when only EndpointSlices (or Endpoints)
+        of Services no routing decision depends on changed since it (`changes`; None: compare
+        the snapshots): the dialects do not run and only those clusters are translated anew
+        (`update_endpoints`, exactly a full compile's result). None: compile everything."""
+        old, applied = self._compiled, self.applied
+        if old is None or applied is None or applied.resources is None:
+            return None
+        if (old.discovery, old.compile_options, old.translate_options) != (
+            new.discovery,
+            new.compile_options,
+            new.translate_options,
+        ):
+            return None
+        if changes is None:
+            changes = changed_objects(old.snapshot, new.snapshot)
+        if endpoint_services(changes) is None:
+            return None
+        try:
+            update = update_endpoints(
+                applied.result, old.snapshot, new.snapshot, changes, new.compile_options
+            )
+            if update is None:
+                return None
+            resources = retranslate_clusters(
+                applied.resources, update.result.graph, update.clusters, new.translate_options
+            )
+        except Exception:
+            # A bug here must cost only speed: the full compile decides.
+            log.exception("endpoint update failed; compiling everything")
+            return None
+        log.debug("endpoints of %d cluster(s) updated without a compile", len(update.clusters))
+        return update.result, resources
 
     def _input(self, snapshot: Snapshot) -> _Input:
         discovery = self.oidc.results()
@@ -581,7 +646,11 @@ class Controller:
         quiet = max(0, self.config.debounce_ms) / 1000
         while True:
             self._dirty.clear()
-            remaining = min(quiet, deadline - loop.time())
+            window = quiet
+            pending = self.store.pending_kinds()
+            if pending and pending <= ENDPOINT_KINDS:
+                window = min(quiet, ENDPOINT_DEBOUNCE_S)
+            remaining = min(window, deadline - loop.time())
             if remaining <= 0:
                 return
             try:

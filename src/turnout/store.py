@@ -7,6 +7,9 @@ Dialects only ever see a `Snapshot`.
 
 from __future__ import annotations
 
+import itertools
+import operator
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,26 +108,152 @@ def same_content(a: Snapshot, b: Snapshot) -> bool:
     return a is b or (a.problems == b.problems and _same_objects(a.objects, b.objects))
 
 
+# One object's change between two snapshots: (before, after); None where it is absent.
+Change = tuple[KubeObject | None, KubeObject | None]
+
+
+def changed_objects(old: Snapshot, new: Snapshot) -> tuple[Change, ...]:
+    """The objects that differ between two snapshots, by kind and namespace/name. Unchanged
+    partitions share their objects, so this is mostly identity checks; an object equal in
+    content and origin counts as unchanged."""
+    if old is new:
+        return ()
+    out: list[Change] = []
+    for kind in old._by_kind.keys() | new._by_kind.keys():
+        before = old._by_kind.get(kind, {})
+        after = new._by_kind.get(kind, {})
+        if before is after:
+            continue
+        for key in before.keys() | after.keys():
+            change = (before.get(key), after.get(key))
+            if not _same_change(change):
+                out.append(change)
+    return tuple(out)
+
+
 _Partition = tuple[tuple[KubeObject, ...], tuple[SourceProblem, ...]]
+
+# `Store.pending_kinds` entry for a change of a partition's problems.
+PROBLEMS_CHANGED = ("", "")
+
+
+# How many object changes, and how many of its last snapshots, the store remembers for
+# `Store.changes` (the controller asks about the last compiled one and the newest).
+LOG_SIZE = 10_000
+KEPT_SNAPSHOTS = 4
+
+
+def _partition_changes(
+    old: tuple[KubeObject, ...], new: tuple[KubeObject, ...]
+) -> list[Change] | None:
+    """The objects added, removed or replaced (if only by an equal one) from `old` to `new`
+    (one partition's content); None when either lists one object twice (then only a whole
+    rebuild knows which wins)."""
+    before = {o.ref: o for o in old}
+    if len(before) != len(old):
+        return None
+    out: list[Change] = []
+    seen: set[ObjectRef] = set()
+    for obj in new:
+        if obj.ref in seen:
+            return None
+        seen.add(obj.ref)
+        was = before.pop(obj.ref, None)
+        if was is not obj:
+            # An equal object too: the snapshot keeps the partition's very objects.
+            out.append((was, obj))
+    out.extend((o, None) for o in before.values())
+    return out
+
+
+def _patched(
+    base: Snapshot, changes: Iterable[Change], objects: tuple[KubeObject, ...]
+) -> Snapshot | None:
+    """`base` with `changes` applied, sharing every bucket no change touched; None when a
+    change does not apply to what `base` shows (an object listed twice across partitions:
+    which one wins is for `Snapshot.of` to decide)."""
+    by_kind = dict(base._by_kind)
+    copied: set[tuple[str, str]] = set()
+    for before, after in changes:
+        obj = after if after is not None else before
+        assert obj is not None
+        kind, key = (obj.group, obj.kind), (obj.namespace, obj.name)
+        if kind not in copied:
+            by_kind[kind] = dict(by_kind.get(kind, {}))
+            copied.add(kind)
+        bucket = by_kind[kind]
+        assert isinstance(bucket, dict)
+        if bucket.get(key) is not before:
+            return None
+        if after is None:
+            del bucket[key]
+        else:
+            bucket[key] = after
+    return Snapshot(objects, base.problems, by_kind)
 
 
 class Store:
     """Mutable holder of partitions; `snapshot()` gives the immutable view dialects compile.
 
     Every update returns whether the content changed: a source that delivers what the store
-    already holds (an unchanged file, an informer's periodic resync) changes nothing."""
+    already holds (an unchanged file, an informer's periodic resync) changes nothing.
+
+    A change of a few objects among many is cheap: the next snapshot is the last one with
+    those objects changed (only the buckets of their kinds are copied), and the store keeps a
+    log of the objects changed, so `changes` tells what differs between two of its snapshots
+    without comparing every object (the endpoints fast path asks)."""
 
     def __init__(self) -> None:
         self._partitions: dict[str, _Partition] = {}
+        self._order: list[str] | None = []  # partition names, sorted; None: to sort again
         self._snapshot: Snapshot | None = None
+        self._pending: set[tuple[str, str]] = set()
+        # Since the last snapshot built: the object changes, in order; None when only a whole
+        # rebuild will do (a partition listing one object twice, or problems changed).
+        self._unbuilt: list[Change] | None = []
+        self._seq = 0  # object changes logged so far
+        self._epoch = 0  # whole rebuilds so far: `changes` bridges no rebuild
+        self._log: deque[tuple[int, Change]] = deque(maxlen=LOG_SIZE)
+        self._built: dict[int, tuple[Snapshot, int, int]] = {}  # id -> (snapshot, seq, epoch)
 
     def _put(self, partition: str, content: _Partition) -> bool:
         old = self._partitions.get(partition)
         if old is not None and old[1] == content[1] and _same_objects(old[0], content[0]):
             return False
+        if old is None:
+            self._order = None
+        before = old or ((), ())
+        self._record(_partition_changes(before[0], content[0]), before[1] != content[1])
         self._partitions[partition] = content
-        self._snapshot = None
         return True
+
+    def _record(self, changes: list[Change] | None, problems_changed: bool) -> None:
+        """Logs one partition's changes for the next snapshot and for `changes`."""
+        self._snapshot = None
+        if problems_changed:
+            self._pending.add(PROBLEMS_CHANGED)
+        if changes is None or problems_changed:
+            self._unbuilt = None
+            self._pending.add(PROBLEMS_CHANGED)
+        for change in changes or ():
+            obj = change[1] if change[1] is not None else change[0]
+            assert obj is not None
+            if not _same_change(change):
+                self._pending.add((obj.group, obj.kind))
+            self._seq += 1
+            self._log.append((self._seq, change))
+            if self._unbuilt is not None:
+                self._unbuilt.append(change)
+
+    def pending_kinds(self) -> frozenset[tuple[str, str]]:
+        """The (group, kind)s of the objects changed since `clear_pending` (and
+        `PROBLEMS_CHANGED` when a partition's problems changed): a cheap hint of what the next
+        compile will see changed (the controller waits less for endpoint-only changes);
+        `changes` says it exactly."""
+        return frozenset(self._pending)
+
+    def clear_pending(self) -> None:
+        self._pending.clear()
 
     def replace_partition(
         self,
@@ -140,9 +269,11 @@ class Store:
         return self._put(partition, (objects, tuple(problems)))
 
     def remove_partition(self, partition: str) -> bool:
-        if self._partitions.pop(partition, None) is None:
+        old = self._partitions.pop(partition, None)
+        if old is None:
             return False
-        self._snapshot = None
+        self._order = None
+        self._record(_partition_changes(old[0], ()), bool(old[1]))
         return True
 
     def upsert(self, partition: str, obj: KubeObject) -> bool:
@@ -164,13 +295,66 @@ class Store:
     def partitions(self) -> list[str]:
         return sorted(self._partitions)
 
+    def partition(self, name: str) -> tuple[tuple[KubeObject, ...], tuple[SourceProblem, ...]]:
+        """One partition's objects and problems (empty when there is none of that name)."""
+        return self._partitions.get(name, ((), ()))
+
     def snapshot(self) -> Snapshot:
-        if self._snapshot is None:
-            objects: list[KubeObject] = []
-            problems: list[SourceProblem] = []
-            for key in sorted(self._partitions):
-                objs, probs = self._partitions[key]
-                objects.extend(objs)
-                problems.extend(probs)
-            self._snapshot = Snapshot.of(objects, problems)
-        return self._snapshot
+        if self._snapshot is not None:
+            return self._snapshot
+        if self._order is None:
+            self._order = sorted(self._partitions)
+        parts = self._partitions
+        # All in C (no Python frame per partition): one file per object is common.
+        contents = map(operator.itemgetter(0), map(parts.__getitem__, self._order))
+        objects = tuple(itertools.chain.from_iterable(contents))
+        base = self._last_built()
+        built = None
+        if base is not None and self._unbuilt is not None:
+            # Patching needs a base without duplicates: then its problems are the partitions'.
+            built = _patched(base, self._unbuilt, objects)
+        if built is None:
+            problems = [p for k in self._order for p in parts[k][1]]
+            built = Snapshot.of(objects, problems)
+            self._epoch += 1
+        self._unbuilt = [] if len(built.objects) == len(objects) else None
+        self._built = {k: v for k, v in self._built.items() if v[1] >= self._seq - LOG_SIZE} | {
+            id(built): (built, self._seq, self._epoch)
+        }
+        if len(self._built) > KEPT_SNAPSHOTS:
+            oldest = min(self._built, key=lambda k: self._built[k][1])
+            del self._built[oldest]
+        self._snapshot = built
+        return built
+
+    def _last_built(self) -> Snapshot | None:
+        if not self._built:
+            return None
+        return max(self._built.values(), key=lambda v: (v[2], v[1]))[0]
+
+    def changes(self, old: Snapshot, new: Snapshot) -> tuple[Change, ...] | None:
+        """What differs from `old` to `new`, two snapshots of this store, per object (first
+        state, last state), from the log; None when the log cannot tell (a snapshot not of
+        this store or too old, a rebuild in between): ask `changed_objects`."""
+        a, b = self._built.get(id(old)), self._built.get(id(new))
+        if a is None or b is None or a[0] is not old or b[0] is not new or a[2] != b[2]:
+            return None
+        first = a[1]
+        if first > b[1] or (self._log and first + 1 < self._log[0][0] and first < b[1]):
+            return None
+        # Newest first, stopping at `old`: the work is in the changes, not in the log's size.
+        merged: dict[ObjectRef, list[KubeObject | None]] = {}
+        for seq, (before, after) in reversed(self._log):
+            if seq <= first:
+                break
+            if seq <= b[1]:
+                obj = after if after is not None else before
+                assert obj is not None
+                merged.setdefault(obj.ref, [before, after])[0] = before
+        return tuple((x, y) for x, y in merged.values() if not _same_change((x, y)))
+
+
+def _same_change(change: Change) -> bool:
+    """Whether a change leaves the object as it was (the same content from the same place)."""
+    x, y = change
+    return x is y or (x is not None and y is not None and _same_objects((x,), (y,)))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from turnout.compile_inputs import (
@@ -39,6 +39,7 @@ from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import (
     BackendResolver,
     ForbiddenEndpoint,
+    ServiceBackend,
     dns_names,
     drop_forbidden_endpoints,
     endpoint_reserved_ports,
@@ -74,6 +75,32 @@ class CompileResult:
     # The objects refused before any dialect read them, each with an error problem (a kind
     # turnout reads at another apiVersion, a misspelled kind); they have no status either.
     rejected: tuple[ObjectRef, ...] = ()
+    # The (namespace, Service) pairs whose endpoints some routing decision read
+    # (`BackendResolver.endpoints`): an EndpointSlice change of one of them recompiles all.
+    endpoint_dependent_services: frozenset[tuple[str, str]] = frozenset()
+    # What the endpoints fast path (`graph.endpoint_update`) starts from; None: it cannot.
+    endpoint_basis: EndpointBasis | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointBasis:
+    """The parts of a compile an EndpointSlice change can alter, kept apart so that the
+    endpoints fast path redoes only them: the served clusters made from Service ports (before
+    endpoints), the ports no endpoint may use, the statuses before findings were folded in,
+    and the findings and problems the endpoint stage and the Envoy-limits net made.
+    `forbidden_problems` holds one problem per `forbidden` entry, in the same order."""
+
+    backends: Mapping[tuple[str, str], tuple[ServiceBackend, ...]]  # by (namespace, Service)
+    slices: Mapping[tuple[str, str], Sequence[KubeObject]]  # `index_endpoint_slices`
+    positions: Mapping[str, int]  # each cluster's place in `graph.clusters`
+    reserved: Mapping[int, str]
+    statuses: tuple[ObjectStatus, ...]
+    limit_findings: tuple[Finding, ...]
+    endpoint_findings: tuple[Finding, ...]
+    forbidden: tuple[ForbiddenEndpoint, ...]
+    forbidden_problems: tuple[SourceProblem, ...]
+    head_problems: tuple[SourceProblem, ...]
+    tail_problems: tuple[SourceProblem, ...]
 
 
 # Core kinds that every dialect may consume.
@@ -211,11 +238,9 @@ def build_graph(
     listeners = _listeners(vhosts, tcp_proxies, declared, options)
     used = _used_clusters(listeners)
     served = tuple(c for c in backends.clusters() if c.name in used)
+    reserved = endpoint_reserved_ports(options, declared.values())
     clusters, forbidden = drop_forbidden_endpoints(
-        served,
-        endpoint_reserved_ports(options, declared.values()),
-        options,
-        backends.own_clusters(),
+        served, reserved, options, backends.own_clusters()
     )
     used_secrets = tls_secret_names(listeners)
     tls_secrets = tuple(s for s in secrets.secrets() if s.name in used_secrets)
@@ -230,19 +255,34 @@ def build_graph(
         )
     )
     graph = _hold_owned_hosts(graph, ownership)
-    findings = (*_limit_findings(limit_problems), *_endpoint_findings(forbidden, graph))
+    by_service: dict[tuple[str, str], tuple[ServiceBackend, ...]] = {}
+    for backend in backends.service_backends():
+        if backend.cluster.name in used:
+            by_service[backend.service] = (*by_service.get(backend.service, ()), backend)
+    basis = EndpointBasis(
+        backends=by_service,
+        slices=backends.endpoint_slices(),
+        positions={c.name: i for i, c in enumerate(graph.clusters)},
+        reserved=reserved,
+        statuses=tuple(statuses),
+        limit_findings=tuple(_limit_findings(limit_problems)),
+        endpoint_findings=endpoint_findings(forbidden, graph),
+        forbidden=forbidden,
+        forbidden_problems=forbidden_problems(forbidden, snapshot, backends.endpoint_slices()),
+        head_problems=(*snapshot.problems, *kinds.problems),
+        tail_problems=source_problems(limit_problems, snapshot),
+    )
     return CompileResult(
         graph=graph,
-        statuses=fold_findings(statuses, findings, snapshot),
-        problems=(
-            *snapshot.problems,
-            *kinds.problems,
-            *_forbidden_problems(forbidden, snapshot),
-            *source_problems(limit_problems, snapshot),
+        statuses=fold_findings(
+            statuses, (*basis.limit_findings, *basis.endpoint_findings), snapshot
         ),
+        problems=(*basis.head_problems, *basis.forbidden_problems, *basis.tail_problems),
         dns_names=dns_names(served),
         ignored=_ignored(kinds.ignored, dialects, snapshot, options),
         rejected=kinds.rejected,
+        endpoint_dependent_services=backends.endpoint_dependent(),
+        endpoint_basis=basis,
     )
 
 
@@ -384,13 +424,13 @@ def _limit_findings(problems: Iterable[GraphProblem]) -> list[Finding]:
     return [Finding(p.object, p.field, ENVOY_LIMIT, p.reason) for p in problems]
 
 
-def _endpoint_findings(
+def endpoint_findings(
     forbidden: Sequence[ForbiddenEndpoint], graph: RoutingGraph
-) -> list[Finding]:
+) -> tuple[Finding, ...]:
     """A refused endpoint, on every object whose routes send to its cluster (the Service has no
     status of its own)."""
     if not forbidden:
-        return []
+        return ()
     users = cluster_writers(graph)
     out: dict[Finding, None] = {}
     for f in forbidden:
@@ -401,19 +441,22 @@ def _endpoint_findings(
         )
         for source in users.get(f.cluster.name, ()):
             out[Finding(source.object, source.field, ENDPOINT_REFUSED, message)] = None
-    return list(out)
+    return tuple(out)
 
 
-def _forbidden_problems(
-    forbidden: Iterable[ForbiddenEndpoint], snapshot: Snapshot
+def forbidden_problems(
+    forbidden: Iterable[ForbiddenEndpoint],
+    snapshot: Snapshot,
+    slices: Mapping[tuple[str, str], Sequence[KubeObject]] | None = None,
 ) -> tuple[SourceProblem, ...]:
     """One error per endpoint left out, on the Service (or the RouteGroup backend) whose
-    cluster listed it, naming the EndpointSlices or Endpoints that wrote it."""
+    cluster listed it, naming the EndpointSlices or Endpoints that wrote it (`slices`: the
+    snapshot's `index_endpoint_slices`, when the caller has it)."""
     out: list[SourceProblem] = []
     for f in forbidden:
         c, ep = f.cluster, f.endpoint
         service = snapshot.get("", "Service", c.namespace, c.service)
-        sources = endpoint_sources(snapshot, c.namespace, c.service, ep.address)
+        sources = endpoint_sources(snapshot, c.namespace, c.service, ep.address, slices)
         via = f" (listed by {', '.join(sources)})" if sources and service is not None else ""
         what = "Service" if service is not None else "backend"
         out.append(

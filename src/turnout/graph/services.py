@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +18,6 @@ from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from turnout.compile_inputs import CompileOptions, ListenerDecl
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -115,13 +113,18 @@ def _ready(endpoint: Mapping[str, Any]) -> bool:
     return conditions.get("ready") is not False
 
 
-def index_endpoint_slices(snapshot: Snapshot) -> dict[tuple[str, str], list[KubeObject]]:
-    """EndpointSlices by (namespace, service name), built once per compile."""
+def index_endpoint_slices(
+    snapshot: Snapshot, services: Collection[tuple[str, str]] | None = None
+) -> dict[tuple[str, str], list[KubeObject]]:
+    """EndpointSlices by (namespace, service name), in namespace/name order, built once per
+    compile; with `services`, only theirs."""
     index: dict[tuple[str, str], list[KubeObject]] = {}
     for eps in snapshot.kind("discovery.k8s.io", "EndpointSlice"):
         service = eps.labels.get(SERVICE_NAME_LABEL)
         if isinstance(service, str) and service:
-            index.setdefault((eps.namespace, service), []).append(eps)
+            key = (eps.namespace, service)
+            if services is None or key in services:
+                index.setdefault(key, []).append(eps)
     return index
 
 
@@ -129,7 +132,7 @@ def service_endpoints(
     snapshot: Snapshot,
     service: KubeObject,
     sp: ServicePort,
-    slices_index: Mapping[tuple[str, str], list[KubeObject]] | None = None,
+    slices_index: Mapping[tuple[str, str], Sequence[KubeObject]] | None = None,
     health: ServicePort | None = None,
 ) -> tuple[Endpoint, ...]:
     """Ready endpoints of a Service port, from EndpointSlices, else from Endpoints.
@@ -138,10 +141,22 @@ def service_endpoints(
     target in the same slice (or subset). A slice that does not list it borrows the one another
     slice gives (Contour uses a single health port for the whole cluster); when no slice lists
     it, health checks stay on the traffic port, as in Contour."""
+    return endpoints_of(snapshot, service.namespace, service.name, sp, slices_index, health)
+
+
+def endpoints_of(
+    snapshot: Snapshot,
+    namespace: str,
+    name: str,
+    sp: ServicePort,
+    slices_index: Mapping[tuple[str, str], Sequence[KubeObject]] | None = None,
+    health: ServicePort | None = None,
+) -> tuple[Endpoint, ...]:
+    """`service_endpoints` of the Service `namespace`/`name`."""
     if slices_index is None:
         slices_index = index_endpoint_slices(snapshot)
     found: list[tuple[str, int, int | None]] = []
-    slices = slices_index.get((service.namespace, service.name), [])
+    slices = slices_index.get((namespace, name), [])
     if slices:
         # By name: where two slices list one address and port, the first one's health port wins.
         for eps in sorted(slices, key=lambda e: e.name):
@@ -157,7 +172,7 @@ def service_endpoints(
                     if ip is not None:
                         found.append((ip, target, health_target))
         return _with_health_ports(found)
-    endpoints = snapshot.get("", "Endpoints", service.namespace, service.name)
+    endpoints = snapshot.get("", "Endpoints", namespace, name)
     if endpoints is not None:
         for subset in _seq(endpoints.raw.get("subsets")):
             if not isinstance(subset, Mapping):
@@ -261,17 +276,54 @@ def external_name_phrase(refused: Unresolved) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ServiceBackend:
+    """Where an EDS cluster's endpoints come from: a Service port (and the port whose target
+    on each endpoint takes the health checks). `cluster` is the cluster without endpoints."""
+
+    cluster: Cluster
+    port: ServicePort
+    health: ServicePort | None
+
+    @property
+    def service(self) -> tuple[str, str]:
+        return (self.cluster.namespace, self.cluster.service)
+
+
+def resolve_endpoints(
+    backend: ServiceBackend,
+    snapshot: Snapshot,
+    slices_index: Mapping[tuple[str, str], Sequence[KubeObject]] | None = None,
+) -> Cluster:
+    """The endpoint stage, for one cluster: its ready endpoints from the EndpointSlices (or
+    Endpoints) of `snapshot`. The full compile and the endpoints fast path both run it."""
+    c = backend.cluster
+    found = endpoints_of(
+        snapshot, c.namespace, c.service, backend.port, slices_index, backend.health
+    )
+    return replace(c, endpoints=found) if found else c
+
+
 class BackendResolver:
     """Resolves Service references into clusters for one compile; collects the clusters used.
 
     It owns the ExternalName decision for every dialect: refused unless
     `enable_external_name_service`, and never to a name Contour knows as localhost; an accepted
     one becomes a DNS cluster (`Cluster.dns_name`) on the Service port.
+
+    The clusters a dialect gets carry no endpoints: a Service's endpoints change all the time,
+    and routing must not depend on them unnoticed. `clusters()` resolves them after the
+    dialects ran (`resolve_endpoints`). A dialect whose routing does depend on whether a Service
+    has endpoints asks `endpoints`, which answers and records the Service
+    (`endpoint_dependent`): an EndpointSlice change of that Service recompiles everything.
     """
 
     def __init__(self, snapshot: Snapshot, *, enable_external_name_service: bool = False) -> None:
         self._snapshot = snapshot
         self._clusters: dict[str, Cluster] = {}
+        self._backends: dict[str, ServiceBackend] = {}
+        self._resolved: dict[str, Cluster] = {}
+        self._dependent: set[tuple[str, str]] = set()
         self._slices = index_endpoint_slices(snapshot)
         self._external_names = enable_external_name_service
         self._own: set[str] = set()
@@ -370,16 +422,46 @@ class BackendResolver:
                 name,
                 sp.port,
                 settings,
-                # An ExternalName Service has no endpoints: Envoy resolves the name and connects
-                # to the Service port, as Contour does.
-                endpoints=()
-                if dns_name is not None
-                else service_endpoints(self._snapshot, svc, sp, self._slices, health),
+                endpoints=(),
                 dns_name=dns_name,
                 health_port=None if health is None else health.port,
             )
             self._clusters[cname] = cluster
+            # An ExternalName Service has no endpoints: Envoy resolves the name and connects
+            # to the Service port, as Contour does.
+            if dns_name is None:
+                self._backends[cname] = ServiceBackend(cluster, sp, health)
         return cluster
+
+    def endpoints(self, cluster: Cluster) -> tuple[Endpoint, ...]:
+        """The ready endpoints of `cluster`, for a dialect whose routing depends on them
+        (RouteGroup's answer for a Service without endpoints); records the Service as
+        endpoint-dependent. Endpoints turnout refuses are still counted here: they are
+        dropped after the dialects, and the cluster then answers 503."""
+        backend = self._backends.get(cluster.name)
+        if backend is None:
+            return cluster.endpoints
+        self._dependent.add(backend.service)
+        return self._resolve(cluster.name).endpoints
+
+    def endpoint_dependent(self) -> frozenset[tuple[str, str]]:
+        """The (namespace, Service) pairs whose endpoints some routing decision read."""
+        return frozenset(self._dependent)
+
+    def endpoint_slices(self) -> Mapping[tuple[str, str], Sequence[KubeObject]]:
+        """The EndpointSlices of the snapshot by (namespace, Service) (`index_endpoint_slices`)."""
+        return self._slices
+
+    def service_backends(self) -> tuple[ServiceBackend, ...]:
+        """The EDS clusters made from a Service port, by cluster name."""
+        return tuple(self._backends[k] for k in sorted(self._backends))
+
+    def _resolve(self, name: str) -> Cluster:
+        found = self._resolved.get(name)
+        if found is None:
+            found = resolve_endpoints(self._backends[name], self._snapshot, self._slices)
+            self._resolved[name] = found
+        return found
 
     def static(
         self,
@@ -420,7 +502,12 @@ class BackendResolver:
         return cluster
 
     def clusters(self) -> tuple[Cluster, ...]:
-        return tuple(self._clusters[k] for k in sorted(self._clusters))
+        """Every cluster, with the endpoints of the Service ones resolved: the endpoint stage,
+        run once the dialects are done."""
+        return tuple(
+            self._resolve(k) if k in self._backends else self._clusters[k]
+            for k in sorted(self._clusters)
+        )
 
     def own_clusters(self) -> frozenset[str]:
         """The names of turnout's own clusters (see `static`)."""
@@ -568,11 +655,23 @@ def forbidden_dns_name(
     return None
 
 
-def endpoint_sources(snapshot: Snapshot, namespace: str, service: str, address: str) -> list[str]:
-    """The EndpointSlices (or the Endpoints) of a Service that list `address`, as "Kind name"."""
+def endpoint_sources(
+    snapshot: Snapshot,
+    namespace: str,
+    service: str,
+    address: str,
+    slices_index: Mapping[tuple[str, str], Sequence[KubeObject]] | None = None,
+) -> list[str]:
+    """The EndpointSlices (or the Endpoints) of a Service that list `address`, as "Kind name";
+    `slices_index`: `index_endpoint_slices` of `snapshot`, when the caller has it."""
+    slices: Iterable[KubeObject] = (
+        snapshot.kind("discovery.k8s.io", "EndpointSlice")
+        if slices_index is None
+        else slices_index.get((namespace, service), ())
+    )
     found = [
         f"EndpointSlice {namespace}/{eps.name}"
-        for eps in snapshot.kind("discovery.k8s.io", "EndpointSlice")
+        for eps in slices
         if eps.namespace == namespace
         and eps.labels.get(SERVICE_NAME_LABEL) == service
         and any(

@@ -1015,7 +1015,7 @@ def _tcp_problem(proxy: TCPProxy, g: _Context) -> str | None:
     return _tls_problem(proxy.tls, g)
 
 
-def _endpoint_problem(ep: Endpoint) -> str | None:
+def endpoint_problem(ep: Endpoint) -> str | None:
     try:
         ipaddress.ip_address(ep.address)
     except (ValueError, TypeError):
@@ -1176,7 +1176,7 @@ def _check_clusters(
         if endpoints:
             good = []
             for ep in endpoints:
-                problem = _endpoint_problem(ep)
+                problem = endpoint_problem(ep)
                 if problem is None:
                     good.append(ep)
                 else:

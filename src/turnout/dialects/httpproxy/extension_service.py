@@ -231,7 +231,8 @@ def _build(
         return None
     if len(clusters) == 1:
         return ExtensionCluster(clusters[0], response)
-    endpoints: tuple[Endpoint, ...] = tuple(ep for c in clusters for ep in c.endpoints)
+    # The pooled cluster's endpoints are part of its identity: it depends on them.
+    endpoints: tuple[Endpoint, ...] = tuple(ep for c in clusters for ep in backends.endpoints(c))
     pooled = backends.static(
         obj.namespace,
         f"extension/{obj.name}",

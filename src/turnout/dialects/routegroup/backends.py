@@ -289,7 +289,9 @@ def _service(
             f"{where()}: {result.message}; the route answers 502",
             502,
         )
-    return Upstream(result, no_endpoints=not result.endpoints and result.dns_name is None)
+    # Skipper answers for a Service without endpoints itself: routing depends on them here.
+    empty = result.dns_name is None and not resolver.endpoints(result)
+    return Upstream(result, no_endpoints=empty)
 
 
 def _lb(

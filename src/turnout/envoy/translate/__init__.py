@@ -35,8 +35,9 @@ object never costs the others their configuration.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from turnout.envoy.resources import EnvoyResources
@@ -74,9 +75,11 @@ from turnout.graph.model import CABundle, Cluster, Listener, RoutingGraph
 __all__ = [
     "ListenerResources",
     "TranslateOptions",
+    "cluster_resources",
     "downstream_tls_context",
     "https_route_name",
     "misdirected_virtual_host",
+    "retranslate_clusters",
     "route_name",
     "translate",
     "translate_cluster",
@@ -107,7 +110,7 @@ def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> E
     endpoints: list[Any] = []
     ca_bundles = {b.name: b for b in graph.ca_bundles}
     for cluster in sorted(graph.clusters, key=lambda c: str(c.name)):
-        pair = _cluster_guarded(cluster, opts, ca_bundles)
+        pair = cluster_resources(cluster, opts, ca_bundles)
         if pair is not None:
             clusters.append(pair[0])
             if pair[1] is not None:  # DNS clusters carry their endpoints themselves
@@ -170,9 +173,11 @@ def _listener_guarded(lst: Listener, opts: TranslateOptions) -> ListenerResource
     return None
 
 
-def _cluster_guarded(
+def cluster_resources(
     cluster: Cluster, opts: TranslateOptions, ca_bundles: Mapping[str, CABundle]
 ) -> tuple[Any, Any] | None:
+    """The Envoy cluster and (EDS) load assignment of one graph cluster, as `translate` emits
+    them; None when even a bare cluster fails."""
     try:
         cla = translate_load_assignment(cluster) if has_load_assignment(cluster) else None
         return translate_cluster(cluster, opts, ca_bundles), cla
@@ -185,6 +190,46 @@ def _cluster_guarded(
         return translate_cluster(bare, opts), translate_load_assignment(bare)
     except Exception:
         return None
+
+
+def retranslate_clusters(
+    resources: EnvoyResources,
+    graph: RoutingGraph,
+    clusters: Sequence[Cluster],
+    options: TranslateOptions | None = None,
+) -> EnvoyResources:
+    """`resources` (the translation of a graph that differs from `graph` only in the endpoints
+    of `clusters`, which are `graph`'s) with those clusters and their load assignments
+    translated anew: what `translate(graph)` gives, without translating the rest (the
+    endpoints fast path)."""
+    if not clusters:
+        return resources
+    opts = options if options is not None else TranslateOptions()
+    ca_bundles = {b.name: b for b in graph.ca_bundles}
+    fresh = {str(c.name): cluster_resources(c, opts, ca_bundles) for c in clusters}
+    out = _replaced(resources.clusters, fresh, lambda m: str(m.name), 0)
+    endpoints = _replaced(resources.endpoints, fresh, lambda m: str(m.cluster_name), 1)
+    return dataclasses.replace(resources, clusters=out, endpoints=endpoints)
+
+
+def _replaced(
+    messages: tuple[Any, ...],
+    fresh: Mapping[str, tuple[Any, Any] | None],
+    name: Callable[[Any], str],
+    part: int,
+) -> tuple[Any, ...]:
+    """`messages` (sorted by `name`, as `translate` emits them) with each one named in `fresh`
+    replaced by its new translation, found by bisection; a cluster translated to nothing now,
+    or one without a message, cannot be placed: ValueError."""
+    out = list(messages)
+    for key, pair in fresh.items():
+        i = bisect.bisect_left(out, key, key=name)
+        if i == len(out) or name(out[i]) != key:
+            raise ValueError(f"cluster {key!r} had no resource")
+        if pair is None or pair[part] is None:
+            raise ValueError(f"cluster {key!r} no longer translates")
+        out[i] = pair[part]
+    return tuple(out)
 
 
 def _by_name(messages: list[Any]) -> tuple[Any, ...]:
