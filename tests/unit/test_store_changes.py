@@ -69,3 +69,26 @@ def test_patched_snapshots_and_the_change_log_agree_with_a_rebuild() -> None:
                 assert sorted(logged, key=key) == sorted(changed_objects(old, new), key=key)
             old = new
     assert bridged > 300  # the log answers most of the time
+
+
+def test_upserts_and_deletes_keep_the_partition_a_list_replaced_in_place() -> None:
+    # What an informer's writes mean, against a plain list: a new ref is appended, a known one
+    # replaced where it was, an equal object changes nothing, a delete removes it.
+    rng = random.Random(5)
+    store, model = Store(), []
+    for _ in range(2000):
+        obj = _random_object(rng)
+        if rng.random() < 0.2:
+            changed = store.delete("p", obj.ref)
+            expected = any(o.ref == obj.ref for o in model)
+            model = [o for o in model if o.ref != obj.ref]
+        else:
+            at = next((i for i, o in enumerate(model) if o.ref == obj.ref), None)
+            expected = at is None or not (model[at] == obj and model[at].origin == obj.origin)
+            if at is None:
+                model.append(obj)
+            elif expected:
+                model[at] = obj
+            changed = store.upsert("p", obj)
+        assert changed == expected
+        assert list(store.partition("p")[0]) == model
