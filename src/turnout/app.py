@@ -27,7 +27,9 @@ from turnout.envoy.translate.options import (
 )
 from turnout.graph.build import CORE_KINDS, CompileResult, build_graph
 from turnout.graph.dialect import Dialect, Dialects
+from turnout.graph.load_balancer import service_ref
 from turnout.metrics import Metrics
+from turnout.objects import ObjectRef
 from turnout.sources.base import Source
 from turnout.sources.files import FileSource
 from turnout.sources.kubernetes.api import load_config
@@ -196,7 +198,17 @@ def kubernetes_source(
         readable=default_dialects().kinds | CORE_KINDS,
         namespaces=settings.watch_namespaces,
         observer=observer,
+        envoy_service=envoy_service(settings),
     )
+
+
+def envoy_service(settings: KubernetesSettings | None) -> ObjectRef | None:
+    """The Envoy Service (`--envoy-service`) whose load balancer addresses statuses name; None
+    in file mode or with `--envoy-service ""`."""
+    if settings is None or not settings.envoy_service:
+        return None
+    namespace, _, name = settings.envoy_service.partition("/")
+    return service_ref(namespace, name)
 
 
 def build_controller(
@@ -226,6 +238,8 @@ def build_controller(
         translate_options=translate_options(config),
         metrics=metrics,
         status_sinks=status_sinks,
+        # The flag wins: the Service's addresses are not even read then.
+        envoy_service=None if config.ingress_status_address else envoy_service(config.kubernetes),
     )
 
 

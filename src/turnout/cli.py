@@ -37,7 +37,12 @@ from turnout.compile_inputs import (
     EscapedSlashes,
     ListenerProtocol,
 )
-from turnout.config import KubernetesSettings, ServeConfig, split_host_port
+from turnout.config import (
+    DEFAULT_ENVOY_SERVICE,
+    KubernetesSettings,
+    ServeConfig,
+    split_host_port,
+)
 from turnout.controller import envoy_state_dir, running_envoy
 from turnout.envoy import xds_tls
 from turnout.envoy.bootstrap import XDS_CERTIFICATE_SDS, XDS_VALIDATION_SDS, XdsClientTls
@@ -744,13 +749,25 @@ def _add_kubernetes_flags(serve: argparse.ArgumentParser) -> None:
         help="watch namespaced kinds in these namespaces only (default: all); cluster-scoped "
         "kinds are always read",
     )
+    kube.add_argument(
+        "--envoy-service",
+        type=_secret_reference,
+        default=None,
+        metavar="NAMESPACE/NAME",
+        help="the Service in front of Envoy: its status.loadBalancer is the address Ingress, "
+        f"RouteGroup and Gateway statuses name, unless --ingress-status-address is given "
+        f'(default: {DEFAULT_ENVOY_SERVICE}; "" for none)',
+    )
 
 
 def kubernetes_settings(args: argparse.Namespace) -> KubernetesSettings | None:
     if not getattr(args, "kubernetes", False):
         return None
     return KubernetesSettings(
-        kubeconfig=args.kubeconfig, context=args.context, watch_namespaces=args.watch_namespaces
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        watch_namespaces=args.watch_namespaces,
+        envoy_service=DEFAULT_ENVOY_SERVICE if args.envoy_service is None else args.envoy_service,
     )
 
 
@@ -766,6 +783,7 @@ def _kubernetes_usage_problem(args: argparse.Namespace) -> str | None:
             ("--kubeconfig", args.kubeconfig is not None),
             ("--context", args.context is not None),
             ("--watch-namespaces", bool(args.watch_namespaces)),
+            ("--envoy-service", args.envoy_service is not None),
         )
         if given and not args.kubernetes
     ]

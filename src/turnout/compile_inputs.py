@@ -189,10 +189,17 @@ class CompileOptions:
     # `--ingress-status-address`: what Ingress and RouteGroup `status.loadBalancer` name (an IP
     # or a hostname: the Envoy Service's external address); "": `address`.
     status_address: str = ""
+    # The Envoy Service's `status.loadBalancer.ingress[]` addresses (`ip`, else `hostname`), in
+    # its order (`--envoy-service`): read by the controller from the store, outside the compile.
+    service_addresses: tuple[str, ...] = ()
 
     @property
-    def load_balancer_address(self) -> str:
-        return self.status_address or self.address
+    def load_balancer_addresses(self) -> tuple[str, ...]:
+        """What Ingress and RouteGroup `status.loadBalancer` and Gateway `status.addresses`
+        name: the flag, else the Envoy Service's load balancer, else `address`."""
+        if self.status_address:
+            return (self.status_address,)
+        return self.service_addresses or (self.address,)
 
     def dns_answer(self, name: str) -> DnsAnswer | None:
         for found in self.dns_answers:

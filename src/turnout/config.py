@@ -18,6 +18,8 @@ from turnout.sources.files import DEFAULT_EMPTY_FILE_GRACE_S, DEFAULT_MAX_FILE_B
 from turnout.sources.kubernetes import leader
 from turnout.sources.kubernetes.status_writer import DEFAULT_WRITE_BURST, DEFAULT_WRITES_PER_SECOND
 
+DEFAULT_ENVOY_SERVICE = "turnout-system/envoy"
+
 
 @dataclass(frozen=True, slots=True)
 class KubernetesSettings:
@@ -28,6 +30,10 @@ class KubernetesSettings:
     context: str | None = None  # --context; None: the kubeconfig's current context
     # --watch-namespaces: namespaced kinds are watched in these only; (): in every namespace.
     watch_namespaces: tuple[str, ...] = ()
+    # --envoy-service NAMESPACE/NAME: the Service in front of the Envoys, whose
+    # `status.loadBalancer` is what Ingress, RouteGroup and Gateway statuses name unless
+    # --ingress-status-address is given; "" for none. The Service `deploy/` installs.
+    envoy_service: str = DEFAULT_ENVOY_SERVICE
 
 
 @dataclass(frozen=True, slots=True)

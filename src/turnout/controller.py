@@ -60,6 +60,7 @@ from turnout.graph.attribution import rejection_findings
 from turnout.graph.build import CompileResult, build_graph, fold_findings
 from turnout.graph.dialect import Dialects, EnvoyView
 from turnout.graph.endpoint_update import endpoint_services, update_endpoints
+from turnout.graph.load_balancer import service_addresses
 from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
 from turnout.sources.base import Source, StoreSink
@@ -168,8 +169,12 @@ class Controller:
         translate_options: TranslateOptions,
         metrics: Metrics | None = None,
         status_sinks: Sequence[StatusSink] = (),
+        envoy_service: ObjectRef | None = None,
     ) -> None:
         self.config = config
+        # Kubernetes mode: the Service whose load balancer addresses statuses name, read from
+        # the store into the compile's options (`--envoy-service`).
+        self.envoy_service = envoy_service
         # Told every published status (Kubernetes mode: the status writer).
         self.status_sinks = tuple(status_sinks)
         self.sources = tuple(sources)
@@ -330,6 +335,7 @@ class Controller:
             issuer_discovery=discovery or self.compile_options.issuer_discovery,
             local_addresses=self.hosts.addresses,
             dns_answers=self.hosts.answers,
+            service_addresses=service_addresses(snapshot, self.envoy_service),
         )
         return _Input(snapshot, discovery, options, self.translate_options)
 

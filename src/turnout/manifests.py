@@ -35,6 +35,7 @@ from turnout.sources.kubernetes.kinds import (
 
 NAMESPACE = "turnout-system"
 NAME = "turnout"
+ENVOY_SERVICE = "envoy"
 # `--ingress-class-name`'s default: the IngressClass object turnout's manifests create.
 INGRESS_CLASS = "turnout"
 # The Gateway API release whose standard channel holds the kinds and versions turnout reads
@@ -263,6 +264,9 @@ def serve_args(namespace: str = NAMESPACE) -> list[str]:
         f"--ingress-class-name={INGRESS_CLASS}",
         f"--gateway-controller-name={DEFAULT_GATEWAY_CONTROLLER_NAME}",
         f"--leader-election-namespace={namespace}",
+        # The Service `services()` puts in front of the Envoys: its load balancer address is
+        # what Ingress, RouteGroup and Gateway statuses name.
+        f"--envoy-service={namespace}/{ENVOY_SERVICE}",
         *tls_args(),
     ]
 
@@ -387,7 +391,9 @@ def services(namespace: str = NAMESPACE) -> list[dict[str, Any]]:
 
     return [
         service(NAME, "ClusterIP", [port("xds", XDS_PORT, "xds")]),
-        service("envoy", "LoadBalancer", [port("http", 80, "http"), port("https", 443, "https")]),
+        service(
+            ENVOY_SERVICE, "LoadBalancer", [port("http", 80, "http"), port("https", 443, "https")]
+        ),
     ]
 
 

@@ -169,7 +169,7 @@ class ConditionStatus:
     def errors(self) -> list[Problem]:
         return [p for p in self.seen if not p.warning]
 
-    def build(self, address: str) -> ObjectStatus:
+    def build(self, addresses: Sequence[str]) -> ObjectStatus:
         errors = self.errors
         warnings = _details(p for p in self.seen if p.warning)
         generation = self.obj.generation
@@ -189,7 +189,7 @@ class ConditionStatus:
                 generation,
             ),
         )
-        entries = [load_balancer_entry(address)]
+        entries = [load_balancer_entry(address) for address in addresses]
         return ObjectStatus(
             ref=self.obj.ref,
             api_version=self.obj.api_version,

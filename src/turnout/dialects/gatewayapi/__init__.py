@@ -227,7 +227,7 @@ class GatewayAPIDialect(Dialect):
                     g,
                     listeners,
                     {idx: n for (ref, idx), n in served.attached.items() if ref == g.ref},
-                    address=options.address,
+                    addresses=options.load_balancer_addresses,
                     refused=refused.get(g.ref),
                     idle_ports=idle_ports,
                 )

@@ -9,6 +9,7 @@ running controller, once every connected Envoy acknowledged the version holding 
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from typing import Any
@@ -112,12 +113,21 @@ def _listener_section(
     )
 
 
+def gateway_address(address: str) -> dict[str, str]:
+    """A `status.addresses` entry: the Envoy Service's load balancer may be a DNS name."""
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return {"type": "Hostname", "value": address}
+    return {"type": "IPAddress", "value": address}
+
+
 def gateway_status(
     gateway: KubeObject,
     listeners: Sequence[GatewayListener],
     attached: Mapping[int, int],
     *,
-    address: str,
+    addresses: Sequence[str],
     refused: tuple[str, str] | None,
     idle_ports: Set[int] = frozenset(),
 ) -> ObjectStatus:
@@ -144,7 +154,7 @@ def gateway_status(
         generation=generation,
         conditions=observed(conditions, generation),
         sections=sections,
-        fields={"addresses": [{"type": "IPAddress", "value": address}]},
+        fields={"addresses": [gateway_address(address) for address in addresses]},
     )
 
 

@@ -209,8 +209,8 @@ class _Compiler:
         for host in sorted(by_host):
             vhosts.extend(self._host(host, by_host[host], tls_by_host.get(host, [])))
         self._unused_tls(admitted, by_host)
-        address = self.ctx.options.load_balancer_address
-        statuses = tuple(self.status[k].build(address) for k in sorted(self.status))
+        addresses = self.ctx.options.load_balancer_addresses
+        statuses = tuple(self.status[k].build(addresses) for k in sorted(self.status))
         return DialectOutput(virtual_hosts=tuple(vhosts), statuses=statuses)
 
     # --- one host ------------------------------------------------------------------------------

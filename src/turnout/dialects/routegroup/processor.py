@@ -237,8 +237,8 @@ class _Compiler:
             vhosts.extend(self._host(host, by_host[host], members[host]))
         for rg in valid:
             self._unused_tls(rg)
-        address = self.ctx.options.load_balancer_address
-        statuses = tuple(self.status[k].build(address) for k in sorted(self.status))
+        addresses = self.ctx.options.load_balancer_addresses
+        statuses = tuple(self.status[k].build(addresses) for k in sorted(self.status))
         return DialectOutput(virtual_hosts=tuple(vhosts), statuses=statuses)
 
     def _routes(self, rg: ParsedRouteGroup, position: int) -> list[_Candidate]:

@@ -13,7 +13,11 @@ and `ca.crt` of ConfigMaps. Everything else (other keys, the data of other Secre
 `kubectl.kubernetes.io/last-applied-configuration` annotation, which repeats the data in clear)
 is dropped, so the object still exists for the compile to name in a status ("has no tls.crt"),
 memory stays bounded by metadata, and no credential turnout does not need sits in its memory, in
-`/status`, or in a heap dump."""
+`/status`, or in a heap dump.
+
+One status is kept: `status.loadBalancer` of the Envoy Service (`--envoy-service`), whose
+addresses Ingress, RouteGroup and Gateway statuses name. Only that Service's, so a load balancer
+changing elsewhere compiles nothing."""
 
 from __future__ import annotations
 
@@ -52,6 +56,20 @@ def _kept(data: Any, keys: frozenset[str]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in keys} if isinstance(data, Mapping) else {}
 
 
+def _load_balancer_kept(
+    raw: Mapping[str, Any], resource: ApiResource, keep: ObjectRef | None
+) -> dict[str, Any] | None:
+    """`{"loadBalancer": ...}` when `raw` is the Service `keep` names; None otherwise."""
+    if keep is None or (resource.group, resource.kind) != (keep.group, keep.kind):
+        return None
+    ref = ref_of(raw, resource)
+    status = raw.get("status")
+    if ref != keep or not isinstance(status, Mapping):
+        return None
+    lb = status.get("loadBalancer")
+    return {"loadBalancer": lb} if isinstance(lb, Mapping) else None
+
+
 def _trimmed(raw: Mapping[str, Any], resource: ApiResource) -> dict[str, Any]:
     if resource.group == "" and resource.kind == "Secret":
         kind_of = raw.get("type")
@@ -70,9 +88,15 @@ def _trimmed(raw: Mapping[str, Any], resource: ApiResource) -> dict[str, Any]:
     return body
 
 
-def to_object(raw: Mapping[str, Any], resource: ApiResource) -> KubeObject | None:
-    """None for something that is not an object with a name."""
+def to_object(
+    raw: Mapping[str, Any], resource: ApiResource, keep_status_of: ObjectRef | None = None
+) -> KubeObject | None:
+    """None for something that is not an object with a name. `keep_status_of`: the Service
+    whose `status.loadBalancer` is kept (the Envoy Service)."""
     body = _trimmed(raw, resource)
+    kept = _load_balancer_kept(raw, resource, keep_status_of)
+    if kept is not None:
+        body["status"] = kept
     meta = body["metadata"]
     name = meta.get("name")
     if not isinstance(name, str) or not name:

@@ -99,8 +99,10 @@ class Reflector:
         sink: SourceSink,
         settings: WatchSettings = DEFAULT_SETTINGS,
         observer: StatusObserver | None = None,
+        keep_status_of: ObjectRef | None = None,
     ) -> None:
         self.api = api
+        self.keep_status_of = keep_status_of  # the Envoy Service (its load balancer is read)
         self.observer = observer if resource.writes_status else None
         self.resource = resource
         self.namespace = namespace if resource.namespaced else None
@@ -152,7 +154,11 @@ class Reflector:
         items = body.get("items")
         objects = []
         for item in items if isinstance(items, list) else ():
-            obj = to_object(item, self.resource) if isinstance(item, dict) else None
+            obj = (
+                to_object(item, self.resource, self.keep_status_of)
+                if isinstance(item, dict)
+                else None
+            )
             if obj is not None:
                 objects.append(obj)
                 self._observe(item)
@@ -198,7 +204,7 @@ class Reflector:
 
     def _apply_object(self, kind: str, raw: Json) -> None:
         if kind in ("ADDED", "MODIFIED"):
-            obj = to_object(raw, self.resource)
+            obj = to_object(raw, self.resource, self.keep_status_of)
             if obj is not None:
                 self.sink.upsert(self.partition, obj)
                 self._observe(raw)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from lightkube.config.kubeconfig import SingleConfig
 
+from turnout.objects import ObjectRef
 from turnout.sources.base import SourceSink
 from turnout.sources.kubernetes.api import RETRYABLE, KubeApi
 from turnout.sources.kubernetes.discovery import discover, wanted
@@ -40,8 +41,11 @@ class KubernetesSource:
         rediscover_s: float = DEFAULT_REDISCOVER_S,
         settings: WatchSettings = DEFAULT_SETTINGS,
         observer: StatusObserver | None = None,
+        envoy_service: ObjectRef | None = None,
     ) -> None:
         self._config = config
+        # The Service whose `status.loadBalancer` is kept (`--envoy-service`).
+        self.envoy_service = envoy_service
         self.observer = observer  # the status writer, told each object's current status
         self._want = wanted(readable)
         self._namespaces = tuple(namespaces)
@@ -121,6 +125,8 @@ class KubernetesSource:
         )
         pairs = []
         for ns in namespaces:
-            reflector = Reflector(api, resource, ns, sink, self._settings, self.observer)
+            reflector = Reflector(
+                api, resource, ns, sink, self._settings, self.observer, self.envoy_service
+            )
             pairs.append((reflector, asyncio.create_task(reflector.run())))
         self._running[key] = pairs
