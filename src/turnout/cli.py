@@ -506,8 +506,8 @@ def _add_kubernetes_status_flags(p: argparse.ArgumentParser) -> None:
         "--ingress-status-address",
         default="",
         metavar="ADDRESS",
-        help="the IP or hostname written to Ingress and RouteGroup status.loadBalancer (the "
-        "Envoy Service's external address; default: --address)",
+        help="the IP or hostname written to Ingress and RouteGroup status.loadBalancer and "
+        "Gateway status.addresses (default: the load balancer of --envoy-service, else --address)",
     )
     p.add_argument(
         "--status-write-qps",
