@@ -196,10 +196,14 @@ class CompileOptions:
     @property
     def load_balancer_addresses(self) -> tuple[str, ...]:
         """What Ingress and RouteGroup `status.loadBalancer` and Gateway `status.addresses`
-        name: the flag, else the Envoy Service's load balancer, else `address`."""
+        name: the flag, else the Envoy Service's load balancer, else `address` unless it is
+        the unspecified address (`0.0.0.0`, `::`: where Envoy binds, no address a client can
+        use; as Contour, nothing is written until the Service has one)."""
         if self.status_address:
             return (self.status_address,)
-        return self.service_addresses or (self.address,)
+        if self.service_addresses:
+            return self.service_addresses
+        return () if self.address in ("0.0.0.0", "::") else (self.address,)
 
     def dns_answer(self, name: str) -> DnsAnswer | None:
         for found in self.dns_answers:

@@ -238,3 +238,15 @@ def test_a_service_without_load_balancer_or_none_configured_names_nothing() -> N
     assert service_addresses(Snapshot.of([svc]), ENVOY) == ()
     assert service_addresses(Snapshot.of([lb_object("203.0.113.7")]), None) == ()
     assert service_addresses(Snapshot.of([lb_object("203.0.113.7")]), ENVOY) == ("203.0.113.7",)
+
+
+def test_an_unspecified_listen_address_is_never_written_as_the_load_balancer() -> None:
+    # Envoy binding 0.0.0.0 (the manifests' --address) names no address a client can use: until
+    # the Envoy Service has one, the statuses name none, as Contour's do.
+    from turnout.compile_inputs import CompileOptions
+
+    assert CompileOptions(address="0.0.0.0").load_balancer_addresses == ()
+    assert CompileOptions(address="::").load_balancer_addresses == ()
+    assert CompileOptions(address="192.0.2.7").load_balancer_addresses == ("192.0.2.7",)
+    with_service = CompileOptions(address="0.0.0.0", service_addresses=("203.0.113.9",))
+    assert with_service.load_balancer_addresses == ("203.0.113.9",)
