@@ -60,6 +60,58 @@ _LOAD_BALANCER = obj(
     string("strategy"),
 )
 
+# `rateLimitPolicy`, the same on the virtual host and on a route.
+_RATE_LIMIT_POLICY = obj(
+    "rateLimitPolicy",
+    obj(
+        "global",
+        objects(
+            "descriptors",
+            objects(
+                "entries",
+                obj("genericKey", string("key"), string("value", required=True)),
+                obj("remoteAddress"),
+                obj(
+                    "requestHeader",
+                    string("descriptorKey", required=True),
+                    string("headerName", required=True),
+                ),
+                obj(
+                    "requestHeaderValueMatch",
+                    boolean("expectMatch"),
+                    objects(
+                        "headers",
+                        string("contains"),
+                        string("exact"),
+                        boolean("ignoreCase"),
+                        string("name", required=True),
+                        string("notcontains"),
+                        string("notexact"),
+                        boolean("notpresent"),
+                        boolean("present"),
+                        boolean("treatMissingAsEmpty"),
+                    ),
+                    string("value", required=True),
+                ),
+            ),
+        ),
+        boolean("disabled"),
+    ),
+    obj(
+        "local",
+        integer("burst"),
+        integer("requests"),
+        objects(
+            "responseHeadersToAdd",
+            string("name", required=True),
+            string("value", required=True),
+        ),
+        integer("responseStatusCode"),
+        string("unit"),
+    ),
+)
+
+
 SPEC = obj(
     "spec",
     objects(
@@ -214,55 +266,7 @@ SPEC = obj(
             ),
         ),
         boolean("permitInsecure"),
-        obj(
-            "rateLimitPolicy",
-            obj(
-                "global",
-                objects(
-                    "descriptors",
-                    objects(
-                        "entries",
-                        obj("genericKey", string("key"), string("value", required=True)),
-                        obj("remoteAddress"),
-                        obj(
-                            "requestHeader",
-                            string("descriptorKey", required=True),
-                            string("headerName", required=True),
-                        ),
-                        obj(
-                            "requestHeaderValueMatch",
-                            boolean("expectMatch"),
-                            objects(
-                                "headers",
-                                string("contains"),
-                                string("exact"),
-                                boolean("ignoreCase"),
-                                string("name", required=True),
-                                string("notcontains"),
-                                string("notexact"),
-                                boolean("notpresent"),
-                                boolean("present"),
-                                boolean("treatMissingAsEmpty"),
-                            ),
-                            string("value", required=True),
-                        ),
-                    ),
-                ),
-                boolean("disabled"),
-            ),
-            obj(
-                "local",
-                integer("burst"),
-                integer("requests"),
-                objects(
-                    "responseHeadersToAdd",
-                    string("name", required=True),
-                    string("value", required=True),
-                ),
-                integer("responseStatusCode"),
-                string("unit"),
-            ),
-        ),
+        _RATE_LIMIT_POLICY,
         obj(
             "requestHeadersPolicy",
             strings("remove"),
@@ -461,55 +465,7 @@ SPEC = obj(
                 required=True,
             ),
         ),
-        obj(
-            "rateLimitPolicy",
-            obj(
-                "global",
-                objects(
-                    "descriptors",
-                    objects(
-                        "entries",
-                        obj("genericKey", string("key"), string("value", required=True)),
-                        obj("remoteAddress"),
-                        obj(
-                            "requestHeader",
-                            string("descriptorKey", required=True),
-                            string("headerName", required=True),
-                        ),
-                        obj(
-                            "requestHeaderValueMatch",
-                            boolean("expectMatch"),
-                            objects(
-                                "headers",
-                                string("contains"),
-                                string("exact"),
-                                boolean("ignoreCase"),
-                                string("name", required=True),
-                                string("notcontains"),
-                                string("notexact"),
-                                boolean("notpresent"),
-                                boolean("present"),
-                                boolean("treatMissingAsEmpty"),
-                            ),
-                            string("value", required=True),
-                        ),
-                    ),
-                ),
-                boolean("disabled"),
-            ),
-            obj(
-                "local",
-                integer("burst"),
-                integer("requests"),
-                objects(
-                    "responseHeadersToAdd",
-                    string("name", required=True),
-                    string("value", required=True),
-                ),
-                integer("responseStatusCode"),
-                string("unit"),
-            ),
-        ),
+        _RATE_LIMIT_POLICY,
         obj(
             "tls",
             obj(
