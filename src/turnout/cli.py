@@ -329,13 +329,7 @@ def _add_compile_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
 
 
 def _positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds < 3600:  # NaN fails the comparison too
-        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {value!r}")
-    return seconds
+    return _float_in(value, 0, 3600, "seconds above 0", above=True)
 
 
 def _add_rate_limit_flags(p: argparse.ArgumentParser) -> None:
@@ -421,13 +415,11 @@ def _discover_seconds(value: str) -> float:
 
 
 def _revisits(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = -1
-    if not 0 <= n <= 10_000_000:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number from 0 to 10000000")
-    return n
+    if not value.isdigit() or int(value) > 10_000_000:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 0 to 10000000, got {value!r}"
+        )
+    return int(value)
 
 
 def _grace_seconds(value: str) -> float:
@@ -459,13 +451,7 @@ def _positive_int(value: str) -> int:
 
 
 def _positive_rate(value: str) -> float:
-    try:
-        rate = float(value)
-    except ValueError:
-        rate = -1.0
-    if not 0 < rate < 1e6:  # NaN fails the comparison too
-        raise argparse.ArgumentTypeError(f"expected a number above 0, got {value!r}")
-    return rate
+    return _float_in(value, 0, 1e6, "a number above 0", above=True)
 
 
 def _add_kubernetes_status_flags(p: argparse.ArgumentParser) -> None:
