@@ -475,3 +475,22 @@ async def test_a_deleted_object_is_not_read_to_take_its_status_back() -> None:
     w.publish([])
     await drain(w)
     assert api.reads == reads
+
+
+async def test_an_object_recreated_under_the_same_name_waits_for_its_own_status() -> None:
+    api = MemoryApi()
+    api.add(PROXY)
+    w = writer(api)
+    w.publish([proxy_status()])
+    await drain(w)
+    # Deleted and created again before the next compile: the status computed for the old
+    # object (e.g. of another class now) is not written to the new one.
+    w.forget(PROXY)
+    api.objects[("HTTPProxy", "app", "web")] = (5, None)
+    w.observe(PROXY, "5", None)
+    await drain(w)
+    assert api.status(PROXY) is None and len(api.writes) == 1
+    w.publish([proxy_status(description="its own")])
+    await drain(w)
+    status = api.status(PROXY)
+    assert status is not None and status["description"] == "its own"

@@ -200,7 +200,9 @@ class StatusWriter:
             self._enqueue(ref)
 
     def forget(self, ref: ObjectRef) -> None:
-        """`ref` was deleted."""
+        """`ref` was deleted. Its desired status goes too: it was computed for the deleted
+        object, and a new object of the same name must wait for a compile that has seen it."""
+        self._desired.pop(ref, None)
         self._current.pop(ref, None)
         self._queue.pop(ref, None)
         self._withdrawn.pop(ref, None)
