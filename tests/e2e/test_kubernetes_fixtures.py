@@ -26,7 +26,7 @@ anything). The Envoy-backed path is covered by `test_kubernetes_status.py`.
 orphans, delegation, ownership and preset foreign status (`CASES`; about 50 s in all). One
 `serve` runs the cases in turn (the previous case's objects deleted first). Cases with an
 `options.yaml` are left out (one `serve` runs with one set of flags) and so are those using API
-versions the fake does not serve (TLSRoute `v1alpha2`, IngressRoute `v1`).
+versions the fake does not serve (TLSRoute `v1alpha2`, IngressRoute `v1` and `v1alpha1`).
 `TURNOUT_KUBE_FIXTURES=all` loads every other case instead (load and compare only; about 15
 minutes). A Secret's `stringData` is sent as `data`, as a real API server stores it.
 """
@@ -131,7 +131,11 @@ CASES: dict[str, Change | None] = {
     "gatewayapi/allowed-routes-namespaces": None,
 }
 
-UNSERVED = ("gateway.networking.k8s.io/v1alpha2\nkind: TLSRoute", "contour.heptio.com/v1\n")
+UNSERVED = (
+    "gateway.networking.k8s.io/v1alpha2\nkind: TLSRoute",
+    "contour.heptio.com/v1\n",
+    "contour.heptio.com/v1alpha1\nkind: IngressRoute",
+)
 
 
 def every_case() -> list[str]:
@@ -241,7 +245,8 @@ def file_mode(objects: list[Obj], argv: list[str]) -> dict[tuple[str, str, str],
         o["metadata"] = {
             k: v for k, v in o["metadata"].items() if k not in ("managedFields", "resourceVersion")
         }
-    parsed = parse_text(yaml.safe_dump_all(bare), "from-the-api-server.yaml")
+    # Key order kept: problems are reported in the order the fields come.
+    parsed = parse_text(yaml.safe_dump_all(bare, sort_keys=False), "from-the-api-server.yaml")
     assert not parsed.problems, parsed.problems
     options = compile_options(serve_config(build_parser().parse_args(argv)))
     result = compile_snapshot(Snapshot.of(parsed.objects), options)
