@@ -22,6 +22,7 @@ from turnout.sources.kubernetes.status_diff import (
     merge_foreign,
     merge_patch,
     status_to_write,
+    withdrawn,
 )
 from turnout.sources.kubernetes.status_writer import (
     Conflict,
@@ -116,6 +117,15 @@ def test_other_controllers_parents_are_kept_and_ours_replaced() -> None:
     ours = {"parentRef": {"name": "gw"}, "controllerName": OURS, "conditions": []}
     merged = merge_foreign({"parents": [ours]}, {"parents": [theirs, stale_ours]}, OURS)
     assert merged["parents"] == [theirs, ours]
+
+
+def test_withdrawn_takes_out_only_our_shared_entries() -> None:
+    theirs = {"parentRef": {"name": "x"}, "controllerName": THEIRS, "conditions": []}
+    ours = {"parentRef": {"name": "gw"}, "controllerName": OURS, "conditions": []}
+    assert withdrawn({"parents": [theirs, ours]}, OURS) == {"parents": [theirs]}
+    assert withdrawn({"parents": [theirs]}, OURS) is None
+    assert withdrawn({"currentStatus": "valid"}, OURS) is None
+    assert withdrawn(None, OURS) is None
 
 
 def test_status_to_write_is_none_when_the_object_says_it_already() -> None:
@@ -423,3 +433,64 @@ async def test_the_echo_of_its_own_write_is_not_compared_again() -> None:
     assert w.pending == 0
     await drain(w)
     assert (api.reads, len(api.writes)) == (reads, 1)
+
+
+async def test_a_route_turnout_no_longer_serves_loses_only_our_parent_entry() -> None:
+    api = MemoryApi()
+    theirs = {"parentRef": {"name": "x"}, "controllerName": THEIRS, "conditions": []}
+    api.add(HTTPROUTE, {"parents": [theirs]})
+    w = writer(api)
+    w.publish([route_status()])
+    await drain(w)
+    w.observe(HTTPROUTE, "2", api.status(HTTPROUTE))
+    # Its Gateway was deleted: the compile gives the route no status any more.
+    w.publish([])
+    await drain(w)
+    assert api.status(HTTPROUTE) == {"parents": [theirs]}
+    w.publish([])
+    await drain(w)
+    assert len(api.writes) == 2  # taken out once
+
+
+async def test_an_object_without_status_now_keeps_a_status_of_its_own_kind() -> None:
+    api = MemoryApi()
+    api.add(PROXY)
+    w = writer(api)
+    w.publish([proxy_status()])
+    await drain(w)
+    w.publish([])  # e.g. now of another ingress class: Contour leaves its status alone too
+    await drain(w)
+    assert api.status(PROXY) is not None and len(api.writes) == 1
+
+
+async def test_a_deleted_object_is_not_read_to_take_its_status_back() -> None:
+    api = MemoryApi()
+    api.add(HTTPROUTE)
+    w = writer(api)
+    w.publish([route_status()])
+    await drain(w)
+    reads = api.reads
+    del api.objects[("HTTPRoute", "app", "web")]
+    w.forget(HTTPROUTE)
+    w.publish([])
+    await drain(w)
+    assert api.reads == reads
+
+
+async def test_an_object_recreated_under_the_same_name_waits_for_its_own_status() -> None:
+    api = MemoryApi()
+    api.add(PROXY)
+    w = writer(api)
+    w.publish([proxy_status()])
+    await drain(w)
+    # Deleted and created again before the next compile: the status computed for the old
+    # object (e.g. of another class now) is not written to the new one.
+    w.forget(PROXY)
+    api.objects[("HTTPProxy", "app", "web")] = (5, None)
+    w.observe(PROXY, "5", None)
+    await drain(w)
+    assert api.status(PROXY) is None and len(api.writes) == 1
+    w.publish([proxy_status(description="its own")])
+    await drain(w)
+    status = api.status(PROXY)
+    assert status is not None and status["description"] == "its own"

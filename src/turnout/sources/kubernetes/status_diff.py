@@ -13,6 +13,9 @@ tested without a server:
 - `merge_foreign`: Gateway API `parents` (routes) and `ancestors` (policies) entries whose
   `controllerName` is another implementation's are kept as the object has them; only turnout's
   entries are replaced.
+- `withdrawn`: the status of an object turnout no longer gives one (a route whose Gateway was
+  deleted, or that now names another implementation's Gateway) without turnout's entries of the
+  shared lists, so that no entry keeps claiming a parent turnout no longer serves.
 - `merge_patch`: the RFC 7386 merge patch turning one status into another (a key that went
   away is written as null, so it is removed rather than left behind).
 """
@@ -111,6 +114,26 @@ def status_to_write(
     if process_time is not None:
         merged["lastProcessTime"] = process_time
     return dict(merged)
+
+
+def withdrawn(current: Mapping[str, Any] | None, controller_name: str) -> dict[str, Any] | None:
+    """`current` without turnout's `parents`/`ancestors` entries, or None when it has none
+    (nothing to write: the rest of the status, and every other kind's, is left as it is)."""
+    if not current:
+        return None
+    out = dict(current)
+    for key in SHARED_LISTS:
+        entries = current.get(key)
+        if not isinstance(entries, list | tuple):
+            continue
+        kept = [
+            e
+            for e in entries
+            if not (isinstance(e, Mapping) and e.get("controllerName") == controller_name)
+        ]
+        if len(kept) != len(entries):
+            out[key] = kept
+    return out if out != dict(current) else None
 
 
 def merge_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> dict[str, Any]:

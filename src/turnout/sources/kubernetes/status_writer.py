@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
 from turnout.sources.kubernetes.kinds import ApiResource, by_group_kind
-from turnout.sources.kubernetes.status_diff import merge_patch, status_to_write
+from turnout.sources.kubernetes.status_diff import merge_patch, status_to_write, withdrawn
 from turnout.status.model import ObjectStatus
 
 log = logging.getLogger("turnout.kubernetes.status")
@@ -130,6 +130,10 @@ def status_target(status: ObjectStatus) -> StatusTarget | None:
     return StatusTarget(dataclasses.replace(resource, version=version), namespace, status.ref.name)
 
 
+# The status to write over the object's current one (None: it says that already).
+Desired = Callable[[Mapping[str, Any] | None], dict[str, Any] | None]
+
+
 @dataclass(frozen=True, slots=True)
 class WriterSettings:
     controller_name: str
@@ -159,6 +163,8 @@ class StatusWriter:
         self.now = now
         self.leading = False
         self._desired: dict[ObjectRef, ObjectStatus] = {}
+        # Objects that had a status and have none now: their last one (where to write).
+        self._withdrawn: dict[ObjectRef, ObjectStatus] = {}
         self._current: dict[ObjectRef, Observed] = {}
         # An ordered set: objects to compare and maybe write, oldest first.
         self._queue: dict[ObjectRef, None] = {}
@@ -174,8 +180,13 @@ class StatusWriter:
         previous = self._desired
         self._desired = {s.ref: s for s in statuses if status_target(s) is not None}
         for ref, status in self._desired.items():
+            self._withdrawn.pop(ref, None)
             if previous.get(ref) is not status:
                 self._enqueue(ref)
+        # A deleted object was forgotten (the watch said so): nothing to take back from it.
+        for ref in (previous.keys() - self._desired.keys()) & self._current.keys():
+            self._withdrawn[ref] = previous[ref]
+            self._enqueue(ref)
 
     def observe(
         self, ref: ObjectRef, resource_version: str, status: Mapping[str, Any] | None
@@ -189,9 +200,12 @@ class StatusWriter:
             self._enqueue(ref)
 
     def forget(self, ref: ObjectRef) -> None:
-        """`ref` was deleted."""
+        """`ref` was deleted. Its desired status goes too: it was computed for the deleted
+        object, and a new object of the same name must wait for a compile that has seen it."""
+        self._desired.pop(ref, None)
         self._current.pop(ref, None)
         self._queue.pop(ref, None)
+        self._withdrawn.pop(ref, None)
 
     def set_leading(self, leading: bool) -> None:
         """Only the leader writes; a new leader compares every object once."""
@@ -270,19 +284,37 @@ class StatusWriter:
         else:
             self._wake.set()
 
+    def _next(self, ref: ObjectRef) -> tuple[StatusTarget, Desired] | None:
+        """Where to write `ref` and what, given the status it has; None: nothing to do."""
+        status = self._desired.get(ref)
+        last = status if status is not None else self._withdrawn.get(ref)
+        target = status_target(last) if last is not None else None
+        if last is None or target is None:
+            return None
+        controller = self.settings.controller_name
+        if status is None:
+            return target, lambda current: withdrawn(current, controller)
+        stamp = self.now() if (ref.group, ref.kind) in PROCESS_TIME_KINDS else None
+        body = status.body
+        return target, lambda current: status_to_write(
+            body, current, controller_name=controller, process_time=stamp
+        )
+
     async def write(self, ref: ObjectRef) -> None:
-        """Writes the newest status of `ref` if the object says something else; a 409 re-reads
+        """Writes the newest status of `ref` if the object says something else (or, for an
+        object that has no status any more, takes turnout's entries out of it); a 409 re-reads
         the object and tries again, with backoff."""
         for attempt in range(MAX_ATTEMPTS):
-            status = self._desired.get(ref)
-            target = status_target(status) if status is not None else None
-            if status is None or target is None or not self.leading:
+            job = self._next(ref)
+            if job is None or not self.leading:
                 return
             try:
-                if await self._write_once(ref, status, target):
+                if await self._write_once(ref, *job):
+                    self._withdrawn.pop(ref, None)
                     return
             except Gone:
                 self._current.pop(ref, None)
+                self._withdrawn.pop(ref, None)
                 self.metrics.status_writes.labels(result="gone").inc()
                 return
             self._current.pop(ref, None)  # re-read before the next attempt
@@ -290,19 +322,13 @@ class StatusWriter:
             await self.sleep(CONFLICT_BACKOFF_S * 2**attempt)
         log.warning("gave up writing the status of %s after %d conflicts", ref, MAX_ATTEMPTS)
 
-    async def _write_once(self, ref: ObjectRef, status: ObjectStatus, target: StatusTarget) -> bool:
+    async def _write_once(self, ref: ObjectRef, target: StatusTarget, desired: Desired) -> bool:
         """True when done (written or nothing to write), False on a conflict."""
         observed = self._current.get(ref)
         if observed is None:
             observed = await self.api.read(target)
             self._current[ref] = observed
-        stamp = self.now() if (ref.group, ref.kind) in PROCESS_TIME_KINDS else None
-        body = status_to_write(
-            status.body,
-            observed.status,
-            controller_name=self.settings.controller_name,
-            process_time=stamp,
-        )
+        body = desired(observed.status)
         if body is None:
             return True
         await self.limiter.acquire(self.sleep)
