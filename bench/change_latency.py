@@ -375,12 +375,13 @@ async def one(shape: Shape, k: int, load: bool, timeout: float) -> dict[str, flo
     with tempfile.TemporaryDirectory(prefix="turnout-change-") as tmp:
         directory = Path(tmp) / "objects"
         directory.mkdir()
-        generate(directory, shape, pair[0])
         run = Run(shape, directory, pair, f"http://127.0.0.1:{ports['http-port']}", timeout)
         try:
+            generate(directory, shape, pair[0])
             return await measure(run, ports, k, load, Path(tmp) / "turnout.log")
         except Exception:
-            sys.stderr.write((Path(tmp) / "turnout.log").read_text()[-4000:])
+            with contextlib.suppress(OSError):
+                sys.stderr.write((Path(tmp) / "turnout.log").read_text()[-4000:])
             raise
         finally:
             for b in backends:
