@@ -603,3 +603,38 @@ async def test_watch_deleted_file_loses_its_objects_at_once(tmp_path: Path) -> N
         await settled(lambda: names(store) == ["default/b"])
         assert loop.time() - deleted < 1
         assert seen == [["default/b"]]
+
+
+@pytest.mark.timeout(5)
+async def test_watch_reads_only_the_loaded_files_that_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A rewrite of loaded files (in place, or atomically through a temporary name) reads just
+    # them: the tree is not listed again, which costs seconds at tens of thousands of files.
+    for i in range(20):
+        write(tmp_path / f"s{i}.yaml", svc(f"s{i}"))
+    store = Store()
+    source = FileSource([tmp_path], store)
+    source.load_all()
+    listed: list[None] = []
+    real_discover = discover
+
+    def counting(*args: Any, **kwargs: Any) -> list[Path]:
+        listed.append(None)
+        return real_discover(*args, **kwargs)
+
+    async with watching(source) as calls:
+        monkeypatch.setattr("turnout.sources.files.discover", counting)
+        write(tmp_path / "s3.yaml", svc("s3-changed"))
+        await until(lambda: "default/s3-changed" in names(store), calls)
+        tmp = write(tmp_path / "s4.yaml.tmp", svc("s4-changed"))
+        tmp.rename(tmp_path / "s4.yaml")
+        await until(lambda: "default/s4-changed" in names(store), calls)
+        (tmp_path / "s5.yaml").unlink()
+        await until(lambda: "default/s5" not in names(store), calls)
+        assert listed == []
+        # A new file is found by listing the tree again.
+        write(tmp_path / "new.yaml", svc("new"))
+        await until(lambda: "default/new" in names(store), calls)
+        assert listed
+    assert len(names(store)) == 20
