@@ -221,6 +221,26 @@ def _add_input_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
     )
 
 
+def _add_path_flags(p: argparse.ArgumentParser) -> None:
+    """How Envoy normalises request paths before routing (docs/policies.md)."""
+    p.add_argument(
+        "--disable-merge-slashes",
+        action="store_true",
+        help="do not merge repeated slashes in request paths before routing (Contour's "
+        "disableMergeSlashes; default: merged, so `//admin` is `/admin` and meets its policies)",
+    )
+    p.add_argument(
+        "--escaped-slashes",
+        type=EscapedSlashes,
+        choices=list(EscapedSlashes),
+        default=EscapedSlashes.UNESCAPE_AND_REDIRECT,
+        metavar="{" + ",".join(e.value for e in EscapedSlashes) + "}",
+        help="what Envoy does with a path holding %%2F or %%5C: redirect (307) to the path "
+        "with them decoded, reject (400), forward decoded, or keep them as they are "
+        "(default: redirect)",
+    )
+
+
 def _add_compile_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
     _add_input_flags(p, paths)
     p.add_argument(
@@ -292,22 +312,7 @@ def _add_compile_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
         "key sets (RouteGroup jwtValidation) must chain to it (default: %(default)s). Only "
         "`serve` and `translate` use it",
     )
-    p.add_argument(
-        "--disable-merge-slashes",
-        action="store_true",
-        help="do not merge repeated slashes in request paths before routing (Contour's "
-        "disableMergeSlashes; default: merged, so `//admin` is `/admin` and meets its policies)",
-    )
-    p.add_argument(
-        "--escaped-slashes",
-        type=EscapedSlashes,
-        choices=list(EscapedSlashes),
-        default=EscapedSlashes.UNESCAPE_AND_REDIRECT,
-        metavar="{" + ",".join(e.value for e in EscapedSlashes) + "}",
-        help="what Envoy does with a path holding %%2F or %%5C: redirect (307) to the path "
-        "with them decoded, reject (400), forward decoded, or keep them as they are "
-        "(default: redirect)",
-    )
+    _add_path_flags(p)
     p.add_argument(
         "--matcher-tree-min-routes",
         type=_route_count,
