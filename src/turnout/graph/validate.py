@@ -1029,33 +1029,26 @@ def endpoint_problem(ep: Endpoint) -> str | None:
     return None if problem is None else f"endpoint {ep.address} port {problem}"
 
 
-def cluster_problem(c: Cluster) -> str | None:
-    """Why Envoy would refuse the cluster's settings (endpoints aside), or None."""
-    problem = _text(c.name)
-    if problem is None and not c.name:
-        problem = "is empty"
-    if problem is not None:
-        return f"cluster name {problem}"
-    if c.dns_name is not None:
-        problem = _no_crlf(c.dns_name)
-        if problem is None and (not c.dns_name or any(ch.isspace() for ch in c.dns_name)):
-            problem = "is not a DNS name"
-        if problem is None:
-            # The Service port becomes the DNS cluster's endpoint port.
-            port_problem = _int_in(c.port, 1, 65535)
-            problem = None if port_problem is None else f"port {port_problem}"
-        if problem is None and c.health_port:
-            # ...and its health port the endpoint's health_check_config.port_value.
-            health_problem = _int_in(c.health_port, 1, 65535)
-            problem = None if health_problem is None else f"health port {health_problem}"
-        if problem is not None:
-            return f"DNS name {problem}"
-    problem = _first(
-        ("connect timeout", lambda: _optional(c.connect_timeout_s, _duration)),
-        ("idle connection timeout", lambda: _optional(c.idle_connection_timeout_s, _duration)),
-    )
-    if problem is not None:
-        return problem
+def _dns_problem(c: Cluster) -> str | None:
+    """Why Envoy would refuse a DNS cluster's name or ports, or None."""
+    if c.dns_name is None:
+        return None
+    problem = _no_crlf(c.dns_name)
+    if problem is None and (not c.dns_name or any(ch.isspace() for ch in c.dns_name)):
+        problem = "is not a DNS name"
+    if problem is None:
+        # The Service port becomes the DNS cluster's endpoint port.
+        port_problem = _int_in(c.port, 1, 65535)
+        problem = None if port_problem is None else f"port {port_problem}"
+    if problem is None and c.health_port:
+        # ...and its health port the endpoint's health_check_config.port_value.
+        health_problem = _int_in(c.health_port, 1, 65535)
+        problem = None if health_problem is None else f"health port {health_problem}"
+    return None if problem is None else f"DNS name {problem}"
+
+
+def _health_problem(c: Cluster) -> str | None:
+    """Why Envoy would refuse a cluster's health checks or outlier detection, or None."""
     hc = c.health_check
     if hc is not None:
 
@@ -1100,6 +1093,11 @@ def cluster_problem(c: Cluster) -> str | None:
         )  # fmt: skip
         if problem is not None:
             return problem
+    return None
+
+
+def _validation_problem(c: Cluster) -> str | None:
+    """Why Envoy would refuse a cluster's upstream TLS validation, or None."""
     v = c.validation
     if v is not None:
         if v.system_trust_store and v.ca_secret:
@@ -1122,6 +1120,11 @@ def cluster_problem(c: Cluster) -> str | None:
         problem = _optional(v.sni, _no_crlf)
         if problem is not None:
             return f"upstream SNI {problem}"
+    return None
+
+
+def _balancing_problem(c: Cluster) -> str | None:
+    """Why Envoy would refuse a cluster's hash balance factor or slow start, or None."""
     if c.hash_balance_factor is not None:
         problem = _int_in(c.hash_balance_factor, 100, UINT32_MAX)
         if problem is not None:
@@ -1139,6 +1142,22 @@ def cluster_problem(c: Cluster) -> str | None:
         if s.aggression <= 0:
             return "slow start aggression must be greater than 0"
     return None
+
+
+def cluster_problem(c: Cluster) -> str | None:
+    """Why Envoy would refuse the cluster's settings (endpoints aside), or None."""
+    problem = _text(c.name)
+    if problem is None and not c.name:
+        problem = "is empty"
+    if problem is not None:
+        return f"cluster name {problem}"
+    problem = _dns_problem(c) or _first(
+        ("connect timeout", lambda: _optional(c.connect_timeout_s, _duration)),
+        ("idle connection timeout", lambda: _optional(c.idle_connection_timeout_s, _duration)),
+    )
+    if problem is not None:
+        return problem
+    return _health_problem(c) or _validation_problem(c) or _balancing_problem(c)
 
 
 # --- the pass ------------------------------------------------------------------------------------
