@@ -320,6 +320,53 @@ def _certificate(
     return TLSTermination(secret=secret.name)
 
 
+def _port(raw: Any, where: str, reading: _Reading, options: CompileOptions) -> int:
+    """The listener's port (0 when it is not one); a port turnout itself uses is refused."""
+    port = integer(raw)
+    if port is None or not 1 <= port <= 65535:
+        reading.reject("UnsupportedValue", f"{where}.port: must be a port number 1-65535")
+        return 0
+    elif port in (options.http_port, options.https_port):
+        flag = "--http-port" if port == options.http_port else "--https-port"
+        reading.reject(
+            "PortUnavailable",
+            f"{where}.port: {port} is turnout's {flag}, where the Ingress, HTTPProxy, "
+            "IngressRoute and Route objects are served; choose another port for this listener",
+        )
+    elif (reserved := dict(options.reserved_ports).get(port)) is not None:
+        reading.reject(
+            "PortUnavailable",
+            f"{where}.port: {port} is turnout's {reserved}; choose another port for this listener",
+        )
+    return port
+
+
+def _allowed_namespaces(
+    allowed: Mapping[str, Any], where: str, reading: _Reading
+) -> tuple[str, LabelSelector | None]:
+    """`allowedRoutes.namespaces`: `from` and, with `Selector`, the label selector."""
+    namespaces = mapping(allowed.get("namespaces"))
+    namespaces_from = text(namespaces.get("from")) or "Same"
+    selector: LabelSelector | None = None
+    if namespaces_from not in ("Same", "All", "Selector"):
+        reading.reject(
+            "UnsupportedValue",
+            f"{where}.allowedRoutes.namespaces.from: {namespaces_from!r} is not Same, All or "
+            "Selector",
+        )
+        namespaces_from = "Same"
+    elif namespaces_from == "Selector":
+        if namespaces.get("selector") is None:
+            reading.reject(
+                "UnsupportedValue",
+                f"{where}.allowedRoutes.namespaces.selector: required with from: Selector",
+            )
+        selector = _selector(
+            namespaces.get("selector"), f"{where}.allowedRoutes.namespaces.selector", reading
+        )
+    return namespaces_from, selector
+
+
 def read_listener(
     gateway: KubeObject,
     index: int,
@@ -338,22 +385,7 @@ def read_listener(
     if text(spec.get("name")) is None:
         reading.reject("UnsupportedValue", f"{where}.name: a listener needs a name")
     protocol = text(spec.get("protocol")) or ""
-    port = integer(spec.get("port"))
-    if port is None or not 1 <= port <= 65535:
-        reading.reject("UnsupportedValue", f"{where}.port: must be a port number 1-65535")
-        port = 0
-    elif port in (options.http_port, options.https_port):
-        flag = "--http-port" if port == options.http_port else "--https-port"
-        reading.reject(
-            "PortUnavailable",
-            f"{where}.port: {port} is turnout's {flag}, where the Ingress, HTTPProxy, "
-            "IngressRoute and Route objects are served; choose another port for this listener",
-        )
-    elif (reserved := dict(options.reserved_ports).get(port)) is not None:
-        reading.reject(
-            "PortUnavailable",
-            f"{where}.port: {port} is turnout's {reserved}; choose another port for this listener",
-        )
+    port = _port(spec.get("port"), where, reading, options)
     if protocol not in SUPPORTED_PROTOCOLS:
         reading.reject(
             "UnsupportedProtocol",
@@ -387,25 +419,7 @@ def read_listener(
         elif tls_mode == "Terminate":
             termination = _certificate(gateway, tls or {}, where, reading, secrets, grants)
     allowed = mapping(spec.get("allowedRoutes"))
-    namespaces = mapping(allowed.get("namespaces"))
-    namespaces_from = text(namespaces.get("from")) or "Same"
-    selector: LabelSelector | None = None
-    if namespaces_from not in ("Same", "All", "Selector"):
-        reading.reject(
-            "UnsupportedValue",
-            f"{where}.allowedRoutes.namespaces.from: {namespaces_from!r} is not Same, All or "
-            "Selector",
-        )
-        namespaces_from = "Same"
-    elif namespaces_from == "Selector":
-        if namespaces.get("selector") is None:
-            reading.reject(
-                "UnsupportedValue",
-                f"{where}.allowedRoutes.namespaces.selector: required with from: Selector",
-            )
-        selector = _selector(
-            namespaces.get("selector"), f"{where}.allowedRoutes.namespaces.selector", reading
-        )
+    namespaces_from, selector = _allowed_namespaces(allowed, where, reading)
     kinds, invalid_kinds = _route_kinds(protocol, allowed.get("kinds"), where, reading)
     return GatewayListener(
         gateway=gateway,
