@@ -21,10 +21,13 @@ from turnout.graph.attribution import cluster_writers
 from turnout.graph.dialect import (
     CompileContext,
     Dialect,
+    DialectOutput,
     HostClaim,
     Ownership,
+    RecordedOwnership,
     ownership_from_claims,
 )
+from turnout.graph.memo import CompileMemo
 from turnout.graph.model import (
     INVALID_BACKEND,
     CABundle,
@@ -54,7 +57,7 @@ from turnout.graph.validate import (
 )
 from turnout.objects import KubeObject, ObjectRef, group_of
 from turnout.status.model import Finding, IgnoredObject, ObjectStatus
-from turnout.store import Snapshot, SourceProblem
+from turnout.store import Change, Snapshot, SourceProblem
 
 # Reasons of the findings folded into statuses after the dialects ran.
 ENVOY_LIMIT = "EnvoyLimit"
@@ -203,28 +206,37 @@ def check_kinds(snapshot: Snapshot, known: frozenset[tuple[str, str]]) -> KindCh
 
 
 def build_graph(
-    snapshot: Snapshot, options: CompileOptions, dialects: Sequence[Dialect]
+    snapshot: Snapshot,
+    options: CompileOptions,
+    dialects: Sequence[Dialect],
+    memo: CompileMemo | None = None,
+    changes: Iterable[Change] | None = None,
 ) -> CompileResult:
-    """The graph, statuses and problems of `snapshot` as `dialects` read it."""
+    """The graph, statuses and problems of `snapshot` as `dialects` read it.
+
+    `memo`: what the compile before kept (`graph/memo.py`), so that this one redoes only what
+    changed since (`changes`, when the caller knows them); the result is the same either way."""
+    memo = CompileMemo() if memo is None else memo
+    memo.begin(snapshot, options, changes)
     known = CORE_KINDS.union(*(d.kinds for d in dialects))
     kinds = check_kinds(snapshot, known)
     snapshot = kinds.snapshot
     claims: list[HostClaim] = []
     for dialect in dialects:
-        claims.extend(dialect.claims(snapshot, options))
+        claims.extend(dialect_claims(dialect, snapshot, options, memo))
     ownership = ownership_from_claims(claims)
     backends = BackendResolver(
         snapshot, enable_external_name_service=options.enable_external_name_service
     )
     secrets = SecretResolver(snapshot)
-    ctx = CompileContext(options=options, ownership=ownership, backends=backends, secrets=secrets)
+    ctx = CompileContext(options, ownership, backends, secrets, memo)
 
     vhosts: dict[str, dict[str, VirtualHost]] = {HTTP_LISTENER: {}, HTTPS_LISTENER: {}}
     tcp_proxies: dict[str, dict[str, TCPProxy]] = {}
     statuses: list[ObjectStatus] = []
     declared: dict[str, ListenerDecl] = {}
     for dialect in dialects:
-        out = dialect.compile(snapshot, ctx)
+        out = dialect_output(dialect, snapshot, ctx)
         statuses.extend(out.statuses)
         for decl in out.listeners:
             declared.setdefault(decl.name, decl)
@@ -284,6 +296,52 @@ def build_graph(
         endpoint_dependent_services=backends.endpoint_dependent(),
         endpoint_basis=basis,
     )
+
+
+class DialectMemo:
+    """A dialect's claims and output from the compile before, with what it read of ownership:
+    what `dialect_claims` and `dialect_output` reuse for a dialect that is not incremental."""
+
+    def __init__(self) -> None:
+        self.claims: tuple[HostClaim, ...] | None = None
+        self.output: DialectOutput | None = None
+        self.ownership: RecordedOwnership | None = None
+
+
+def _reads(dialect: Dialect) -> frozenset[tuple[str, str]]:
+    """The (group, kind)s a dialect may read: its own and the core kinds."""
+    return frozenset((group_of(v), k) for v, k in (*dialect.kinds, *CORE_KINDS))
+
+
+def dialect_claims(
+    dialect: Dialect, snapshot: Snapshot, options: CompileOptions, memo: CompileMemo
+) -> tuple[HostClaim, ...]:
+    """The dialect's claims; those of the compile before while nothing it reads changed."""
+    if dialect.incremental:
+        return tuple(dialect.claims(snapshot, options, memo))
+    kept = memo.stage(f"dialect:{dialect.name}", DialectMemo)
+    if kept.claims is None or memo.delta.touches(_reads(dialect)):
+        kept.claims = tuple(dialect.claims(snapshot, options))
+        kept.output = None
+    return kept.claims
+
+
+def dialect_output(dialect: Dialect, snapshot: Snapshot, ctx: CompileContext) -> DialectOutput:
+    """The dialect's output; that of the compile before while nothing it reads changed and
+    every owner it asked about is still the same object."""
+    if dialect.incremental:
+        return dialect.compile(snapshot, ctx)
+    kept = ctx.memo.stage(f"dialect:{dialect.name}", DialectMemo)
+    if (
+        kept.output is not None
+        and kept.ownership is not None
+        and kept.ownership.same_answers(ctx.ownership)
+    ):
+        return kept.output
+    recorded = RecordedOwnership(ctx.ownership.owners)
+    kept.output = dialect.compile(snapshot, dataclasses.replace(ctx, ownership=recorded))
+    kept.ownership = recorded
+    return kept.output
 
 
 def _listeners(

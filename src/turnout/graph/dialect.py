@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from turnout.compile_inputs import CompileOptions, ListenerDecl
+from turnout.graph.memo import CompileMemo
 from turnout.graph.model import RoutingGraph, TCPProxy, VirtualHost
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
@@ -45,11 +46,31 @@ class Ownership:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordedOwnership(Ownership):
+    """Ownership that records every (listener, hostname) asked about and its answer, so that a
+    dialect's output can be reused while those answers stay the same."""
+
+    asked: dict[tuple[str, str], KubeObject | None] = field(default_factory=dict)
+
+    def owner(self, listener: str, hostname: str) -> KubeObject | None:
+        key = (listener, hostname.lower())
+        found = self.owners.get(key)
+        self.asked[key] = found
+        return found
+
+    def same_answers(self, ownership: Ownership) -> bool:
+        """Whether `ownership` answers every recorded question with the very same owner."""
+        return all(ownership.owners.get(k) is v for k, v in self.asked.items())
+
+
+@dataclass(frozen=True, slots=True)
 class CompileContext:
     options: CompileOptions
     ownership: Ownership
     backends: BackendResolver
     secrets: SecretResolver
+    # The compile's memory of the compile before (`graph/memo.py`); a fresh one: a full compile.
+    memo: CompileMemo = field(default_factory=CompileMemo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +116,14 @@ class Dialect(Protocol):
     # The (group, kind) pairs among `kinds` that are cluster-scoped (shown without a namespace).
     cluster_scoped: frozenset[tuple[str, str]] = frozenset()
 
-    def claims(self, snapshot: Snapshot, options: CompileOptions) -> Iterable[HostClaim]: ...
+    # True: `claims` and `compile` use the memo (`CompileContext.memo`) to redo only what the
+    # change touched. False: the builder reuses the dialect's whole output while nothing it may
+    # read changed (its kinds, the core kinds, the owners of the hostnames it asked about).
+    incremental: bool = False
+
+    def claims(
+        self, snapshot: Snapshot, options: CompileOptions, memo: CompileMemo | None = None
+    ) -> Iterable[HostClaim]: ...
 
     def compile(self, snapshot: Snapshot, ctx: CompileContext) -> DialectOutput: ...
 

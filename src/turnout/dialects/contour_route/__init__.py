@@ -11,6 +11,7 @@ from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
 from turnout.dialects.contour_route.processor import claimed_host, compile_routes, parse_all
 from turnout.dialects.contour_route.spec import API_VERSION, KIND, ParsedRoute
 from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
+from turnout.graph.memo import CompileMemo
 from turnout.store import Snapshot
 
 __all__ = ["ContourRouteDialect"]
@@ -37,7 +38,9 @@ class ContourRouteDialect(Dialect):
         self._last = (weakref.ref(snapshot), parsed)
         return parsed
 
-    def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
+    def claims(
+        self, snapshot: Snapshot, options: CompileOptions, memo: CompileMemo | None = None
+    ) -> list[HostClaim]:
         claims: list[HostClaim] = []
         for route in self._parsed(snapshot).values():
             host = claimed_host(route, options)

@@ -93,6 +93,7 @@ from turnout.graph.dialect import (
     HostClaim,
     Ownership,
 )
+from turnout.graph.memo import CompileMemo
 from turnout.graph.model import (
     HostnameMatch,
     Route,
@@ -150,7 +151,9 @@ class GatewayAPIDialect(Dialect):
     def reported_listeners(self, graph: RoutingGraph) -> frozenset[str]:
         return gateway_listener_names(graph)
 
-    def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
+    def claims(
+        self, snapshot: Snapshot, options: CompileOptions, memo: CompileMemo | None = None
+    ) -> list[HostClaim]:
         return []
 
     def ignored(self, snapshot: Snapshot, options: CompileOptions) -> list[IgnoredObject]:

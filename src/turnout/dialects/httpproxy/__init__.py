@@ -16,6 +16,7 @@ from turnout.dialects.httpproxy.processor import (
 )
 from turnout.dialects.httpproxy.spec import GROUP, KIND, ParsedProxy
 from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
+from turnout.graph.memo import CompileMemo
 from turnout.status.model import IgnoredObject
 from turnout.store import Snapshot
 
@@ -57,7 +58,9 @@ class HTTPProxyDialect(Dialect):
         self._last = (weakref.ref(snapshot), options.ingress_class_name, parsed)
         return parsed
 
-    def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
+    def claims(
+        self, snapshot: Snapshot, options: CompileOptions, memo: CompileMemo | None = None
+    ) -> list[HostClaim]:
         claims: list[HostClaim] = []
         for proxy in self._parsed(snapshot, options).values():
             host = claimed_hostname(proxy, options)

@@ -16,6 +16,7 @@ from turnout.dialects.ingress.processor import (
 )
 from turnout.dialects.ingress.spec import ParsedIngress
 from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
+from turnout.graph.memo import CompileMemo
 from turnout.status.model import IgnoredObject
 from turnout.store import Snapshot
 
@@ -48,7 +49,9 @@ class IngressDialect(Dialect):
         self._last = (weakref.ref(snapshot), _class_key(options), parsed)
         return parsed
 
-    def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
+    def claims(
+        self, snapshot: Snapshot, options: CompileOptions, memo: CompileMemo | None = None
+    ) -> list[HostClaim]:
         return ingress_claims(self._parsed(snapshot, options))
 
     def compile(self, snapshot: Snapshot, ctx: CompileContext) -> DialectOutput:

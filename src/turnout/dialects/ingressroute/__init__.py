@@ -15,6 +15,7 @@ from turnout.dialects.ingressroute.processor import (
 )
 from turnout.dialects.ingressroute.spec import V1ALPHA1, V1BETA1, ParsedIngressRoute
 from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
+from turnout.graph.memo import CompileMemo
 from turnout.store import Snapshot
 
 __all__ = ["IngressRouteDialect"]
@@ -50,7 +51,9 @@ class IngressRouteDialect(Dialect):
         self._last = (weakref.ref(snapshot), parsed)
         return parsed
 
-    def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
+    def claims(
+        self, snapshot: Snapshot, options: CompileOptions, memo: CompileMemo | None = None
+    ) -> list[HostClaim]:
         return [
             HostClaim(listener, host, ir.obj)
             for ir in self._parsed(snapshot).values()

@@ -17,6 +17,7 @@ from turnout.graph.dialect import (
     ExternalInputs,
     HostClaim,
 )
+from turnout.graph.memo import CompileMemo
 from turnout.status.model import IgnoredObject
 from turnout.store import Snapshot
 
@@ -55,7 +56,9 @@ class RouteGroupDialect(Dialect):
             oidc_issuers=frozenset(routegroup_issuers(snapshot, options.routegroup_class))
         )
 
-    def claims(self, snapshot: Snapshot, options: CompileOptions) -> list[HostClaim]:
+    def claims(
+        self, snapshot: Snapshot, options: CompileOptions, memo: CompileMemo | None = None
+    ) -> list[HostClaim]:
         from turnout.dialects.routegroup.processor import routegroup_claims
 
         return routegroup_claims(self._parsed(snapshot, options))

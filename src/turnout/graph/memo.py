@@ -1,0 +1,131 @@
+"""What one compile keeps for the next, so that the next costs what its change touches.
+
+The compile stays a pure function of (snapshot, options): a memo only ever holds results of pure
+functions of objects that are still the very same objects (`is`), or of keys whose recorded inputs
+did not change. A `CompileMemo` that was never used gives a full compile, and the equivalence test
+(`tests/unit/test_incremental_equivalence.py`) holds a carried memo to a fresh one on random
+change sequences.
+
+- `CompileMemo.begin` is called once per compile with the new snapshot and options: it works out
+  the `Delta` (which objects changed since the last compile; everything when the options changed
+  or there was none) and ages every stage's `IdentityMemo`.
+- `CompileMemo.stage(name, kind)` is a stage's own state across compiles (created empty, dropped
+  whenever the delta is everything).
+- `IdentityMemo` maps objects, by identity, to what a pure function made of them; an entry not
+  used during one compile is forgotten at the next, so the memo never outgrows two compiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from turnout.compile_inputs import CompileOptions
+from turnout.objects import KubeObject, ObjectRef
+from turnout.store import Change, Snapshot, changed_objects
+
+K = TypeVar("K")
+V = TypeVar("V")
+S = TypeVar("S")
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """What changed since the compile before: the objects added, removed or replaced, and their
+    (group, kind)s. `everything`: nothing may be reused (first compile, other options)."""
+
+    refs: frozenset[ObjectRef] = frozenset()
+    kinds: frozenset[tuple[str, str]] = frozenset()
+    everything: bool = True
+
+    @staticmethod
+    def of(changes: Iterable[Change]) -> Delta:
+        refs: set[ObjectRef] = set()
+        for before, after in changes:
+            for obj in (before, after):
+                if obj is not None:
+                    refs.add(obj.ref)
+        return Delta(frozenset(refs), frozenset((r.group, r.kind) for r in refs), False)
+
+    def touches(self, kinds: Iterable[tuple[str, str]]) -> bool:
+        """Whether an object of one of these (group, kind)s changed (always, for everything)."""
+        return self.everything or not self.kinds.isdisjoint(kinds)
+
+
+class IdentityMemo(Generic[K, V]):
+    """Values made by a pure function of one key object, looked up by the object's identity.
+
+    Two generations: `age()` (once per compile) forgets what the compile before did not use.
+    The key object is kept with its value, so an `id` reused by a new object never matches."""
+
+    __slots__ = ("_current", "_previous")
+
+    def __init__(self) -> None:
+        self._current: dict[int, tuple[K, V]] = {}
+        self._previous: dict[int, tuple[K, V]] = {}
+
+    def get(self, key: K) -> V | None:
+        entry = self._current.get(id(key))
+        if entry is None:
+            entry = self._previous.pop(id(key), None)
+            if entry is None or entry[0] is not key:
+                return None
+            self._current[id(key)] = entry
+        elif entry[0] is not key:
+            return None
+        return entry[1]
+
+    def put(self, key: K, value: V) -> V:
+        self._current[id(key)] = (key, value)
+        return value
+
+    def age(self) -> None:
+        self._previous, self._current = self._current, {}
+
+    def __len__(self) -> int:
+        return len(self._current) + len(self._previous)
+
+
+class CompileMemo:
+    """A compile's memory of the compile before; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._snapshot: Snapshot | None = None
+        self._options: CompileOptions | None = None
+        self._stages: dict[str, Any] = {}
+        self.delta = Delta()
+
+    def begin(
+        self,
+        snapshot: Snapshot,
+        options: CompileOptions,
+        changes: Iterable[Change] | None = None,
+    ) -> Delta:
+        """Starts a compile of `snapshot` with `options`: `changes` since the last compile's
+        snapshot when the caller knows them (the store's log), else they are worked out."""
+        old, self._snapshot = self._snapshot, snapshot
+        if old is None or self._options != options:
+            self.delta = Delta()
+            self._stages.clear()
+        else:
+            self.delta = Delta.of(changed_objects(old, snapshot) if changes is None else changes)
+        self._options = options
+        for state in self._stages.values():
+            if isinstance(state, IdentityMemo):
+                state.age()
+        return self.delta
+
+    def stage(self, name: str, kind: type[S]) -> S:
+        """The state stage `name` keeps across compiles: a `kind()` made on first use."""
+        state = self._stages.get(name)
+        if state is None:
+            state = self._stages[name] = kind()
+        assert isinstance(state, kind)
+        return state
+
+
+def same_objects(a: Iterable[KubeObject | None], b: Iterable[KubeObject | None]) -> bool:
+    """Whether two sequences hold the very same objects (identity), in the same order."""
+    a, b = tuple(a), tuple(b)
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
