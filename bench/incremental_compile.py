@@ -1,0 +1,112 @@
+"""In process, per stage: what one HTTPProxy change costs with the compile's memory (`CompileMemo`)
+against a full compile of the same snapshot, in the same run.
+
+Loads the `bench/change_latency.py` shapes (`hosts`: N roots x 5 routes, one Service and
+EndpointSlice each; `one-host`: one root including N children) into a store, one partition per
+file as the files source makes them, compiles once, then for each of `--changes` changes
+rewrites one object's HTTPProxy with one more route and times, with the memo carried over:
+`build_graph` (the compile), `translate` and the whole. One full compile (a fresh memo) of the
+last snapshot is the baseline. Run from the repository root:
+
+    PYTHONPATH=src python3 bench/incremental_compile.py --objects 10000 --changes 10
+    PYTHONPATH=src python3 bench/incremental_compile.py --objects 10000 --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import change_latency as shapes
+
+from turnout.app import default_dialects
+from turnout.compile_inputs import CompileOptions
+from turnout.envoy.translate import translate
+from turnout.envoy.translate.options import TranslateOptions
+from turnout.graph.build import build_graph
+from turnout.graph.memo import CompileMemo
+from turnout.sources.parse import parse_text
+from turnout.store import Store
+
+
+def load(shape: shapes.Shape) -> Store:
+    files: dict[str, str] = {}
+    for i in range(shape.n):
+        files.update(shapes.service_files(i, 8080))
+        files[f"proxy-{i}.yaml"] = shapes.proxy_text(shape, i, 0)
+    if shape.name == "one-host":
+        files.update(shapes.one_host_roots(shape.n))
+    store = Store()
+    for name, text in files.items():
+        parsed = parse_text(text, name)
+        store.replace_partition(name, parsed.objects, parsed.problems)
+    return store
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--objects", type=int, default=1000)
+    parser.add_argument("--shape", choices=("hosts", "one-host"), default="hosts")
+    parser.add_argument("--changes", type=int, default=10)
+    parser.add_argument("--profile", action="store_true", help="cProfile one change")
+    args = parser.parse_args()
+    shape = shapes.Shape(args.shape, args.objects)
+    started = time.perf_counter()
+    store = load(shape)
+    print(f"load {args.objects} objects: {time.perf_counter() - started:.2f} s")
+    dialects = default_dialects().all
+    options, topts = CompileOptions(), TranslateOptions()
+    memo = CompileMemo()
+    started = time.perf_counter()
+    translate(build_graph(store.snapshot(), options, dialects, memo).graph, topts)
+    print(f"first compile + translate: {time.perf_counter() - started:.2f} s")
+    rng = random.Random(1)
+    compile_s: list[float] = []
+    translate_s: list[float] = []
+    for k in range(args.changes):
+        i = rng.randrange(args.objects)
+        name = f"proxy-{i}.yaml"
+        parsed = parse_text(shapes.proxy_text(shape, i, k + 1), name)
+        old = store.snapshot()
+        store.replace_partition(name, parsed.objects, parsed.problems)
+        t0 = time.perf_counter()
+        snapshot = store.snapshot()
+        changes = store.changes(old, snapshot)
+        profile = cProfile.Profile() if args.profile and k == args.changes - 1 else None
+        if profile is not None:
+            profile.enable()
+        result = build_graph(snapshot, options, dialects, memo, changes)
+        t1 = time.perf_counter()
+        translate(result.graph, topts)
+        t2 = time.perf_counter()
+        if profile is not None:
+            profile.disable()
+            pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
+        compile_s.append(t1 - t0)
+        translate_s.append(t2 - t1)
+    t0 = time.perf_counter()
+    full = build_graph(store.snapshot(), options, dialects)
+    t1 = time.perf_counter()
+    translate(full.graph, topts)
+    t2 = time.perf_counter()
+    base = t2 - t0
+    inc = [c + t for c, t in zip(compile_s, translate_s, strict=True)]
+    print(f"full compile (baseline): compile {t1 - t0:.3f} s, translate {t2 - t1:.3f} s")
+    print(
+        f"one change, memo carried: compile p50 {statistics.median(compile_s) * 1000:.1f} ms, "
+        f"translate p50 {statistics.median(translate_s) * 1000:.1f} ms, "
+        f"total p50 {statistics.median(inc) * 1000:.1f} ms "
+        f"(max {max(inc) * 1000:.1f} ms), ratio to full {statistics.median(inc) / base:.4f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
