@@ -171,3 +171,17 @@ def test_static_bootstrap_lists_the_scopes_inline_and_envoy_accepts_it() -> None
     assert "scoped_rds" not in hcm["scoped_routes"]
     result = validate_resources(res)
     assert result.ok, result.output
+
+
+def test_a_held_host_without_routes_keeps_a_scope_of_its_own() -> None:
+    # `graph.build` holds an owned hostname whose root is invalid with a virtual host without
+    # routes: Envoy answers 404 for it, in its scope as in the single route table.
+    held = VirtualHost("held.example.com", "held.example.com", (), OWNER)
+    res = translate(graph(vhost("a.example.com"), held), SCOPED)
+    assert [s.name for s in res.scoped_routes] == [
+        "ingress_http/a.example.com",
+        "ingress_http/held.example.com",
+    ]
+    (vh,) = res.routes[1].virtual_hosts
+    assert list(vh.domains) == ["held.example.com"]
+    assert not vh.routes
