@@ -23,6 +23,13 @@ The same run first measures a small baseline (`--baseline`, 100 objects) the sam
 figure is also printed as a ratio to it. Run:
 
     PYTHONPATH=src python3 bench/change_latency.py --objects 1000 --shape hosts --changes 20 --load
+
+`--serve-flags "..."` passes flags to every `turnout serve`. `--variants NAME=FLAGS ...` compares
+serve flags instead of sizes: each size runs once per variant, and the first variant is the
+baseline of the ratios, e.g. one RouteConfiguration against scoped routes per host:
+
+    PYTHONPATH=src python3 bench/change_latency.py --objects 10000 --changes 3 \
+        --variants "single=--scoped-routes-min-hosts 0" "scoped=--scoped-routes-min-hosts 1000"
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import asyncio
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -150,12 +158,13 @@ def generate(directory: Path, shape: Shape, port: int) -> None:
 
 
 def serve(
-    directory: Path, state: Path, ports: dict[str, int], log: Path
+    directory: Path, state: Path, ports: dict[str, int], log: Path, flags: tuple[str, ...] = ()
 ) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "turnout", "serve", str(directory), "--state-dir", str(state)]
     for flag, port in ports.items():
         cmd += [f"--{flag}", str(port)]
     cmd += ["--log-level", "warning", "--envoy-log-level", "error", "--no-demo-backends"]
+    cmd += flags
     with log.open("wb") as out:
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=out)
 
@@ -189,16 +198,19 @@ def rss_peak_mib(pid: int) -> float:
     return float("nan")
 
 
-def apply_seconds(metrics: str) -> tuple[float, float]:
-    """Sum and count of `turnout_xds_apply_seconds` over every type."""
+ROUTE_TYPES = ("route", "scoped_route")
+
+
+def apply_seconds(metrics: str, types: tuple[str, ...] = ()) -> tuple[float, float]:
+    """Sum and count of `turnout_xds_apply_seconds` over every type (or only `types`)."""
     total = count = 0.0
     for line in metrics.splitlines():
-        m = re.match(r"turnout_xds_apply_seconds_(sum|count)\{.*\} ([0-9.e+-]+)$", line)
-        if m:
+        m = re.match(r'turnout_xds_apply_seconds_(sum|count)\{.*type="(\w+)".*\} (\S+)$', line)
+        if m and (not types or m.group(2) in types):
             if m.group(1) == "sum":
-                total += float(m.group(2))
+                total += float(m.group(3))
             else:
-                count += float(m.group(2))
+                count += float(m.group(3))
     return total, count
 
 
@@ -300,6 +312,7 @@ class Run:
     backends: tuple[int, int]
     envoy: str
     timeout: float
+    flags: tuple[str, ...] = ()  # more `turnout serve` flags
 
 
 def pct(values: list[float], q: float) -> float:
@@ -325,7 +338,7 @@ async def measure(
     state = run.directory.parent / "state"
     admin = f"http://127.0.0.1:{ports['admin-port']}"
     started = time.perf_counter()
-    proc = serve(run.directory, state, ports, log)
+    proc = serve(run.directory, state, ports, log, run.flags)
     try:
         async with httpx.AsyncClient(timeout=5.0) as client:
             result = await cold_start(client, run, admin, started)
@@ -339,7 +352,10 @@ async def measure(
             pressure = Load(ports["http-port"], targets, run.directory.parent)
             if load:
                 await pressure.start()
+            text = (await client.get(admin + "/metrics")).text
+            routes_before = apply_seconds(text, ROUTE_TYPES)
             routes = await route_changes(run, client, k)
+            routes_after = apply_seconds((await client.get(admin + "/metrics")).text, ROUTE_TYPES)
             slices = await slice_changes(run, client, k)
             counts = await pressure.stop() if load else {}
             after = apply_seconds((await client.get(admin + "/metrics")).text)
@@ -350,6 +366,8 @@ async def measure(
             slice_p50=statistics.median(slices),
             slice_p99=pct(slices, 0.99),
             apply_mean=(after[0] - before[0]) / max(1.0, after[1] - before[1]),
+            apply_route_mean=(routes_after[0] - routes_before[0])
+            / max(1.0, routes_after[1] - routes_before[1]),
             turnout_rss=rss_peak_mib(proc.pid),
             envoy_rss=rss_peak_mib(envoy_pid),
             **{f"load_{key}": float(v) for key, v in counts.items()},
@@ -360,7 +378,9 @@ async def measure(
         proc.wait(60)
 
 
-async def one(shape: Shape, k: int, load: bool, timeout: float) -> dict[str, float]:
+async def one(
+    shape: Shape, k: int, load: bool, timeout: float, flags: tuple[str, ...] = ()
+) -> dict[str, float]:
     names = ("http-port", "https-port", "admin-port", "xds-port", "envoy-admin-port")
     ports = {name: free_port() for name in names}
     pair = (free_port(), free_port())
@@ -375,7 +395,8 @@ async def one(shape: Shape, k: int, load: bool, timeout: float) -> dict[str, flo
     with tempfile.TemporaryDirectory(prefix="turnout-change-") as tmp:
         directory = Path(tmp) / "objects"
         directory.mkdir()
-        run = Run(shape, directory, pair, f"http://127.0.0.1:{ports['http-port']}", timeout)
+        envoy = f"http://127.0.0.1:{ports['http-port']}"
+        run = Run(shape, directory, pair, envoy, timeout, flags)
         try:
             generate(directory, shape, pair[0])
             return await measure(run, ports, k, load, Path(tmp) / "turnout.log")
@@ -397,6 +418,7 @@ ROWS = (
     ("EndpointSlice -> new backend p50", "slice_p50", "ms"),
     ("EndpointSlice -> new backend p99", "slice_p99", "ms"),
     ("Envoy apply (push -> ACK), mean", "apply_mean", "ms"),
+    ("Envoy apply of route changes (RDS/SRDS push -> ACK), mean", "apply_route_mean", "ms"),
     ("turnout RSS peak", "turnout_rss", "MiB"),
     ("Envoy RSS peak", "envoy_rss", "MiB"),
     ("load: requests during changes", "load_requests", ""),
@@ -405,10 +427,12 @@ ROWS = (
 )
 
 
-def table(title: str, base: dict[str, float], big: dict[str, float], sizes: tuple[int, int]) -> str:
+def table(
+    title: str, base: dict[str, float], big: dict[str, float], columns: tuple[str, str]
+) -> str:
     lines = [
         title,
-        f"| measure | {sizes[0]:,} (baseline) | {sizes[1]:,} | ratio |",
+        f"| measure | {columns[0]} (baseline) | {columns[1]} | ratio |",
         "|---|---:|---:|---:|",
     ]
     for label, key, unit in ROWS:
@@ -430,13 +454,45 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=20, help="route and EndpointSlice changes")
     parser.add_argument("--load", action="store_true", help="wrk (or Python) load on old routes")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per wait")
+    parser.add_argument("--serve-flags", default="", help="more flags for every turnout serve")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=[],
+        metavar="NAME=FLAGS",
+        help="compare serve flags at each size, the first variant being the baseline",
+    )
     args = parser.parse_args()
+    common = tuple(shlex.split(args.serve_flags))
     for shape in args.shape:
-        base = asyncio.run(one(Shape(shape, args.baseline), args.changes, args.load, args.timeout))
+        mode = f"{'under load' if args.load else 'quiet'}, {args.changes} changes"
+        if args.variants:
+            compare_variants(args, shape, common, mode)
+            continue
+        base = asyncio.run(
+            one(Shape(shape, args.baseline), args.changes, args.load, args.timeout, common)
+        )
         for n in args.objects:
-            big = asyncio.run(one(Shape(shape, n), args.changes, args.load, args.timeout))
-            title = f"\n{shape}, {'under load' if args.load else 'quiet'}, {args.changes} changes"
-            print(table(title, base, big, (args.baseline, n)), flush=True)
+            big = asyncio.run(one(Shape(shape, n), args.changes, args.load, args.timeout, common))
+            columns = (f"{args.baseline:,}", f"{n:,}")
+            print(table(f"\n{shape}, {mode}", base, big, columns), flush=True)
+
+
+def compare_variants(
+    args: argparse.Namespace, shape: str, common: tuple[str, ...], mode: str
+) -> None:
+    variants = [v.partition("=") for v in args.variants]
+    for n in args.objects:
+        results = [
+            asyncio.run(
+                one(Shape(shape, n), args.changes, args.load, args.timeout,
+                    common + tuple(shlex.split(flags)))
+            )
+            for _, _, flags in variants
+        ]  # fmt: skip
+        for (name, _, _), result in zip(variants[1:], results[1:], strict=True):
+            title = f"\n{shape}, {n:,} objects, {mode}: {variants[0][0]} vs {name}"
+            print(table(title, results[0], result, (variants[0][0], name)), flush=True)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
-from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.config.route.v3 import route_components_pb2, route_pb2, scoped_route_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -28,6 +28,7 @@ from turnout.envoy.resources import (
     ENDPOINT_TYPE,
     LISTENER_TYPE,
     ROUTE_TYPE,
+    SCOPED_ROUTE_TYPE,
     SECRET_TYPE,
     EnvoyResources,
 )
@@ -38,6 +39,7 @@ SHORT = {
     LISTENER_TYPE: "listener",
     ROUTE_TYPE: "route",
     SECRET_TYPE: "secret",
+    SCOPED_ROUTE_TYPE: "scoped_route",
 }
 
 
@@ -47,6 +49,7 @@ MESSAGE_CLASSES = {
     LISTENER_TYPE: listener_pb2.Listener,
     ROUTE_TYPE: route_pb2.RouteConfiguration,
     SECRET_TYPE: secret_pb2.Secret,
+    SCOPED_ROUTE_TYPE: scoped_route_pb2.ScopedRouteConfiguration,
 }
 
 

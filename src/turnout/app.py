@@ -99,6 +99,7 @@ def translate_options(config: ServeConfig) -> TranslateOptions:
         tracing=tracing(config),
         rate_limit_service=rate_limit_service(config),
         matcher_tree_min_routes=config.matcher_tree_min_routes,
+        scoped_routes_min_hosts=config.scoped_routes_min_hosts,
     )
 
 

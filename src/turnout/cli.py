@@ -30,6 +30,7 @@ from turnout.compile_inputs import (
     DEFAULT_GATEWAY_CONTROLLER_NAME,
     DEFAULT_MATCHER_TREE_MIN_ROUTES,
     DEFAULT_MAX_INCLUDE_REVISITS,
+    DEFAULT_SCOPED_ROUTES_MIN_HOSTS,
     DEFAULT_SYSTEM_CA_FILE,
     HTTP_LISTENER,
     HTTPS_LISTENER,
@@ -324,6 +325,16 @@ def _add_compile_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
         "`serve` and `translate` use it",
     )
     p.add_argument(
+        "--scoped-routes-min-hosts",
+        type=_route_count,
+        default=DEFAULT_SCOPED_ROUTES_MIN_HOSTS,
+        metavar="N",
+        help="a plain HTTP listener with at least N virtual hosts, none of them a wildcard, gets "
+        "one route configuration per host, chosen by the Host (scoped RDS), so that a change to "
+        "one host makes Envoy rebuild that host only (docs/data-plane.md; default: %(default)s, "
+        "0: never). Only `serve` and `translate` use it",
+    )
+    p.add_argument(
         "--enable-external-name-service",
         action="store_true",
         help="route to ExternalName Services (off by default: such a Service can point Envoy at "
@@ -574,6 +585,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         disable_merge_slashes=args.disable_merge_slashes,
         escaped_slashes=args.escaped_slashes,
         matcher_tree_min_routes=args.matcher_tree_min_routes,
+        scoped_routes_min_hosts=args.scoped_routes_min_hosts,
         access_log=args.access_log,
         access_log_format=args.access_log_format,
         tracing_collector=args.tracing_collector,

@@ -29,6 +29,11 @@ DEFAULT_SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 # docs/benchmarks.md has the measurement behind the default).
 DEFAULT_MATCHER_TREE_MIN_ROUTES = 128
 
+# From this many virtual hosts on, a plain HTTP listener gets one route configuration per host,
+# chosen by a scope on the Host (`--scoped-routes-min-hosts`; docs/benchmarks.md, "Envoy's apply
+# time for a one-host change").
+DEFAULT_SCOPED_ROUTES_MIN_HOSTS = 1000
+
 
 class ListenerProtocol(enum.Enum):
     HTTP = "HTTP"

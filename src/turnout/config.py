@@ -9,6 +9,7 @@ from turnout.compile_inputs import (
     DEFAULT_GATEWAY_CONTROLLER_NAME,
     DEFAULT_MATCHER_TREE_MIN_ROUTES,
     DEFAULT_MAX_INCLUDE_REVISITS,
+    DEFAULT_SCOPED_ROUTES_MIN_HOSTS,
     DEFAULT_SYSTEM_CA_FILE,
     EscapedSlashes,
 )
@@ -78,6 +79,9 @@ class ServeConfig:
     escaped_slashes: EscapedSlashes = EscapedSlashes.UNESCAPE_AND_REDIRECT
     # A virtual host with this many routes or more is a matcher tree in Envoy (0: never).
     matcher_tree_min_routes: int = DEFAULT_MATCHER_TREE_MIN_ROUTES
+    # A plain HTTP listener with this many virtual hosts or more (none of them a wildcard) gets
+    # one route configuration per host, chosen by a scope on the Host (0: never).
+    scoped_routes_min_hosts: int = DEFAULT_SCOPED_ROUTES_MIN_HOSTS
     # Envoy's access log on every HTTP connection manager and TCP proxy: "off", "stdout" (the
     # child Envoy's stdout is copied to turnout's stdout; turnout logs to stderr) or a file
     # path; "json" (Contour's field names) or "text" (docs/observability.md).

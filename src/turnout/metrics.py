@@ -18,7 +18,7 @@ from prometheus_client import (
 
 # The `type` label of the xDS counters (envoy/xds.py SHORT_TYPE_NAMES, which this layer cannot
 # import).
-XDS_TYPES = ("cluster", "endpoint", "listener", "route", "secret")
+XDS_TYPES = ("cluster", "endpoint", "listener", "route", "secret", "scoped_route")
 PROGRAMMED_VALUES = ("True", "False", "Unknown")
 # The `result` label of turnout_status_writes (sources/kubernetes/status_writer.py).
 STATUS_WRITE_RESULTS = ("written", "conflict", "gone", "error")

@@ -298,8 +298,11 @@ actions = st.one_of(
 
 
 @st.composite
-def route_sets(draw: st.DrawFn) -> RoutingGraph:
-    hosts = draw(st.lists(st.sampled_from(HOSTNAMES), min_size=1, max_size=4, unique=True))
+def route_sets(
+    draw: st.DrawFn, hostnames: list[tuple[str, HostnameMatch]] | None = None
+) -> RoutingGraph:
+    pool = hostnames if hostnames is not None else HOSTNAMES
+    hosts = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=4, unique=True))
     vhosts = []
     n = 0
     for hostname, kind in hosts:
@@ -755,3 +758,68 @@ def test_envoy_answers_policies_before_the_route_as_the_evaluator_decides(
     [maybe] = limited.policy_answers
     assert not maybe.definite
     assert envoy.request("limited.example.com", "/")[0] == maybe.status
+
+
+# --- scoped route configurations ---------------------------------------------------------------
+
+# Only exact hosts: a listener with a wildcard one keeps its single route configuration.
+SCOPED_HOSTS = [("a.example.com", HostnameMatch.EXACT), ("B.example.com", HostnameMatch.EXACT),
+                ("c.example.org", HostnameMatch.EXACT)]  # fmt: skip
+# Every listener is scoped: one scope and route configuration per host, the probe host's too.
+SCOPED = TranslateOptions(scoped_routes_min_hosts=1)
+# Hosts no scope has, and spellings of the ones it has that Envoy's own lookup would take.
+scoped_hosts = st.sampled_from(
+    ["a.example.com.", "A.EXAMPLE.COM.:8080", "a.example.com..", "b.EXAMPLE.com:80", "[::1]",
+     "[::1]:8080", "[A::1]:80", "a.example.com:x:80", "c.example.org:", "other.org", "a.example"]
+)  # fmt: skip
+SCOPED_COVERAGE: Counter[str] = Counter()
+
+
+@st.composite
+def scoped_probes_for(draw: st.DrawFn, graph: RoutingGraph) -> Probe:
+    if draw(st.integers(0, 3)) == 0:
+        return draw(st.builds(Probe, scoped_hosts, random_paths, methods, random_headers))
+    return draw(probes_for(graph))
+
+
+@settings(
+    max_examples=40,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(graph=route_sets(SCOPED_HOSTS), data=st.data())
+def test_scoped_listeners_route_generated_requests_as_the_evaluator_decides(
+    envoy: EnvoyUnderTest, graph: RoutingGraph, data: st.DataObject
+) -> None:
+    """The same comparison with the listener translated to scoped RDS (a scope per host, chosen
+    by the Host lower-cased without its port): mixed-case hosts, ports, trailing dots, IPv6
+    literals and hosts no scope has must be answered as the single route table answers them."""
+    enforced, _ = enforce_envoy_limits(graph)
+    probes = data.draw(st.lists(scoped_probes_for(enforced), min_size=12, max_size=12))
+    served = envoy.serve(enforced, SCOPED)
+    scopes = translate(served, SCOPED).scoped_routes
+    assert len(scopes) == len(served.listeners[0].virtual_hosts)
+    disagreements = []
+    for p in probes:
+        decision = evaluate(served, make_request(p.host, p.target, p.method, p.headers))
+        SCOPED_COVERAGE["routed" if decision.route is not None else "no route"] += 1
+        SCOPED_COVERAGE["upper-case host"] += p.host != p.host.lower()
+        SCOPED_COVERAGE["port"] += ":" in p.host.rpartition("]")[2]
+        SCOPED_COVERAGE["ipv6 literal"] += p.host.startswith("[")
+        want_status, want_body = expected(decision)
+        status, body = envoy.request(p.host, p.target, p.method, p.headers)
+        if status != want_status or (want_body is not None and body != want_body):
+            chosen = decision.route.source if decision.route is not None else None
+            disagreements.append(
+                f"{p}: envoy {status} {body[:40]!r}, evaluator {want_status} {want_body!r} "
+                f"(route {chosen}, {decision.rejected_reason or 'routed'})"
+            )
+    assert not disagreements, "\n".join(disagreements)
+
+
+def test_the_scoped_requests_reach_every_kind_of_host() -> None:
+    assert SCOPED_COVERAGE, "the scoped differential test must run first (file order)"
+    for outcome in ("routed", "no route", "upper-case host", "port", "ipv6 literal"):
+        assert SCOPED_COVERAGE[outcome] >= 10, (outcome, SCOPED_COVERAGE)

@@ -21,6 +21,7 @@ from turnout.envoy.resources import (
     ENDPOINT_TYPE,
     LISTENER_TYPE,
     ROUTE_TYPE,
+    SCOPED_ROUTE_TYPE,
     SECRET_TYPE,
     EnvoyResources,
 )
@@ -34,7 +35,10 @@ TYPE_URLS = {
     "clusters": CLUSTER_TYPE,
     "endpoints": ENDPOINT_TYPE,
     "secrets": SECRET_TYPE,
+    "scoped_routes": SCOPED_ROUTE_TYPE,
 }
+# Shown under `all` only when there are some (`--scoped-routes-min-hosts`).
+_OPTIONAL = frozenset({"scoped_routes"})
 ALL = "all"
 TYPE_CHOICES = (*TYPE_URLS, ALL)
 
@@ -51,7 +55,11 @@ def resources_document(resources: EnvoyResources, type_name: str = ALL) -> dict[
     if type_name not in TYPE_CHOICES:
         raise ValueError(f"unknown type {type_name!r}: expected one of {', '.join(TYPE_CHOICES)}")
     by_url = resources.by_type()
-    chosen = tuple(TYPE_URLS) if type_name == ALL else (type_name,)
+    chosen = (
+        tuple(n for n in TYPE_URLS if n not in _OPTIONAL or by_url[TYPE_URLS[n]])
+        if type_name == ALL
+        else (type_name,)
+    )
     return {
         name: {
             "typeUrl": TYPE_URLS[name],

@@ -9,10 +9,19 @@ CLUSTER_TYPE = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 ENDPOINT_TYPE = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 LISTENER_TYPE = "type.googleapis.com/envoy.config.listener.v3.Listener"
 ROUTE_TYPE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+SCOPED_ROUTE_TYPE = "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration"
 SECRET_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 
-# The make-before-break order of xDS pushes (see the xDS protocol's eventual-consistency notes).
-TYPE_ORDER = (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE)
+# The make-before-break order of xDS pushes (see the xDS protocol's eventual-consistency notes):
+# a scope before the route configuration it names, which Envoy asks for once it has the scope.
+TYPE_ORDER = (
+    CLUSTER_TYPE,
+    ENDPOINT_TYPE,
+    LISTENER_TYPE,
+    SCOPED_ROUTE_TYPE,
+    ROUTE_TYPE,
+    SECRET_TYPE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +36,8 @@ class EnvoyResources:
     listeners: tuple[Any, ...] = ()  # envoy.config.listener.v3.Listener
     routes: tuple[Any, ...] = ()  # envoy.config.route.v3.RouteConfiguration
     secrets: tuple[Any, ...] = ()  # envoy.extensions.transport_sockets.tls.v3.Secret
+    # envoy.config.route.v3.ScopedRouteConfiguration (`translate.scoped_routes`)
+    scoped_routes: tuple[Any, ...] = ()
 
     def by_type(self) -> dict[str, tuple[Any, ...]]:
         return {
@@ -35,4 +46,5 @@ class EnvoyResources:
             LISTENER_TYPE: self.listeners,
             ROUTE_TYPE: self.routes,
             SECRET_TYPE: self.secrets,
+            SCOPED_ROUTE_TYPE: self.scoped_routes,
         }

@@ -4,10 +4,11 @@ The translator emits dynamic resources (EDS clusters, RDS route tables, all over
 only validate a bootstrap, and a bootstrap referring to ADS needs a live server. So the resources
 are rewritten here, never in the translator, into their static equivalents: each EDS cluster
 becomes STATIC with its ClusterLoadAssignment inline, each HCM's `rds` becomes an inline
-`route_config`, and each TLS context's SDS reference loses its `sds_config`, so that it names a
-static secret of the bootstrap instead (`static_resources.secrets`). Inline route tables also make
-Envoy check that every route's cluster exists (`validate_clusters` defaults to true for them),
-which RDS would not.
+`route_config` (and its `scoped_rds` an inline list of its scopes, each with its route table),
+and each TLS context's SDS reference loses its `sds_config`, so that it names a static secret
+of the bootstrap instead (`static_resources.secrets`). Inline route tables also make Envoy check
+that every route's cluster exists (`validate_clusters` defaults to true for them), which RDS
+would not.
 
 The bootstrap holds private keys: it lives only in a private temporary directory, and neither it
 nor a key ever goes into a `ValidationResult` or a log line.
@@ -60,11 +61,12 @@ def envoy_binary() -> str | None:
 def static_bootstrap(resources: EnvoyResources) -> dict[str, Any]:
     """A bootstrap (as a JSON-ready dict) serving `resources` as static resources."""
     routes = {rc.name: rc for rc in resources.routes}
+    scopes = tuple(resources.scoped_routes)
     assignments = {cla.cluster_name: cla for cla in resources.endpoints}
     secrets = {s.name for s in resources.secrets}
     static: dict[str, Any] = {
         "listeners": [
-            _to_dict(_static_secrets(_inline_routes(lst, routes), secrets))
+            _to_dict(_static_secrets(_inline_routes(lst, routes, scopes), secrets))
             for lst in resources.listeners
         ],
         "clusters": [_to_dict(_static_cluster(c, assignments)) for c in resources.clusters],
@@ -121,7 +123,7 @@ def _static_cluster(cluster: Any, assignments: dict[str, Any]) -> Any:
     return out
 
 
-def _inline_routes(listener: Any, routes: dict[str, Any]) -> Any:
+def _inline_routes(listener: Any, routes: dict[str, Any], scopes: tuple[Any, ...] = ()) -> Any:
     out = type(listener)()
     out.CopyFrom(listener)
     hcm_type = hcm_pb2.HttpConnectionManager.DESCRIPTOR.full_name
@@ -131,6 +133,10 @@ def _inline_routes(listener: Any, routes: dict[str, Any]) -> Any:
                 continue
             hcm = hcm_pb2.HttpConnectionManager()
             flt.typed_config.Unpack(hcm)
+            if hcm.WhichOneof("route_specifier") == "scoped_routes":
+                _inline_scopes(listener.name, hcm, routes, scopes)
+                flt.typed_config.CopyFrom(pack(hcm))
+                continue
             if hcm.WhichOneof("route_specifier") != "rds":
                 continue
             name = hcm.rds.route_config_name
@@ -142,6 +148,26 @@ def _inline_routes(listener: Any, routes: dict[str, Any]) -> Any:
             hcm.route_config.CopyFrom(routes[name])  # clears `rds` (same oneof)
             flt.typed_config.CopyFrom(pack(hcm))
     return out
+
+
+def _inline_scopes(
+    listener: str, hcm: Any, routes: dict[str, Any], scopes: tuple[Any, ...]
+) -> None:
+    """`hcm`'s scoped RDS replaced by its scopes, listed inline with their route tables. A
+    listener's scopes are the ones named after it (`scoped_routes.scoped_route_name`)."""
+    mine = [s for s in scopes if s.name.startswith(hcm.scoped_routes.name + "/")]
+    inline = hcm.scoped_routes.scoped_route_configurations_list.scoped_route_configurations
+    for scope in mine:
+        name = scope.route_configuration_name
+        if name not in routes:
+            raise ConversionError(
+                f"listener {listener!r}: scope {scope.name!r} refers to the missing route "
+                f"configuration {name!r}"
+            )
+        entry = inline.add()
+        entry.CopyFrom(scope)
+        entry.ClearField("route_configuration_name")
+        entry.route_configuration.CopyFrom(routes[name])
 
 
 def _static_secrets(listener: Any, secrets: set[str]) -> Any:

@@ -77,6 +77,7 @@ from turnout.envoy.resources import (
     ENDPOINT_TYPE,
     LISTENER_TYPE,
     ROUTE_TYPE,
+    SCOPED_ROUTE_TYPE,
     SECRET_TYPE,
     TYPE_ORDER,
     EnvoyResources,
@@ -91,16 +92,27 @@ SHORT_TYPE_NAMES: Mapping[str, str] = {
     LISTENER_TYPE: "listener",
     ROUTE_TYPE: "route",
     SECRET_TYPE: "secret",
+    SCOPED_ROUTE_TYPE: "scoped_route",
 }
 # Types whose every response carries all resources; a name missing from one means "deleted".
-FULL_STATE_TYPES = frozenset({CLUSTER_TYPE, LISTENER_TYPE})
-# The type whose resources make Envoy subscribe to names of the key type.
-# A subset type's resources are named by resources of its parent type; readiness counts the
-# names the parents reference (Envoy subscribes to them only after accepting the parents).
-_PARENT_TYPE = {ENDPOINT_TYPE: CLUSTER_TYPE, ROUTE_TYPE: LISTENER_TYPE, SECRET_TYPE: LISTENER_TYPE}
+# Envoy subscribes to scoped route configurations with a wildcard and takes a SotW response as
+# the whole set, as it does for listeners and clusters.
+FULL_STATE_TYPES = frozenset({CLUSTER_TYPE, LISTENER_TYPE, SCOPED_ROUTE_TYPE})
+# The types whose resources make Envoy subscribe to names of the key type.
+# A subset type's resources are named by resources of its parent types; readiness counts the
+# names the parents reference (Envoy subscribes to them only after accepting the parents). A
+# route configuration is named by a listener's HCM (`rds`) or by a scope (scoped RDS).
+_PARENT_TYPES: Mapping[str, tuple[str, ...]] = {
+    ENDPOINT_TYPE: (CLUSTER_TYPE,),
+    ROUTE_TYPE: (LISTENER_TYPE, SCOPED_ROUTE_TYPE),
+    SECRET_TYPE: (LISTENER_TYPE,),
+}
 # Make-before-break: a type is sent only once these types have nothing in flight or left to send.
+# Route configurations do not wait for scopes: Envoy asks for a new scope's route configuration
+# only after taking the scope, and a changed one is sent on its own.
 _GATES = {
     LISTENER_TYPE: (CLUSTER_TYPE, ENDPOINT_TYPE),
+    SCOPED_ROUTE_TYPE: (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE),
     ROUTE_TYPE: (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE),
 }
 
@@ -123,7 +135,7 @@ class _Resource:
     digest: str  # sha256 of the serialized message: equal digests, equal resources
     packed: Any  # google.protobuf.Any, packed once per snapshot and shared by all streams
     # Names this resource makes Envoy subscribe to: the CLA of an EDS cluster, the route
-    # configurations of a listener's HTTP connection managers.
+    # configurations of a listener's HTTP connection managers, the route configuration of a scope.
     refs: tuple[str, ...] = ()
     # SDS secrets a listener's TLS contexts name (its `refs` are route configurations).
     secret_refs: tuple[str, ...] = ()
@@ -198,6 +210,8 @@ def _pack(type_url: str, message: Any, previous: Mapping[str, _Resource]) -> _Re
     elif type_url == LISTENER_TYPE:
         refs = _listener_refs(message)
         secret_refs = _listener_secret_refs(message)
+    elif type_url == SCOPED_ROUTE_TYPE:
+        refs = (str(message.route_configuration_name),)
     return _Resource(
         name=name,
         digest=hashlib.sha256(data).hexdigest(),
@@ -247,8 +261,12 @@ class _Snapshot:
             "\n".join(f"{t} {type_versions[t]}" for t in TYPE_ORDER).encode()
         ).hexdigest()[:_VERSION_LENGTH]
         referenced = {
-            child: _referenced(resources[parent].values(), resources[child], child)
-            for child, parent in _PARENT_TYPE.items()
+            child: _referenced(
+                (res for parent in parents for res in resources[parent].values()),
+                resources[child],
+                child,
+            )
+            for child, parents in _PARENT_TYPES.items()
         }
         return _Snapshot(seq, overall, resources, type_versions, referenced)
 
@@ -656,11 +674,12 @@ class _Stream:
         its clusters or listeners will make it subscribe to, as far as they exist."""
         assert self.snapshot is not None
         counted = self.types[type_url].subscribed(target)
-        parent = _PARENT_TYPE.get(type_url)
-        if parent is None:
+        parents = _PARENT_TYPES.get(type_url, ())
+        if not parents:
             return counted
-        if self.retained.get(parent) or self.retained.get(type_url):
-            return counted | _referenced(self._target(parent).values(), target, type_url)
+        if self.retained.get(type_url) or any(self.retained.get(p) for p in parents):
+            named_by = (res for p in parents for res in self._target(p).values())
+            return counted | _referenced(named_by, target, type_url)
         return counted | self.snapshot.referenced[type_url]
 
     def _synced(self, type_url: str, excused: frozenset[str] = frozenset()) -> bool:
@@ -684,7 +703,7 @@ class _Stream:
                 )
             return st.acked_version == self._target_version(type_url, target)
         counted = self._counted_names(type_url, target)
-        if excused and _PARENT_TYPE.get(type_url) == LISTENER_TYPE:
+        if excused and LISTENER_TYPE in _PARENT_TYPES.get(type_url, ()):
             listeners = self._target(LISTENER_TYPE)
             still = _referenced(
                 (res for name, res in listeners.items() if name not in excused), target, type_url
@@ -832,7 +851,11 @@ class _Stream:
         if refused & self.types[LISTENER_TYPE].in_effect.keys():
             refused = frozenset()
         listeners_current = self._synced(LISTENER_TYPE) or bool(refused)
-        if listeners_current and self._synced(ROUTE_TYPE, refused):
+        if (
+            listeners_current
+            and self._synced(SCOPED_ROUTE_TYPE)
+            and self._synced(ROUTE_TYPE, refused)
+        ):
             for type_url, retained in self.retained.items():
                 if retained:
                     log.debug(

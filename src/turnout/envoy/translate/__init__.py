@@ -6,7 +6,9 @@ each resource type sorted by name.
 
 What is translated today:
 - every HTTP listener -> a Listener with one HTTP connection manager using RDS over ADS, and a
-  RouteConfiguration named like the listener (see `listeners`);
+  RouteConfiguration named like the listener (see `listeners`); from `scoped_routes_min_hosts`
+  virtual hosts, none a wildcard, scoped RDS instead: a scope and a RouteConfiguration per host
+  (see `scoped_routes`);
 - every HTTPS listener -> a Listener with one TLS filter chain per SNI name, each with its own
   RouteConfiguration `https/<hostname>`, one chain per SNI-routed TCP proxy (see `tcp`) and the
   fallback-certificate chain (see `listeners`); every TLS listener (Gateway API) the same way,
@@ -69,6 +71,7 @@ from turnout.envoy.translate.routes import (
     translate_virtual_host,
     wildcard_authority_regex,
 )
+from turnout.envoy.translate.scoped_routes import scoped_http_listener, uses_scoped_routes
 from turnout.envoy.translate.secrets import downstream_tls_context, translate_secret
 from turnout.graph.model import CABundle, Cluster, Listener, RoutingGraph
 
@@ -101,11 +104,13 @@ def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> E
     opts = dataclasses.replace(opts, jwt_providers=providers)
     listeners: list[Any] = []
     routes: list[Any] = []
+    scoped: list[Any] = []
     for lst in graph.listeners:
         out = _listener_guarded(lst, opts)
         if out is not None:
             listeners.append(out.listener)
             routes.extend(out.route_configurations)
+            scoped.extend(out.scoped_routes)
     clusters: list[Any] = []
     endpoints: list[Any] = []
     ca_bundles = {b.name: b for b in graph.ca_bundles}
@@ -145,10 +150,21 @@ def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> E
         listeners=_by_name(listeners),
         routes=_by_name(routes),
         secrets=_by_name(secrets),
+        scoped_routes=_by_name(scoped),
     )
 
 
 def _listener_guarded(lst: Listener, opts: TranslateOptions) -> ListenerResources | None:
+    if uses_scoped_routes(lst, opts):
+        try:
+            scoped = scoped_http_listener(lst, opts)
+        except Exception as err:
+            # Virtual hosts and routes are guarded inside; the single route table is the
+            # fallback for the rest.
+            log_translation_failure(f"scoped routes of listener {lst.name!r}", err)
+            scoped = None
+        if scoped is not None:
+            return scoped
     try:
         return translate_listener(lst, opts)
     except Exception as err:

@@ -85,6 +85,7 @@ class ListenerResources:
 
     listener: Any  # envoy.config.listener.v3.Listener
     route_configurations: tuple[Any, ...] = ()  # envoy.config.route.v3.RouteConfiguration
+    scoped_routes: tuple[Any, ...] = ()  # envoy.config.route.v3.ScopedRouteConfiguration
 
 
 def translate_listener(listener: Listener, options: TranslateOptions) -> ListenerResources | None:

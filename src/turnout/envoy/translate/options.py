@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from turnout.compile_inputs import (
     DEFAULT_MATCHER_TREE_MIN_ROUTES,
     DEFAULT_PATH_NORMALIZATION,
+    DEFAULT_SCOPED_ROUTES_MIN_HOSTS,
     DEFAULT_SYSTEM_CA_FILE,
     PathNormalization,
     RateLimitService,
@@ -93,6 +94,10 @@ class TranslateOptions:
     `matcher_tree_min_routes`: a virtual host with at least this many routes is translated to a
     matcher tree (`route_tree`), which finds a request's route without walking the list; 0:
     every host stays a list.
+    `scoped_routes_min_hosts`: a plain HTTP listener with at least this many virtual hosts (and no
+    wildcard one) gets one RouteConfiguration per host, chosen by a scope keyed on the Host
+    (`scoped_routes`), so that a change to one host makes Envoy rebuild that host only; 0: every
+    listener keeps one RouteConfiguration.
     `jwt_providers`: set by `translate` from the graph (`http_filters.jwt_providers`), not by
     callers: the JWT providers every HTTP connection manager carries.
     """
@@ -106,6 +111,7 @@ class TranslateOptions:
     paths: PathNormalization = DEFAULT_PATH_NORMALIZATION
     rate_limit_service: RateLimitService | None = None
     matcher_tree_min_routes: int = DEFAULT_MATCHER_TREE_MIN_ROUTES
+    scoped_routes_min_hosts: int = DEFAULT_SCOPED_ROUTES_MIN_HOSTS
     jwt_providers: tuple[JwtValidation, ...] = ()
 
     def __post_init__(self) -> None:
@@ -118,4 +124,8 @@ class TranslateOptions:
         if self.matcher_tree_min_routes < 0:
             raise ValueError(
                 f"matcher_tree_min_routes must be 0 or more, got {self.matcher_tree_min_routes}"
+            )
+        if self.scoped_routes_min_hosts < 0:
+            raise ValueError(
+                f"scoped_routes_min_hosts must be 0 or more, got {self.scoped_routes_min_hosts}"
             )

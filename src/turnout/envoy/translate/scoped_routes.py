@@ -1,0 +1,168 @@
+"""A large plain-HTTP listener -> scoped RDS: one RouteConfiguration per virtual host.
+
+With one RouteConfiguration holding every virtual host of a listener, a change to one host makes
+Envoy rebuild every host's routes (about 0.4-2 s at 10,000 hosts x 5 routes). Scoped RDS gives
+each host a `ScopedRouteConfiguration` (the scope, keyed by the host name) naming a
+RouteConfiguration of its own; the HTTP connection manager picks the scope from a request header
+(`scope_key_builder`) and routes within that scope's table only. A one-host change then sends and
+rebuilds that host's RouteConfiguration alone (docs/benchmarks.md, "Envoy's apply time for a
+one-host change").
+
+It is used only where it answers every request as the single RouteConfiguration would:
+
+- A scope key is compared exactly, while Envoy's virtual-host lookup lower-cases the Host and
+  ignores its port (`ignore_port_in_host_matching`). So the key is not `:authority` itself but
+  `SCOPE_KEY_HEADER`, which the first HTTP filter (`SCOPE_KEY_FILTER`, a few lines of Lua) sets on
+  every request to the Host lower-cased with the port removed, exactly as Envoy removes it
+  (everything after the last `:` unless a `]` follows: `[::1]:80` is `[::1]`). The HCM's
+  `strip_trailing_host_dot` has already run. The filter clears the route cache so the scope is
+  chosen again from the header, and every scoped RouteConfiguration removes the header before
+  the request goes upstream. A client's own header of that name is overwritten.
+- Only exact domains can be keys: a listener with a wildcard (`*.example.com`) or catch-all (`*`)
+  virtual host keeps the single RouteConfiguration, since a scope cannot fall back to another.
+- A Host no scope has answers 404 with no body, as a Host no virtual host has does.
+- A listener where anything (a header match, a header policy) names `SCOPE_KEY_HEADER` keeps the
+  single RouteConfiguration too.
+
+Hosts whose names differ only in case are one key; the first keeps it, as
+`translate_route_configuration` keeps the first of such duplicates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.route.v3 import scoped_route_pb2
+from envoy.extensions.filters.http.lua.v3 import lua_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+
+from turnout.compile_inputs import ListenerProtocol
+from turnout.envoy.translate.common import ads_config_source, pack
+from turnout.envoy.translate.listeners import (
+    HCM_FILTER,
+    ListenerResources,
+    http_connection_manager,
+    socket_address,
+)
+from turnout.envoy.translate.options import TranslateOptions
+from turnout.envoy.translate.routes import translate_route_configuration
+from turnout.graph.model import Listener, VirtualHost
+
+__all__ = [
+    "SCOPE_KEY_FILTER",
+    "SCOPE_KEY_HEADER",
+    "scope_key",
+    "scoped_http_listener",
+    "scoped_route_name",
+    "uses_scoped_routes",
+]
+
+SCOPE_KEY_HEADER = "x-turnout-scope-key"
+SCOPE_KEY_FILTER = "turnout.scope_key"
+
+# `scope_key` in Lua. `h:headers():get` returns nil without a Host; "" then matches no scope.
+_SCOPE_KEY_LUA = f"""function envoy_on_request(h)
+  local headers = h:headers()
+  local host = headers:get(":authority") or ""
+  local colon = host:match("^.*():")
+  if colon ~= nil and host:find("]", colon, true) == nil then
+    host = host:sub(1, colon - 1)
+  end
+  headers:replace("{SCOPE_KEY_HEADER}", host:lower())
+  h:clearRouteCache()
+end
+"""
+
+
+def scope_key(host: str) -> str:
+    """The scope a request's Host selects: lower-cased, without a port (after the last `:`
+    unless a `]` follows it, as Envoy's `HeaderUtility::getPortStart` finds it). The Lua filter
+    computes the same; `graph.evaluate` selects virtual hosts with the same rule."""
+    colon = host.rfind(":")
+    if colon >= 0 and host.find("]", colon) < 0:
+        host = host[:colon]
+    return host.lower()
+
+
+def scoped_route_name(listener: str, hostname: str) -> str:
+    """The scope and the RouteConfiguration of one host of a scoped listener (two xDS types,
+    one name). "/" never occurs in a hostname, so no other route configuration is named so."""
+    return f"{listener}/{hostname.lower()}"
+
+
+def uses_scoped_routes(listener: Listener, options: TranslateOptions) -> bool:
+    """Whether `listener` is translated to scoped RDS: a plain HTTP listener with at least
+    `scoped_routes_min_hosts` virtual hosts (0: never), none of them a wildcard."""
+    minimum = options.scoped_routes_min_hosts
+    return (
+        listener.protocol is ListenerProtocol.HTTP
+        and 0 < minimum <= len(listener.virtual_hosts)
+        and not any("*" in vh.hostname for vh in listener.virtual_hosts)
+    )
+
+
+def scoped_http_listener(listener: Listener, options: TranslateOptions) -> ListenerResources | None:
+    """The listener with one scope and one RouteConfiguration per virtual host, or None when
+    something in its route tables names `SCOPE_KEY_HEADER` (then the caller translates it as a
+    single RouteConfiguration)."""
+    scopes = []
+    configs = []
+    for key, vh in _hosts_by_key(listener.virtual_hosts):
+        name = scoped_route_name(listener.name, key)
+        config = translate_route_configuration(name, (vh,), options.matcher_tree_min_routes)
+        if SCOPE_KEY_HEADER.encode() in config.SerializeToString():
+            return None
+        config.request_headers_to_remove.append(SCOPE_KEY_HEADER)
+        configs.append(config)
+        scope = scoped_route_pb2.ScopedRouteConfiguration(name=name, route_configuration_name=name)
+        scope.key.fragments.add().string_key = key
+        scopes.append(scope)
+    hcm = scoped_connection_manager(listener.name, options)
+    out = listener_pb2.Listener(name=listener.name, address=socket_address(listener))
+    out.filter_chains.append(
+        listener_components_pb2.FilterChain(
+            filters=[listener_components_pb2.Filter(name=HCM_FILTER, typed_config=pack(hcm))]
+        )
+    )
+    return ListenerResources(
+        listener=out, route_configurations=tuple(configs), scoped_routes=tuple(scopes)
+    )
+
+
+def scoped_connection_manager(listener_name: str, options: TranslateOptions) -> Any:
+    """The listener's usual HCM (`http_connection_manager`) choosing its route table by scope:
+    scopes named `listener_name` over ADS, keyed by `SCOPE_KEY_HEADER`, which the first filter
+    sets (see the module docstring)."""
+    hcm = http_connection_manager(
+        stat_prefix=options.stat_prefix + listener_name,
+        route_config_name=listener_name,
+        options=options,
+    )
+    hcm.ClearField("rds")
+    scoped = hcm.scoped_routes
+    scoped.name = listener_name
+    extractor = scoped.scope_key_builder.fragments.add().header_value_extractor
+    extractor.name = SCOPE_KEY_HEADER
+    extractor.index = 0  # the whole value: the filter sets exactly one
+    scoped.rds_config_source.CopyFrom(ads_config_source())
+    scoped.scoped_rds.scoped_rds_config_source.CopyFrom(ads_config_source())
+    lua = lua_pb2.Lua()
+    lua.default_source_code.inline_string = _SCOPE_KEY_LUA
+    key_filter = hcm_pb2.HttpFilter(name=SCOPE_KEY_FILTER, typed_config=pack(lua))
+    # First: the filters after it ask for the route (per-route configuration), which must come
+    # from the scope the header selects.
+    hcm.http_filters.insert(0, key_filter)
+    return hcm
+
+
+def _hosts_by_key(virtual_hosts: Sequence[VirtualHost]) -> list[tuple[str, VirtualHost]]:
+    """Each virtual host with its scope key, sorted by key; of hosts with one key (names that
+    differ in case), the first."""
+    out: dict[str, VirtualHost] = {}
+    for vh in virtual_hosts:
+        out.setdefault(vh.hostname.lower(), vh)
+    return sorted(out.items())

@@ -1,0 +1,112 @@
+"""Scoped RDS through the session Envoy (`--scoped-routes-min-hosts`, set low here): each host
+answers from its own route configuration, the Host is matched as Envoy's virtual-host lookup
+matches it (any case, with or without a port, over HTTP/1.1 and HTTP/2), a Host no scope has gets
+the same 404 as before, and a change to one host's routes sends that host's RouteConfiguration
+only, over Delta xDS."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import yaml
+
+from tests.e2e.harness import Harness
+from turnout.envoy.translate.scoped_routes import SCOPE_KEY_HEADER
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+SCOPED = {"scoped_routes_min_hosts": 2}
+HOSTS = ("one.scoped.example.com", "two.scoped.example.com", "three.scoped.example.com")
+
+
+def proxy(name: str, fqdn: str, prefix: str = "/") -> str:
+    return f"""\
+apiVersion: projectcontour.io/v1
+kind: HTTPProxy
+metadata: {{name: {name}, namespace: scoped}}
+spec:
+  virtualhost: {{fqdn: {fqdn}}}
+  routes:
+  - conditions: [{{prefix: {prefix}}}]
+    services: [{{name: {name}, port: 80}}]
+"""
+
+
+async def files(harness: Harness, one_prefix: str = "/") -> dict[str, str]:
+    services = await harness.services(*(("scoped", host.split(".")[0]) for host in HOSTS))
+    out = {"svc.yaml": services}
+    for host in HOSTS:
+        name = host.split(".")[0]
+        out[f"{name}.yaml"] = proxy(name, host, one_prefix if name == "one" else "/")
+    return out
+
+
+async def http2_get(harness: Harness, host: str) -> tuple[str, dict[str, object]]:
+    """One HTTP/2 request (prior knowledge, so `:authority` is `host`): version and echo body."""
+    proc = await asyncio.create_subprocess_exec(
+        "curl", "-s", "--http2-prior-knowledge", "-H", f"Host: {host}",
+        "-w", "\n%{http_version}", f"{harness.base_url}/",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    body, _, version = out.decode().rpartition("\n")
+    return version, json.loads(body)
+
+
+async def route_updates(harness: Harness) -> dict[str, int]:
+    """Envoy's counts, per RDS subscription, of the responses that carried its route
+    configuration (`update_attempt`) and of the rebuilds (`config_reload`)."""
+    stats = await harness.envoy_admin(
+        "/stats?format=json&filter=rds\\..*scoped\\.example\\.com\\.(update_attempt|config_reload)$"
+    )
+    return {s["name"]: int(s["value"]) for s in stats["stats"] if "value" in s}
+
+
+async def test_each_host_answers_from_its_own_scope(harness: Harness) -> None:
+    await harness.apply(await files(harness), options=SCOPED)
+    listeners = await harness.envoy_admin("/config_dump?resource=dynamic_listeners")
+    assert "scoped_routes" in json.dumps(listeners)
+    for host in HOSTS:
+        name = host.split(".")[0]
+        assert await harness.served_by(host) == f"scoped/{name}"
+        assert await harness.served_by(host.upper()) == f"scoped/{name}"
+        assert await harness.served_by(f"{host}:8080") == f"scoped/{name}"
+        assert await harness.served_by(f"{host.title()}.:1") == f"scoped/{name}"
+    assert await harness.served_by("unknown.scoped.example.com") == "404"
+    assert await harness.served_by("[::1]:80") == "404"
+    unknown = await harness.raw_get("UNKNOWN.scoped.example.com:80", "/")
+    assert (unknown.status, unknown.body) == (404, "")
+
+
+async def test_http2_authority_selects_the_scope(harness: Harness) -> None:
+    await harness.apply(await files(harness), options=SCOPED)
+    version, body = await http2_get(harness, "TWO.scoped.example.com:8080")
+    assert version == "2"
+    assert (body["namespace"], body["service"]) == ("scoped", "two")
+
+
+async def test_the_key_header_never_reaches_the_backend(harness: Harness) -> None:
+    await harness.apply(await files(harness), options=SCOPED)
+    forged = {SCOPE_KEY_HEADER: "two.scoped.example.com"}
+    r = await harness.get("one.scoped.example.com", headers=forged)
+    assert r.json()["service"] == "one"  # the client's own header does not choose the scope
+    assert SCOPE_KEY_HEADER not in r.json()["headers"]
+    assert r.json()["host"] == "one.scoped.example.com"
+
+
+async def test_a_change_to_one_host_sends_only_its_route_configuration(harness: Harness) -> None:
+    bootstrap = yaml.safe_load(harness.controller.state_dir.bootstrap.read_text())
+    assert bootstrap["dynamic_resources"]["ads_config"]["api_type"] == "DELTA_GRPC"
+    await harness.apply(await files(harness), options=SCOPED)
+    before = await route_updates(harness)
+    assert len(before) == 2 * len(HOSTS)
+    await harness.apply(await files(harness, one_prefix="/v2"), options=SCOPED)
+    assert await harness.served_by("one.scoped.example.com", "/v2") == "scoped/one"
+    assert await harness.served_by("one.scoped.example.com", "/") == "404"
+    after = await route_updates(harness)
+    changed = {name for name, count in after.items() if count != before.get(name)}
+    one = "http.ingress_http.rds.ingress_http/one.scoped.example.com"
+    assert changed == {f"{one}.update_attempt", f"{one}.config_reload"}
+    assert await harness.served_by("two.scoped.example.com") == "scoped/two"
