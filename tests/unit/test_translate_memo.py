@@ -11,7 +11,7 @@ import pytest
 
 from tests.cases.clusters import every_kind_of_cluster
 from tests.cases.route_policies import rich_policies_graph
-from tests.cases.tcp_tls import every_tls_feature_graph
+from tests.cases.tcp_tls import CERT, every_tls_feature_graph, tls_graph, vhost
 from tests.fixture_cases import CASES, compile_case
 from turnout.compile_inputs import ListenerProtocol
 from turnout.envoy.resources import EnvoyResources
@@ -28,6 +28,7 @@ from turnout.graph.model import (
     RouteMatch,
     RouteSource,
     RoutingGraph,
+    TLSTermination,
     VirtualHost,
     WeightedCluster,
 )
@@ -182,3 +183,24 @@ def test_a_memo_made_under_other_options_is_left_alone_by_the_fast_path() -> Non
     assert fast.endpoints[0].endpoints[0].lb_endpoints[
         0
     ].endpoint.address.socket_address.address == ("10.0.0.2")
+
+
+def test_a_tls_host_keeps_its_chain_and_table_while_another_host_changes() -> None:
+    memo = TranslateMemo()
+    tls = TLSTermination(secret=CERT.name)
+    a, b = vhost("a.example.com", tls), vhost("b.example.com", tls)
+    first = translate(tls_graph((a, b)), None, memo)
+    changed = dataclasses.replace(b, routes=(*b.routes, *b.routes))
+    after = translate(tls_graph((a, changed)), None, memo)
+    assert wire(after) == wire(translate(tls_graph((a, changed))))
+    tables = {c.name: c for c in first.routes}
+    tables_after = {c.name: c for c in after.routes}
+    assert tables_after["https/a.example.com"] is tables["https/a.example.com"]
+    assert tables_after["https/b.example.com"] is not tables["https/b.example.com"]
+    # A new host elsewhere changes which names a wildcard chain answers 421: not kept then.
+    wildcard = vhost("*.example.com", tls)
+    first = translate(tls_graph((a, wildcard)), None, memo)
+    after = translate(tls_graph((a, wildcard, vhost("c.example.com", tls))), None, memo)
+    assert wire(after) == wire(translate(tls_graph((a, wildcard, vhost("c.example.com", tls)))))
+    old = {c.name: c for c in first.routes}["https/*.example.com"]
+    assert {c.name: c for c in after.routes}["https/*.example.com"] is not old

@@ -50,7 +50,7 @@ from turnout.compile_inputs import ListenerProtocol
 from turnout.envoy.translate.client_validation import downstream_context
 from turnout.envoy.translate.common import ads_config_source, pack
 from turnout.envoy.translate.http_filters import policy_http_filters
-from turnout.envoy.translate.memo import TranslateMemo
+from turnout.envoy.translate.memo import TLSGroupPart, TranslateMemo
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.route_policies import lua_http_filter
 from turnout.envoy.translate.routes import translate_route_configuration
@@ -167,24 +167,21 @@ def _https_listener(
     fallback = _fallback_chain(vhosts, shadowing, stat_prefix, options, memo)
     default_chain = None
     for sni, members in groups.items():
-        tls = members[0].tls
-        assert tls is not None
         if sni == "*" and fallback is not None:
             continue  # both would be the chain without server names
-        name = https_route_name(sni, listener.name)
-        chain = _http_tls_chain(name, tls, stat_prefix, options, _authorization(members))
         misdirected = misdirected_domains(sni, members, shadowing, served_names)
-        extra = (misdirected_virtual_host(misdirected),) if misdirected else ()
-        config = translate_route_configuration(
-            name, tuple(members), options.matcher_tree_min_routes, memo, extra
+        chain, config = _tls_group(
+            sni,
+            members,
+            https_route_name(sni, listener.name),
+            stat_prefix,
+            misdirected,
+            options,
+            memo,
         )
         if sni == "*":
-            # A Gateway HTTPS listener without hostname: the chain for every SNI (or none) that
-            # no other chain names.
-            chain.filter_chain_match.transport_protocol = "tls"
             default_chain = chain
         else:
-            chain.filter_chain_match.server_names.append(sni)
             out.filter_chains.append(chain)
         route_configs.append(config)
     out.filter_chains.extend(tcp_chains)
@@ -194,6 +191,44 @@ def _https_listener(
         out.filter_chains.append(fallback[0])
         route_configs.append(fallback[1])
     return ListenerResources(listener=out, route_configurations=tuple(route_configs))
+
+
+def _tls_group(
+    sni: str,
+    members: Sequence[VirtualHost],
+    name: str,
+    stat_prefix: str,
+    misdirected: tuple[str, ...],
+    options: TranslateOptions,
+    memo: TranslateMemo | None,
+) -> tuple[Any, Any]:
+    """The filter chain and the RouteConfiguration of one server name's hosts; a lone host that
+    is the very same object as in `memo`'s last translation, in the same place, keeps both."""
+    key = members[0] if memo is not None and len(members) == 1 else None
+    if key is not None and memo is not None:
+        known = memo.tls_groups.get(key)
+        if known is not None and (known.name, known.stat_prefix, known.misdirected) == (
+            name,
+            stat_prefix,
+            misdirected,
+        ):
+            return known.chain, known.config
+    tls = members[0].tls
+    assert tls is not None
+    chain = _http_tls_chain(name, tls, stat_prefix, options, _authorization(members))
+    extra = (misdirected_virtual_host(misdirected),) if misdirected else ()
+    config = translate_route_configuration(
+        name, tuple(members), options.matcher_tree_min_routes, memo, extra
+    )
+    if sni == "*":
+        # A Gateway HTTPS listener without hostname: the chain for every SNI (or none) that
+        # no other chain names.
+        chain.filter_chain_match.transport_protocol = "tls"
+    else:
+        chain.filter_chain_match.server_names.append(sni)
+    if key is not None and memo is not None:
+        memo.tls_groups.put(key, TLSGroupPart(name, stat_prefix, misdirected, chain, config))
+    return chain, config
 
 
 def _authorization(hosts: Sequence[VirtualHost]) -> ExternalAuthorization | None:

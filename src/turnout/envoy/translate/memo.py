@@ -23,7 +23,7 @@ from turnout.envoy.translate.options import TranslateOptions
 from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import Cluster, JwtValidation, Listener, TLSSecret, VirtualHost
 
-__all__ = ["HostPart", "TranslateMemo"]
+__all__ = ["HostPart", "TLSGroupPart", "TranslateMemo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,19 @@ class HostPart:
     invalid_backend: bool
 
 
+@dataclass(frozen=True, slots=True)
+class TLSGroupPart:
+    """One TLS host's filter chain and RouteConfiguration on an HTTPS listener, with what else
+    they were made of: the table's name, the stat prefix and the domains answered 421 (which
+    depend on the listener's other hosts)."""
+
+    name: str
+    stat_prefix: str
+    misdirected: tuple[str, ...]
+    chain: Any  # envoy.config.listener.v3.FilterChain
+    config: Any  # envoy.config.route.v3.RouteConfiguration
+
+
 class TranslateMemo:
     """A translation's memory of the translation before; see the module docstring.
 
@@ -45,6 +58,7 @@ class TranslateMemo:
     def __init__(self) -> None:
         self._options: TranslateOptions | None = None
         self.hosts: IdentityMemo[VirtualHost, HostPart] = IdentityMemo()
+        self.tls_groups: IdentityMemo[VirtualHost, TLSGroupPart] = IdentityMemo()
         # Values are 1-tuples: a piece that translates to nothing is remembered too.
         self.listeners: IdentityMemo[Listener, tuple[Any]] = IdentityMemo()
         self.clusters: IdentityMemo[Cluster, tuple[tuple[Any, Any] | None]] = IdentityMemo()
@@ -64,6 +78,7 @@ class TranslateMemo:
         other options is emptied, else what the translation before did not use is aged out."""
         memos: tuple[IdentityMemo[Any, Any], ...] = (
             self.hosts,
+            self.tls_groups,
             self.listeners,
             self.clusters,
             self.secrets,
@@ -72,6 +87,7 @@ class TranslateMemo:
         if options != self._options:
             self._options = options
             self.hosts, self.listeners = IdentityMemo(), IdentityMemo()
+            self.tls_groups = IdentityMemo()
             self.clusters, self.secrets = IdentityMemo(), IdentityMemo()
             self.encoded = IdentityMemo()
         else:
