@@ -17,6 +17,7 @@ from turnout.compile_inputs import ListenerProtocol
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate import TranslateMemo, retranslate_clusters, translate
 from turnout.envoy.translate.options import TranslateOptions
+from turnout.envoy.translate.routes import host_route_configuration, translate_route_configuration
 from turnout.graph.model import (
     Cluster,
     Endpoint,
@@ -204,3 +205,19 @@ def test_a_tls_host_keeps_its_chain_and_table_while_another_host_changes() -> No
     assert wire(after) == wire(translate(tls_graph((a, wildcard, vhost("c.example.com", tls)))))
     old = {c.name: c for c in first.routes}["https/*.example.com"]
     assert {c.name: c for c in after.routes}["https/*.example.com"] is not old
+
+
+def test_a_table_per_host_is_kept_while_its_host_is() -> None:
+    memo = TranslateMemo()
+    a, b = _host("a.example.com", ("/a",)), _host("b.example.com", ("/b",))
+    memo.begin(TranslateOptions())
+    first = host_route_configuration("a", a, 0, memo)
+    assert host_route_configuration("a", a, 0, memo) is first
+    assert host_route_configuration("other", a, 0, memo) is not first
+    memo.begin(TranslateOptions())
+    changed = dataclasses.replace(a, routes=b.routes)
+    table = host_route_configuration("a", changed, 0, memo)
+    assert table.SerializeToString(deterministic=True) == translate_route_configuration(
+        "a", (changed,), 0
+    ).SerializeToString(deterministic=True)
+    assert [r.match.prefix for r in table.virtual_hosts[0].routes] == ["/b"]

@@ -59,6 +59,8 @@ class TranslateMemo:
         self._options: TranslateOptions | None = None
         self.hosts: IdentityMemo[VirtualHost, HostPart] = IdentityMemo()
         self.tls_groups: IdentityMemo[VirtualHost, TLSGroupPart] = IdentityMemo()
+        # One table per host (`routes.host_route_configuration`): (its name, the message).
+        self.host_tables: IdentityMemo[VirtualHost, tuple[str, Any]] = IdentityMemo()
         # Values are 1-tuples: a piece that translates to nothing is remembered too.
         self.listeners: IdentityMemo[Listener, tuple[Any]] = IdentityMemo()
         self.clusters: IdentityMemo[Cluster, tuple[tuple[Any, Any] | None]] = IdentityMemo()
@@ -79,6 +81,7 @@ class TranslateMemo:
         memos: tuple[IdentityMemo[Any, Any], ...] = (
             self.hosts,
             self.tls_groups,
+            self.host_tables,
             self.listeners,
             self.clusters,
             self.secrets,
@@ -87,7 +90,7 @@ class TranslateMemo:
         if options != self._options:
             self._options = options
             self.hosts, self.listeners = IdentityMemo(), IdentityMemo()
-            self.tls_groups = IdentityMemo()
+            self.tls_groups, self.host_tables = IdentityMemo(), IdentityMemo()
             self.clusters, self.secrets = IdentityMemo(), IdentityMemo()
             self.encoded = IdentityMemo()
         else:

@@ -83,6 +83,7 @@ __all__ = [
     "NO_BACKEND_STATUS",
     "TRANSLATION_FAILED_STATUS",
     "host_part",
+    "host_route_configuration",
     "log_translation_failure",
     "route_name",
     "translate_match",
@@ -187,6 +188,20 @@ def translate_route_configuration(
     config = route_pb2.RouteConfiguration.FromString(data)
     if memo is not None:
         memo.note_encoded(config, data)
+    return config
+
+
+def host_route_configuration(
+    name: str, vh: VirtualHost, matcher_tree_min_routes: int, memo: TranslateMemo | None = None
+) -> Any:
+    """The RouteConfiguration `name` holding the one virtual host `vh` (one table per host:
+    scoped routes), the very same message as last time when `vh` is the very same object and
+    the name the same, so the xDS server sends only the tables of the hosts that changed."""
+    if memo is not None and (known := memo.host_tables.get(vh)) is not None and known[0] == name:
+        return known[1]
+    config = translate_route_configuration(name, (vh,), matcher_tree_min_routes, memo)
+    if memo is not None:
+        memo.host_tables.put(vh, (name, config))
     return config
 
 
