@@ -195,9 +195,6 @@ def _pack(
 ) -> _Resource:
     name = _resource_name(type_url, message)
     old = previous.get(name)
-    if old is not None and old.message is message:
-        # The translator kept an unchanged piece's message: nothing to serialize or hash.
-        return old
     # Deterministic serialization makes the bytes a function of content only (map order).
     data = source.serialized(message)
     if old is not None and old.packed.value == data:
@@ -292,8 +289,13 @@ def _pack_type(
     source: EnvoyResources,
 ) -> dict[str, _Resource]:
     by_name: dict[str, _Resource] = {}
+    # The translator keeps an unchanged piece's message the very same object: found by identity
+    # (cheaper than reading its name), there is nothing to serialize or hash.
+    known = {id(res.message): res for res in reusable.values()} if reusable else {}
     for message in messages:
-        res = _pack(type_url, message, reusable, source)
+        res = known.get(id(message))
+        if res is None or res.message is not message:
+            res = _pack(type_url, message, reusable, source)
         if res.name in by_name:
             # Envoy NACKs a response with duplicate names; this is a translator bug.
             raise ValueError(f"duplicate {SHORT_TYPE_NAMES[type_url]} resource name {res.name!r}")
