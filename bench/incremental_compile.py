@@ -4,9 +4,9 @@ against a full compile of the same snapshot, in the same run.
 Loads the `bench/change_latency.py` shapes (`hosts`: N roots x 5 routes, one Service and
 EndpointSlice each; `one-host`: one root including N children) into a store, one partition per
 file as the files source makes them, compiles once, then for each of `--changes` changes
-rewrites one object's HTTPProxy with one more route and times, with the memo carried over:
-`build_graph` (the compile), `translate` and the whole. One full compile (a fresh memo) of the
-last snapshot is the baseline. Run from the repository root:
+rewrites one object's HTTPProxy with one more route and times, with the memos carried over:
+`build_graph` (the compile), `translate` (its `TranslateMemo`) and the whole. One full compile
+(fresh memos) of the last snapshot is the baseline. Run from the repository root:
 
     PYTHONPATH=src python3 bench/incremental_compile.py --objects 10000 --changes 10
     PYTHONPATH=src python3 bench/incremental_compile.py --objects 10000 --profile
@@ -29,7 +29,7 @@ import change_latency as shapes
 
 from turnout.app import default_dialects
 from turnout.compile_inputs import CompileOptions
-from turnout.envoy.translate import translate
+from turnout.envoy.translate import TranslateMemo, translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.graph.build import build_graph
 from turnout.graph.memo import CompileMemo
@@ -64,9 +64,9 @@ def main() -> None:
     print(f"load {args.objects} objects: {time.perf_counter() - started:.2f} s")
     dialects = default_dialects().all
     options, topts = CompileOptions(), TranslateOptions()
-    memo = CompileMemo()
+    memo, tmemo = CompileMemo(), TranslateMemo()
     started = time.perf_counter()
-    translate(build_graph(store.snapshot(), options, dialects, memo).graph, topts)
+    translate(build_graph(store.snapshot(), options, dialects, memo).graph, topts, tmemo)
     print(f"first compile + translate: {time.perf_counter() - started:.2f} s")
     rng = random.Random(1)
     compile_s: list[float] = []
@@ -85,7 +85,7 @@ def main() -> None:
             profile.enable()
         result = build_graph(snapshot, options, dialects, memo, changes)
         t1 = time.perf_counter()
-        translate(result.graph, topts)
+        translate(result.graph, topts, tmemo)
         t2 = time.perf_counter()
         if profile is not None:
             profile.disable()

@@ -52,7 +52,7 @@ from turnout.envoy.bootstrap import (
 from turnout.envoy.process import EnvoyProcess
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.state import StateDir, default_state_dir, our_envoy, same_bootstrap
-from turnout.envoy.translate import retranslate_clusters, translate
+from turnout.envoy.translate import TranslateMemo, retranslate_clusters, translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.xds import XdsServer
 from turnout.envoy.xds_tls import child_client_tls, server_credentials
@@ -61,6 +61,7 @@ from turnout.graph.build import CompileResult, build_graph, fold_findings
 from turnout.graph.dialect import Dialects, EnvoyView
 from turnout.graph.endpoint_update import endpoint_services, update_endpoints
 from turnout.graph.load_balancer import service_addresses
+from turnout.graph.memo import CompileMemo
 from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
 from turnout.sources.base import Source, StoreSink
@@ -190,7 +191,6 @@ class Controller:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._demo: list[object] = []
-        self._last_states: dict[ObjectRef, tuple[State, str]] = {}
         self.applied_problems: tuple[SourceProblem, ...] = ()
         self._last_ignored: frozenset[IgnoredObject] = frozenset()
         self.compile_error: str | None = None
@@ -212,6 +212,16 @@ class Controller:
         self._published: tuple[ObjectStatus, ...] = ()
         self._published_by_ref: dict[ObjectRef, ObjectStatus] = {}
         self._settled_by_ref: dict[ObjectRef, ObjectStatus] = {}
+        # The compiled statuses `_publish` last saw, and their counts by (kind, state).
+        self._compiled_by_ref: dict[ObjectRef, ObjectStatus] = {}
+        self._state_counts: Counter[tuple[str, str]] = Counter()
+        self._programmed: Counter[str] = Counter()  # programmed_counts of _published
+        # What the compiles carry from one to the next (`graph.memo`, `envoy.translate.memo`),
+        # and the snapshot the compile memo last compiled: an endpoints fast path in between
+        # changes the store but not the memo, so the next compile's changes start there.
+        self._compile_memo = CompileMemo()
+        self._translate_memo = TranslateMemo()
+        self._memo_snapshot: Snapshot | None = None
         # OpenID discovery for RouteGroups' jwtValidation: network calls stay out of the compile,
         # whose input the answers become; a changed answer recompiles.
         self.oidc = IssuerDiscoverer(self.recompile)
@@ -222,11 +232,28 @@ class Controller:
     # -- compile -------------------------------------------------------------------------------
 
     def _compile(
-        self, snapshot: Snapshot, options: CompileOptions
+        self, snapshot: Snapshot, options: CompileOptions, changes: tuple[Change, ...] | None
     ) -> tuple[CompileResult, EnvoyResources]:
-        """Pure and thread-safe: it reads only the immutable snapshot and options."""
-        result = build_graph(snapshot, options, self.dialects.all)
-        return result, translate(result.graph, self.translate_options)
+        """A pure function of the immutable snapshot and options; the memos it carries make it
+        cost what changed since the last compile (`changes`, None: work them out), and are used
+        by one compile at a time (`_compile_lock`)."""
+        self._memo_snapshot = None  # until this compile is through, the memos are suspect
+        result = build_graph(snapshot, options, self.dialects.all, self._compile_memo, changes)
+        resources = translate(result.graph, self.translate_options, self._translate_memo)
+        self._memo_snapshot = snapshot
+        return result, resources
+
+    def _memo_changes(self, snapshot: Snapshot) -> tuple[Change, ...] | None:
+        """What changed since the compile memo's last snapshot (the store's log); None: the
+        memo works it out (or has none and compiles everything)."""
+        old = self._memo_snapshot
+        return None if old is None else self.store.changes(old, snapshot)
+
+    def _drop_memos(self) -> None:
+        """After a failed compile nothing a memo holds is trusted: the next compile is full."""
+        self._compile_memo = CompileMemo()
+        self._translate_memo = TranslateMemo()
+        self._memo_snapshot = None
 
     async def recompile(self) -> Applied | None:
         """Compiles the current store and hands the result to the xDS server, unless the store
@@ -266,16 +293,23 @@ class Controller:
                     result, resources = fast
                 else:
                     result, resources = await asyncio.to_thread(
-                        self._compile, snapshot, compile_input.compile_options
+                        self._compile,
+                        snapshot,
+                        compile_input.compile_options,
+                        self._memo_changes(snapshot),
                     )
                 if fast is None and await asyncio.to_thread(self.hosts.track, result.dns_names):
                     compile_input = self._input(snapshot)
                     result, resources = await asyncio.to_thread(
-                        self._compile, snapshot, compile_input.compile_options
+                        self._compile,
+                        snapshot,
+                        compile_input.compile_options,
+                        self._memo_changes(snapshot),
                     )
                 previous = self.xds.version
                 version = self.xds.set_resources(resources)
             except Exception as err:
+                self._drop_memos()
                 self.compile_error = f"compile failed, last good configuration kept: {err!r}"
                 self.metrics.compile_errors.inc()
                 log.exception("compile failed; the last good configuration stays in force")
@@ -319,7 +353,11 @@ class Controller:
             if update is None:
                 return None
             resources = retranslate_clusters(
-                applied.resources, update.result.graph, update.clusters, new.translate_options
+                applied.resources,
+                update.result.graph,
+                update.clusters,
+                new.translate_options,
+                self._translate_memo,
             )
         except Exception:
             # A bug here must cost only speed: the full compile decides.
@@ -361,24 +399,33 @@ class Controller:
         )
 
     def _publish(self, result: CompileResult) -> None:
-        """Status sinks: metrics, and a log line for every object whose state changed."""
-        counts: Counter[tuple[str, str]] = Counter(
-            (s.ref.kind, s.state.value) for s in result.statuses
-        )
-        self.metrics.objects.clear()
-        for (kind, state), n in sorted(counts.items()):
-            self.metrics.objects.labels(kind=kind, state=state).set(n)
-        self.metrics.source_problems.set(len(result.problems))
-        seen: dict[ObjectRef, tuple[State, str]] = {}
+        """Status sinks: metrics, and a log line for every object whose state changed. The
+        compile keeps an unchanged object's status the very same object, so the work per
+        compile is in the statuses that changed."""
+        before = self._compiled_by_ref
+        current: dict[ObjectRef, ObjectStatus] = {}
+        counts = self._state_counts
+        changed = False
         for status in result.statuses:
-            current = (status.state, status.summary)
-            seen[status.ref] = current
-            if self._last_states.get(status.ref) != current:
+            current[status.ref] = status
+            old = before.get(status.ref)
+            if old is status:
+                continue
+            changed = True
+            counts[(status.ref.kind, status.state.value)] += 1
+            if old is not None:
+                counts[(old.ref.kind, old.state.value)] -= 1
+            if old is None or (old.state, old.summary) != (status.state, status.summary):
                 level = logging.INFO if status.state is State.VALID else logging.WARNING
                 log.log(level, "%s: %s: %s", status.ref, status.state.value, status.summary)
-        for ref in self._last_states.keys() - seen.keys():
-            log.info("%s: removed", ref)
-        self._last_states = seen
+        if len(current) != len(before) or changed:
+            for ref in before.keys() - current.keys():
+                old = before[ref]
+                counts[(old.ref.kind, old.state.value)] -= 1
+                log.info("%s: removed", ref)
+            self._set_object_metrics(counts)
+        self._compiled_by_ref = current
+        self.metrics.source_problems.set(len(result.problems))
         # Parse problems are logged by the files source as they happen; the rest once per change.
         previous = set(self.applied_problems)
         for problem in result.problems:
@@ -390,6 +437,12 @@ class Controller:
             if ignored not in self._last_ignored:
                 log.info("%s: ignored: %s", ignored.ref, ignored.reason)
         self._last_ignored = frozenset(result.ignored)
+
+    def _set_object_metrics(self, counts: Counter[tuple[str, str]]) -> None:
+        self.metrics.objects.clear()
+        for (kind, state), n in sorted(counts.items()):
+            if n > 0:
+                self.metrics.objects.labels(kind=kind, state=state).set(n)
 
     def statuses(self) -> tuple[ObjectStatus, ...]:
         """The published statuses (see `_settle`): each Gateway listener Programmed once every
@@ -442,24 +495,35 @@ class Controller:
             self.metrics.change_to_ack_seconds.observe(now - seen)
 
     def _publish_settled(self, settled: Sequence[ObjectStatus]) -> None:
-        if len(settled) == len(self._published) and all(
-            self._settled_by_ref.get(s.ref) is s for s in settled
+        """Stamps transition times on the settled statuses that changed (by identity: an
+        unchanged one keeps its published status, times and all) and tells the sinks."""
+        before_settled, before_published = self._settled_by_ref, self._published_by_ref
+        if len(settled) == len(before_settled) and all(
+            before_settled.get(s.ref) is s for s in settled
         ):
             return
         now = now_rfc3339()
         published: list[ObjectStatus] = []
+        programmed = self._programmed
         for status in settled:
-            previous = self._published_by_ref.get(status.ref)
-            if previous is not None and self._settled_by_ref.get(status.ref) == status:
+            old = before_settled.get(status.ref)
+            previous = before_published.get(status.ref)
+            if previous is not None and (old is status or old == status):
                 published.append(previous)  # unchanged: keep its times without restamping
-            else:
-                published.append(stamp_transitions(status, previous, now))
+                continue
+            stamped = stamp_transitions(status, previous, now)
+            published.append(stamped)
+            if previous is not None:
+                programmed.subtract(programmed_counts((previous,)))
+            programmed.update(programmed_counts((stamped,)))
         self._settled_by_ref = {s.ref: s for s in settled}
         self._published = tuple(published)
         self._published_by_ref = {s.ref: s for s in published}
+        for ref in before_published.keys() - self._published_by_ref.keys():
+            programmed.subtract(programmed_counts((before_published[ref],)))
         # Programmed changes with Envoy's answers, so it is counted here, not per compile.
-        for value, count in programmed_counts(self._published).items():
-            self.metrics.gateways.labels(programmed=value).set(count)
+        for value in ("True", "False", "Unknown"):
+            self.metrics.gateways.labels(programmed=value).set(programmed[value])
         for sink in self.status_sinks:
             sink.publish(self._published)
 

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from tests.xds_client import AdsClient, FakeEnvoy, until
-from turnout.app import build_controller
+from turnout.app import build_controller, compile_snapshot
 from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
 from turnout.config import ServeConfig
 from turnout.controller import Controller
+from turnout.envoy.translate import translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.graph.dialect import (
     CompileContext,
@@ -87,6 +88,63 @@ async def test_compile_failure_keeps_last_good_configuration(
         assert controller.compile_error is None
     finally:
         await controller.stop()
+
+
+async def test_compiles_carry_their_memos_and_a_failure_leaves_the_next_compile_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a.yaml").write_text(PROXY)
+    (tmp_path / "b.yaml").write_text(_other_proxy("b.example.com"))
+    controller = build_controller(
+        ServeConfig(
+            paths=(tmp_path,), run_envoy=False, watch=False, demo_backends=False, xds_port=0
+        )
+    )
+    await controller.start()
+
+    def exact() -> None:
+        applied = controller.applied
+        assert applied is not None and applied.snapshot is not None
+        assert applied.resources is not None
+        fresh = compile_snapshot(applied.snapshot, controller.compile_options)
+        assert applied.result.statuses == fresh.statuses
+        assert applied.result.graph == fresh.graph
+        assert _wire(applied.resources) == _wire(
+            translate(fresh.graph, controller.translate_options)
+        )
+
+    try:
+        (tmp_path / "a.yaml").write_text(PROXY.replace("ctl.example.com", "c2.example.com"))
+        first = await controller.reload()
+        exact()
+
+        def broken(*args: object, **kwargs: object) -> object:
+            raise RuntimeError("translator bug")
+
+        # The compile ran (and its memo moved on), then the translation failed.
+        monkeypatch.setattr("turnout.controller.translate", broken)
+        (tmp_path / "a.yaml").write_text(PROXY.replace("ctl.example.com", "c3.example.com"))
+        assert await controller.reload() is first
+        monkeypatch.undo()
+        (tmp_path / "b.yaml").write_text(_other_proxy("b2.example.com"))
+        applied = await controller.reload()
+        assert applied is not None and applied is not first
+        exact()
+    finally:
+        await controller.stop()
+
+
+def _other_proxy(fqdn: str) -> str:
+    proxy = PROXY.split("---\n")[1]
+    return proxy.replace("name: root", "name: other").replace("ctl.example.com", fqdn)
+
+
+def _wire(resources: Any) -> list[bytes]:
+    return [
+        m.SerializeToString(deterministic=True)
+        for messages in resources.by_type().values()
+        for m in messages
+    ]
 
 
 # --- sources, coalescing and skipped compiles -----------------------------------------------------

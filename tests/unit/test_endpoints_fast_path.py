@@ -338,5 +338,16 @@ async def test_the_controller_applies_an_endpoint_change_without_the_dialects(
         (tmp_path / "shop.yaml").write_text(to_yaml(emptied))
         await controller.reload()
         assert counted.calls == 2 * len(controller.dialects.all)
+        # That compile carried the memos over the endpoint update: its changes start from the
+        # memo's snapshot (before the update), so the moved endpoint is not lost.
+        last = controller.applied
+        assert last is not None and last.resources is not None and last.snapshot is not None
+        full = compile_snapshot(last.snapshot, controller.compile_options, DIALECTS)
+        _assert_same(last.result, full)
+        assert _serialized(last.resources) == _serialized(
+            translate(full.graph, controller.translate_options)
+        )
+        [cla] = [c for c in last.resources.endpoints if c.cluster_name.startswith("default/app")]
+        assert cla.endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value == 8001
     finally:
         await controller.stop()

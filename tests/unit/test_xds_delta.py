@@ -127,6 +127,45 @@ async def test_only_changed_resources_are_sent(
     assert fake.received() == []
 
 
+async def test_a_message_handed_over_again_is_neither_serialized_nor_sent_again(
+    server: XdsServer, envoys: Callable[..., DeltaFakeEnvoy]
+) -> None:
+    fake = envoys()
+    first = snapshot(["a", "b"])
+    await synced(server, first)
+    fake.clear()
+    # The translator never changes a message it handed over and keeps an unchanged piece's
+    # message the very same object: the server takes it as it was, by identity. (Changing it in
+    # place here shows that nothing of it is serialized or compared again.)
+    first.clusters[0].connect_timeout.seconds = 99
+    added = cluster("c")
+    second = dataclasses.replace(
+        first,
+        clusters=(*first.clusters, added),
+        endpoints=(*first.endpoints, cla("c")),
+    )
+    await synced(server, second)
+    assert fake.received() == [("cluster", ("c",), ()), ("endpoint", ("c",), ())]
+    # A new message object is compared by content: equal to what Envoy has, nothing is sent;
+    # different, it is.
+    fake.clear()
+    third = dataclasses.replace(second, clusters=(cluster("a"), cluster("b"), cluster("c")))
+    await synced(server, third)
+    assert fake.received() == []
+    fourth = dataclasses.replace(third, clusters=(cluster("a", timeout=5), *third.clusters[1:]))
+    await synced(server, fourth)
+    # (A changed EDS cluster warms again: its CLA follows.)
+    assert fake.received() == [("cluster", ("a",), ()), ("endpoint", ("a",), ())]
+
+
+async def test_a_version_names_the_content_whatever_came_between(server: XdsServer) -> None:
+    one = server.set_resources(snapshot(["a", "b"]))
+    two = server.set_resources(snapshot(["a", "b", "c"]))
+    back = server.set_resources(snapshot(["b", "a"]))
+    assert one != two
+    assert back == one
+
+
 async def test_removed_clusters_are_announced_after_the_routes_stop_naming_them(
     server: XdsServer, envoys: Callable[..., DeltaFakeEnvoy]
 ) -> None:

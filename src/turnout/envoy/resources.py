@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 CLUSTER_TYPE = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
@@ -38,6 +39,20 @@ class EnvoyResources:
     secrets: tuple[Any, ...] = ()  # envoy.extensions.transport_sockets.tls.v3.Secret
     # envoy.config.route.v3.ScopedRouteConfiguration (`translate.scoped_routes`)
     scoped_routes: tuple[Any, ...] = ()
+    # id(message) -> (message, its deterministic serialization) for messages the translator
+    # assembled from bytes (the route configurations), so the xDS server does not serialize
+    # them again. Messages are never changed once translated.
+    encoded: Mapping[int, tuple[Any, bytes]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def serialized(self, message: Any) -> bytes:
+        """`message.SerializeToString(deterministic=True)`, known or computed now."""
+        known = self.encoded.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        data: bytes = message.SerializeToString(deterministic=True)
+        return data
 
     def by_type(self) -> dict[str, tuple[Any, ...]]:
         return {

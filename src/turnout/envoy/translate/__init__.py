@@ -55,13 +55,19 @@ from turnout.envoy.translate.clusters import (
     translate_cluster,
     translate_load_assignment,
 )
-from turnout.envoy.translate.http_filters import jwks_cluster_key, jwks_cluster_name, jwt_providers
+from turnout.envoy.translate.http_filters import (
+    host_jwts,
+    jwks_cluster_key,
+    jwks_cluster_name,
+    sorted_providers,
+)
 from turnout.envoy.translate.listeners import (
     ListenerResources,
     https_route_name,
     misdirected_virtual_host,
     translate_listener,
 )
+from turnout.envoy.translate.memo import TranslateMemo
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.routes import (
     log_translation_failure,
@@ -73,10 +79,18 @@ from turnout.envoy.translate.routes import (
 )
 from turnout.envoy.translate.scoped_routes import scoped_http_listener, uses_scoped_routes
 from turnout.envoy.translate.secrets import downstream_tls_context, translate_secret
-from turnout.graph.model import CABundle, Cluster, Listener, RoutingGraph
+from turnout.graph.model import (
+    CABundle,
+    Cluster,
+    JwtValidation,
+    Listener,
+    RoutingGraph,
+    TLSSecret,
+)
 
 __all__ = [
     "ListenerResources",
+    "TranslateMemo",
     "TranslateOptions",
     "cluster_resources",
     "downstream_tls_context",
@@ -96,31 +110,98 @@ __all__ = [
 ]
 
 
-def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> EnvoyResources:
-    """Translates the whole graph. Pure, deterministic and total; see the module docstring."""
+def translate(
+    graph: RoutingGraph, options: TranslateOptions | None = None, memo: TranslateMemo | None = None
+) -> EnvoyResources:
+    """Translates the whole graph. Pure, deterministic and total; see the module docstring.
+
+    `memo` (kept by the caller across translations) makes a translation cost what changed since
+    the one before: every piece that is the very same object as then keeps its messages
+    (`TranslateMemo`); the resources are byte-identical to a translation without it."""
     opts = options if options is not None else TranslateOptions()
+    memo = memo if memo is not None else TranslateMemo()
     graph = without_unvalidatable(graph)  # client validation fails closed
-    providers = jwt_providers(graph)
-    opts = dataclasses.replace(opts, jwt_providers=providers)
+    opts = dataclasses.replace(opts, jwt_providers=_jwt_providers(graph, memo))
+    memo.begin(opts)
     listeners: list[Any] = []
     routes: list[Any] = []
     scoped: list[Any] = []
     for lst in graph.listeners:
-        out = _listener_guarded(lst, opts)
+        out = _listener(lst, opts, memo)
         if out is not None:
             listeners.append(out.listener)
             routes.extend(out.route_configurations)
             scoped.extend(out.scoped_routes)
+    ca_bundles = {b.name: b for b in graph.ca_bundles}
+    clusters, endpoints = _clusters(graph, opts, ca_bundles, memo)
+    clusters.extend(_extra_clusters(opts, ca_bundles))
+    secrets = [
+        message
+        for message in (_secret(s, memo) for s in sorted(graph.secrets, key=lambda s: str(s.name)))
+        if message is not None
+    ]
+    secrets.extend(client_validation_secrets(graph.listeners, ca_bundles))
+    sorted_routes = _by_name(routes)
+    return EnvoyResources(
+        clusters=_by_name(clusters),
+        endpoints=tuple(endpoints),
+        listeners=_by_name(listeners),
+        routes=sorted_routes,
+        secrets=_by_name(secrets),
+        scoped_routes=_by_name(scoped),
+        encoded=memo.encoded_of(sorted_routes),
+    )
+
+
+def _listener(
+    lst: Listener, opts: TranslateOptions, memo: TranslateMemo
+) -> ListenerResources | None:
+    known = memo.listeners.get(lst)
+    if known is None:
+        known = memo.listeners.put(lst, (_listener_guarded(lst, opts, memo),))
+    out: ListenerResources | None = known[0]
+    return out
+
+
+def _jwt_providers(graph: RoutingGraph, memo: TranslateMemo) -> tuple[JwtValidation, ...]:
+    """`jwt_providers(graph)`, each host's share kept by identity."""
+    memo.jwts.age()
+    found: set[JwtValidation] = set()
+    for lst in graph.listeners:
+        for vh in lst.virtual_hosts:
+            jwts = memo.jwts.get(vh)
+            if jwts is None:
+                jwts = memo.jwts.put(vh, host_jwts(vh))
+            if jwts:
+                found |= jwts
+    return sorted_providers(found)
+
+
+def _clusters(
+    graph: RoutingGraph,
+    opts: TranslateOptions,
+    ca_bundles: Mapping[str, CABundle],
+    memo: TranslateMemo,
+) -> tuple[list[Any], list[Any]]:
+    """Every graph cluster's Envoy cluster, and the load assignments of the EDS ones."""
     clusters: list[Any] = []
     endpoints: list[Any] = []
-    ca_bundles = {b.name: b for b in graph.ca_bundles}
     for cluster in sorted(graph.clusters, key=lambda c: str(c.name)):
-        pair = cluster_resources(cluster, opts, ca_bundles)
+        known = memo.clusters.get(cluster)
+        if known is None:
+            known = memo.clusters.put(cluster, (cluster_resources(cluster, opts, ca_bundles),))
+        pair = known[0]
         if pair is not None:
             clusters.append(pair[0])
             if pair[1] is not None:  # DNS clusters carry their endpoints themselves
                 endpoints.append(pair[1])
-    jwks_keys = {k for k in (jwks_cluster_key(j) for j in providers) if k is not None}
+    return clusters, endpoints
+
+
+def _extra_clusters(opts: TranslateOptions, ca_bundles: Mapping[str, CABundle]) -> list[Any]:
+    """The clusters of the JWKS hosts, the tracing collector and the rate limit service."""
+    clusters: list[Any] = []
+    jwks_keys = {k for k in (jwks_cluster_key(j) for j in opts.jwt_providers) if k is not None}
     for key in sorted(jwks_keys, key=jwks_cluster_name):
         try:
             clusters.append(jwks_cluster(key, opts, ca_bundles))
@@ -136,28 +217,28 @@ def translate(graph: RoutingGraph, options: TranslateOptions | None = None) -> E
             clusters.append(rate_limit_cluster(opts.rate_limit_service, opts))
         except Exception as err:
             log_translation_failure("rate limit service cluster", err)
-    secrets: list[Any] = []
-    for secret in sorted(graph.secrets, key=lambda s: str(s.name)):
-        try:
-            secrets.append(translate_secret(secret))
-        except Exception as err:
-            # Only the exception type: the message could quote key material.
-            log_translation_failure(f"secret {secret.name!r}", TypeError(type(err).__name__))
-    secrets.extend(client_validation_secrets(graph.listeners, ca_bundles))
-    return EnvoyResources(
-        clusters=_by_name(clusters),
-        endpoints=tuple(endpoints),
-        listeners=_by_name(listeners),
-        routes=_by_name(routes),
-        secrets=_by_name(secrets),
-        scoped_routes=_by_name(scoped),
-    )
+    return clusters
 
 
-def _listener_guarded(lst: Listener, opts: TranslateOptions) -> ListenerResources | None:
+def _secret(secret: TLSSecret, memo: TranslateMemo) -> Any | None:
+    known = memo.secrets.get(secret)
+    if known is not None:
+        return known[0]
+    try:
+        message = translate_secret(secret)
+    except Exception as err:
+        # Only the exception type: the message could quote key material.
+        log_translation_failure(f"secret {secret.name!r}", TypeError(type(err).__name__))
+        message = None
+    return memo.secrets.put(secret, (message,))[0]
+
+
+def _listener_guarded(
+    lst: Listener, opts: TranslateOptions, memo: TranslateMemo | None = None
+) -> ListenerResources | None:
     if uses_scoped_routes(lst, opts):
         try:
-            scoped = scoped_http_listener(lst, opts)
+            scoped = scoped_http_listener(lst, opts, memo)
         except Exception as err:
             # Virtual hosts and routes are guarded inside; the single route table is the
             # fallback for the rest.
@@ -166,7 +247,7 @@ def _listener_guarded(lst: Listener, opts: TranslateOptions) -> ListenerResource
         if scoped is not None:
             return scoped
     try:
-        return translate_listener(lst, opts)
+        return translate_listener(lst, opts, memo)
     except Exception as err:
         first_error = err
     # Routes and virtual hosts are guarded inside; what is left is per-host listener state (a
@@ -175,14 +256,16 @@ def _listener_guarded(lst: Listener, opts: TranslateOptions) -> ListenerResource
     kept = []
     for vh in lst.virtual_hosts:
         try:
-            translate_listener(dataclasses.replace(lst, virtual_hosts=(vh,)), opts)
+            translate_listener(dataclasses.replace(lst, virtual_hosts=(vh,)), opts, memo)
         except Exception as err:
             log_translation_failure(f"virtual host {vh.name!r} of {vh.owner}", err)
             continue
         kept.append(vh)
     if len(kept) < len(lst.virtual_hosts):
         try:
-            return translate_listener(dataclasses.replace(lst, virtual_hosts=tuple(kept)), opts)
+            return translate_listener(
+                dataclasses.replace(lst, virtual_hosts=tuple(kept)), opts, memo
+            )
         except Exception as err:
             first_error = err
     log_translation_failure(f"listener {lst.name!r}", first_error)
@@ -213,19 +296,37 @@ def retranslate_clusters(
     graph: RoutingGraph,
     clusters: Sequence[Cluster],
     options: TranslateOptions | None = None,
+    memo: TranslateMemo | None = None,
 ) -> EnvoyResources:
     """`resources` (the translation of a graph that differs from `graph` only in the endpoints
     of `clusters`, which are `graph`'s) with those clusters and their load assignments
     translated anew: what `translate(graph)` gives, without translating the rest (the
-    endpoints fast path)."""
+    endpoints fast path). `memo`, the one `resources` were translated with, learns the new
+    clusters' translations."""
     if not clusters:
         return resources
     opts = options if options is not None else TranslateOptions()
+    if memo is not None and not _same_options(memo.options, opts):
+        memo = None  # made under other options: neither read nor fed
+    if memo is not None and memo.options is not None:
+        opts = memo.options  # the same, with the JWT providers `translate` found
     ca_bundles = {b.name: b for b in graph.ca_bundles}
     fresh = {str(c.name): cluster_resources(c, opts, ca_bundles) for c in clusters}
+    if memo is not None:
+        # The next `translate` of a graph with these very Cluster objects reuses them.
+        for cluster in clusters:
+            memo.clusters.put(cluster, (fresh[str(cluster.name)],))
     out = _replaced(resources.clusters, fresh, lambda m: str(m.name), 0)
     endpoints = _replaced(resources.endpoints, fresh, lambda m: str(m.cluster_name), 1)
     return dataclasses.replace(resources, clusters=out, endpoints=endpoints)
+
+
+def _same_options(memo: TranslateOptions | None, options: TranslateOptions) -> bool:
+    """Whether a memo made under `memo` (JWT providers included) fits `options` (whose
+    providers `translate` works out from the graph)."""
+    return memo is not None and memo == dataclasses.replace(
+        options, jwt_providers=memo.jwt_providers
+    )
 
 
 def _replaced(

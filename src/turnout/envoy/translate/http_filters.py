@@ -246,14 +246,23 @@ class JwksCluster:
 
 def jwt_providers(graph: RoutingGraph) -> tuple[JwtValidation, ...]:
     """The distinct JWT validations the graph's routes ask for, sorted: one provider each."""
-    found = {
+    return sorted_providers(
+        jwt for lst in graph.listeners for vh in lst.virtual_hosts for jwt in host_jwts(vh)
+    )
+
+
+def host_jwts(vh: VirtualHost) -> frozenset[JwtValidation]:
+    """The JWT validations (with a JWKS endpoint) the routes of one virtual host ask for."""
+    return frozenset(
         route.policies.jwt
-        for lst in graph.listeners
-        for vh in lst.virtual_hosts
         for route in vh.routes
         if route.policies.jwt is not None and route.policies.jwt.jwks_endpoint() is not None
-    }
-    return tuple(sorted(found, key=lambda j: (j.issuer or "", j.jwks_uri, repr(j))))
+    )
+
+
+def sorted_providers(found: Iterable[JwtValidation]) -> tuple[JwtValidation, ...]:
+    """Distinct validations in the order `jwt_providers` gives them."""
+    return tuple(sorted(set(found), key=lambda j: (j.issuer or "", j.jwks_uri, repr(j))))
 
 
 def _digest(value: object) -> str:

@@ -50,6 +50,7 @@ from turnout.compile_inputs import ListenerProtocol
 from turnout.envoy.translate.client_validation import downstream_context
 from turnout.envoy.translate.common import ads_config_source, pack
 from turnout.envoy.translate.http_filters import policy_http_filters
+from turnout.envoy.translate.memo import TLSGroupPart, TranslateMemo
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.route_policies import lua_http_filter
 from turnout.envoy.translate.routes import translate_route_configuration
@@ -88,13 +89,18 @@ class ListenerResources:
     scoped_routes: tuple[Any, ...] = ()  # envoy.config.route.v3.ScopedRouteConfiguration
 
 
-def translate_listener(listener: Listener, options: TranslateOptions) -> ListenerResources | None:
-    """The resources for one graph listener, or None when its protocol is not translated yet."""
+def translate_listener(
+    listener: Listener, options: TranslateOptions, memo: TranslateMemo | None = None
+) -> ListenerResources | None:
+    """The resources for one graph listener, or None when its protocol is not translated yet.
+    `memo` keeps each virtual host's translation for the next call (`TranslateMemo`)."""
     builder = _BUILDERS.get(listener.protocol)
-    return builder(listener, options) if builder is not None else None
+    return builder(listener, options, memo) if builder is not None else None
 
 
-def _http_listener(listener: Listener, options: TranslateOptions) -> ListenerResources:
+def _http_listener(
+    listener: Listener, options: TranslateOptions, memo: TranslateMemo | None = None
+) -> ListenerResources:
     # Contour's layout: one RouteConfiguration per plain-HTTP listener, named like the listener,
     # holding every virtual host of that listener.
     route_config_name = listener.name
@@ -110,7 +116,7 @@ def _http_listener(listener: Listener, options: TranslateOptions) -> ListenerRes
         )
     )
     routes = translate_route_configuration(
-        route_config_name, listener.virtual_hosts, options.matcher_tree_min_routes
+        route_config_name, listener.virtual_hosts, options.matcher_tree_min_routes, memo
     )
     return ListenerResources(listener=out, route_configurations=(routes,))
 
@@ -124,7 +130,9 @@ def https_route_name(hostname: str, listener: str = "ingress_https") -> str:
     return f"{listener}/https/{hostname.lower()}"
 
 
-def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerResources | None:
+def _https_listener(
+    listener: Listener, options: TranslateOptions, memo: TranslateMemo | None = None
+) -> ListenerResources | None:
     """The TLS listener: one filter chain per SNI name (a TLS virtual host, or a TCP proxy with
     or without termination), and the fallback-certificate chain when some host enables it."""
     vhosts = tls_virtual_hosts(listener)
@@ -157,28 +165,24 @@ def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerRe
     shadowing = more_specific_hostnames(sorted(taken))
     served_names = taken | {vh.hostname.lower() for vh in vhosts}
     route_configs = []
-    fallback = _fallback_chain(vhosts, shadowing, stat_prefix, options)
+    fallback = _fallback_chain(vhosts, shadowing, stat_prefix, options, memo)
     default_chain = None
     for sni, members in groups.items():
-        tls = members[0].tls
-        assert tls is not None
         if sni == "*" and fallback is not None:
             continue  # both would be the chain without server names
-        name = https_route_name(sni, listener.name)
-        chain = _http_tls_chain(name, tls, stat_prefix, options, _authorization(members))
-        config = translate_route_configuration(
-            name, tuple(members), options.matcher_tree_min_routes
-        )
         misdirected = misdirected_domains(sni, members, shadowing, served_names)
-        if misdirected:
-            config.virtual_hosts.append(misdirected_virtual_host(misdirected))
+        chain, config = _tls_group(
+            sni,
+            members,
+            https_route_name(sni, listener.name),
+            stat_prefix,
+            misdirected,
+            options,
+            memo,
+        )
         if sni == "*":
-            # A Gateway HTTPS listener without hostname: the chain for every SNI (or none) that
-            # no other chain names.
-            chain.filter_chain_match.transport_protocol = "tls"
             default_chain = chain
         else:
-            chain.filter_chain_match.server_names.append(sni)
             out.filter_chains.append(chain)
         route_configs.append(config)
     out.filter_chains.extend(tcp_chains)
@@ -188,6 +192,44 @@ def _https_listener(listener: Listener, options: TranslateOptions) -> ListenerRe
         out.filter_chains.append(fallback[0])
         route_configs.append(fallback[1])
     return ListenerResources(listener=out, route_configurations=tuple(route_configs))
+
+
+def _tls_group(
+    sni: str,
+    members: Sequence[VirtualHost],
+    name: str,
+    stat_prefix: str,
+    misdirected: tuple[str, ...],
+    options: TranslateOptions,
+    memo: TranslateMemo | None,
+) -> tuple[Any, Any]:
+    """The filter chain and the RouteConfiguration of one server name's hosts; a lone host that
+    is the very same object as in `memo`'s last translation, in the same place, keeps both."""
+    key = members[0] if memo is not None and len(members) == 1 else None
+    if key is not None and memo is not None:
+        known = memo.tls_groups.get(key)
+        if known is not None and (known.name, known.stat_prefix, known.misdirected) == (
+            name,
+            stat_prefix,
+            misdirected,
+        ):
+            return known.chain, known.config
+    tls = members[0].tls
+    assert tls is not None
+    chain = _http_tls_chain(name, tls, stat_prefix, options, _authorization(members))
+    extra = (misdirected_virtual_host(misdirected),) if misdirected else ()
+    config = translate_route_configuration(
+        name, tuple(members), options.matcher_tree_min_routes, memo, extra
+    )
+    if sni == "*":
+        # A Gateway HTTPS listener without hostname: the chain for every SNI (or none) that
+        # no other chain names.
+        chain.filter_chain_match.transport_protocol = "tls"
+    else:
+        chain.filter_chain_match.server_names.append(sni)
+    if key is not None and memo is not None:
+        memo.tls_groups.put(key, TLSGroupPart(name, stat_prefix, misdirected, chain, config))
+    return chain, config
 
 
 def _authorization(hosts: Sequence[VirtualHost]) -> ExternalAuthorization | None:
@@ -226,6 +268,7 @@ def _fallback_chain(
     shadowing: dict[str, tuple[str, ...]],
     stat_prefix: str,
     options: TranslateOptions,
+    memo: TranslateMemo | None = None,
 ) -> tuple[Any, Any] | None:
     """Contour's fallback-certificate chain: it matches every TLS connection whose SNI no other
     chain names (or that has none), presents the fallback certificate, and serves the hosts that
@@ -250,9 +293,12 @@ def _fallback_chain(
     chain.name = FALLBACK_CHAIN
     chain.filter_chain_match.transport_protocol = "tls"
     config = translate_route_configuration(
-        FALLBACK_ROUTE_CONFIG, table.hosts, options.matcher_tree_min_routes
+        FALLBACK_ROUTE_CONFIG,
+        table.hosts,
+        options.matcher_tree_min_routes,
+        memo,
+        (misdirected_virtual_host(table.misdirected),),
     )
-    config.virtual_hosts.append(misdirected_virtual_host(table.misdirected))
     return chain, config
 
 
@@ -265,7 +311,9 @@ def misdirected_virtual_host(domains: tuple[str, ...] = ("*",)) -> Any:
     return rc.VirtualHost(name=MISDIRECTED_VHOST, domains=list(domains), routes=[route])
 
 
-def _tcp_listener(listener: Listener, options: TranslateOptions) -> ListenerResources | None:
+def _tcp_listener(
+    listener: Listener, options: TranslateOptions, memo: TranslateMemo | None = None
+) -> ListenerResources | None:
     """A plain TCP listener: every connection goes to its TCP proxy (the first one without a
     hostname; SNI means nothing here). Without one, or when it has no backend that takes
     connections, the port stays closed: connections are refused, which is how the Gateway API
@@ -282,7 +330,8 @@ def _tcp_listener(listener: Listener, options: TranslateOptions) -> ListenerReso
 
 
 _BUILDERS: dict[
-    ListenerProtocol, Callable[[Listener, TranslateOptions], ListenerResources | None]
+    ListenerProtocol,
+    Callable[[Listener, TranslateOptions, TranslateMemo | None], ListenerResources | None],
 ] = {
     ListenerProtocol.HTTP: _http_listener,
     ListenerProtocol.HTTPS: _https_listener,

@@ -43,6 +43,7 @@ __all__ = [
     "MAX_COPIES_PER_ROUTE",
     "Placement",
     "RouteTree",
+    "length_delimited",
     "matcher_tree",
     "placement",
     "plan_route_tree",
@@ -193,11 +194,16 @@ _ROUTES_TAG = b"\x0a"
 
 
 def _route_list_entry(route: bytes) -> bytes:
-    """One `RouteList.routes` entry on the wire: the tag, the length as a varint, the route."""
-    n = len(route)
+    """One `RouteList.routes` entry on the wire."""
+    return length_delimited(_ROUTES_TAG, route)
+
+
+def length_delimited(tag: bytes, payload: bytes) -> bytes:
+    """One length-delimited field on the wire: the tag, the length as a varint, the payload."""
+    n = len(payload)
     length = bytearray()
     while n > 0x7F:
         length.append((n & 0x7F) | 0x80)
         n >>= 7
     length.append(n)
-    return _ROUTES_TAG + bytes(length) + route
+    return tag + bytes(length) + payload

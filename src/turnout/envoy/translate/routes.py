@@ -31,9 +31,10 @@ from turnout.envoy.translate.http_filters import (
     set_route_filter_configs,
     set_virtual_host_filter_configs,
 )
+from turnout.envoy.translate.memo import HostPart, TranslateMemo
 from turnout.envoy.translate.rate_limit import RATELIMIT_FILTER, opt_out, rate_limits
 from turnout.envoy.translate.route_policies import apply_route_policies
-from turnout.envoy.translate.route_tree import matcher_tree, plan_route_tree
+from turnout.envoy.translate.route_tree import length_delimited, matcher_tree, plan_route_tree
 from turnout.graph.evaluate import (
     NO_BACKEND_STATUS,
     effective_forward,
@@ -81,6 +82,8 @@ _REDIRECT_CODES = {
 __all__ = [
     "NO_BACKEND_STATUS",
     "TRANSLATION_FAILED_STATUS",
+    "host_part",
+    "host_route_configuration",
     "log_translation_failure",
     "route_name",
     "translate_match",
@@ -125,38 +128,106 @@ def translate_route_configuration(
     name: str,
     virtual_hosts: Iterable[VirtualHost],
     matcher_tree_min_routes: int = DEFAULT_MATCHER_TREE_MIN_ROUTES,
+    memo: TranslateMemo | None = None,
+    extra: Iterable[Any] = (),
 ) -> Any:
-    """One RouteConfiguration holding `virtual_hosts` in the given order; a host with at least
-    `matcher_tree_min_routes` routes is a matcher tree (`translate_virtual_host`).
+    """One RouteConfiguration holding `virtual_hosts` in the given order, then the Envoy virtual
+    hosts `extra`; a host with at least `matcher_tree_min_routes` routes is a matcher tree
+    (`translate_virtual_host`).
 
     A virtual host whose hostname was already used (case-insensitively) is dropped: Envoy rejects
     the whole RouteConfiguration on a duplicate domain, and ownership in the graph builder should
     already have made hostnames unique per listener, so this only guards against a builder bug.
+
+    The table is assembled on the wire from each host's serialized entry (`host_part`, kept by
+    `memo` per host) and parsed once, instead of copying every host's message into it; `memo`
+    records those bytes so the xDS server need not serialize the table again.
     """
-    config = route_pb2.RouteConfiguration(name=name, ignore_port_in_host_matching=True)
-    seen: set[str] = set()
-    max_body = 0
     virtual_hosts = tuple(virtual_hosts)
-    if any(_names_invalid_backend(vh) for vh in virtual_hosts):
-        # The invalid backend is a cluster Envoy does not know. RDS tables are not checked
-        # against the clusters by default, but inline ones are (`envoy --mode validate`): say it.
-        config.validate_clusters.value = False
+    seen: set[str] = set()
+    entries: list[bytes] = []
+    max_body = 0
+    invalid_backend = False
     for vh in virtual_hosts:
         try:
             domain = vh.hostname.lower()
-            if domain in seen:
-                continue
-            message = translate_virtual_host(vh, matcher_tree_min_routes)
-            body = _max_direct_body(vh)
         except Exception as err:
+            invalid_backend = invalid_backend or _names_invalid_backend(vh)
             log_translation_failure(f"virtual host {vh.name!r} of {vh.owner}", err)
             continue
+        if domain in seen:
+            invalid_backend = invalid_backend or _names_invalid_backend(vh)
+            continue
+        part = host_part(vh, matcher_tree_min_routes, memo)
+        invalid_backend = invalid_backend or part.invalid_backend
+        if part.entry is None:
+            continue
         seen.add(domain)
-        config.virtual_hosts.append(message)
-        max_body = max(max_body, body)
+        entries.append(part.entry)
+        max_body = max(max_body, part.max_body)
+    entries.extend(
+        length_delimited(_VHOSTS_TAG, m.SerializeToString(deterministic=True)) for m in extra
+    )
+    head = route_pb2.RouteConfiguration(name=name)
+    tail = route_pb2.RouteConfiguration(ignore_port_in_host_matching=True)
+    if invalid_backend:
+        # The invalid backend is a cluster Envoy does not know. RDS tables are not checked
+        # against the clusters by default, but inline ones are (`envoy --mode validate`): say it.
+        tail.validate_clusters.value = False
     if max_body > _DEFAULT_MAX_DIRECT_BODY:
-        config.max_direct_response_body_size_bytes.value = max_body
+        tail.max_direct_response_body_size_bytes.value = max_body
+    # Deterministic serialization writes fields by number: `name` (1), `virtual_hosts` (2),
+    # then the rest, so the parts concatenate to exactly what serializing the whole gives.
+    data = b"".join(
+        (
+            head.SerializeToString(deterministic=True),
+            *entries,
+            tail.SerializeToString(deterministic=True),
+        )
+    )
+    config = route_pb2.RouteConfiguration.FromString(data)
+    if memo is not None:
+        memo.note_encoded(config, data)
     return config
+
+
+def host_route_configuration(
+    name: str, vh: VirtualHost, matcher_tree_min_routes: int, memo: TranslateMemo | None = None
+) -> Any:
+    """The RouteConfiguration `name` holding the one virtual host `vh` (one table per host:
+    scoped routes), the very same message as last time when `vh` is the very same object and
+    the name the same, so the xDS server sends only the tables of the hosts that changed."""
+    if memo is not None and (known := memo.host_tables.get(vh)) is not None and known[0] == name:
+        return known[1]
+    config = translate_route_configuration(name, (vh,), matcher_tree_min_routes, memo)
+    if memo is not None:
+        memo.host_tables.put(vh, (name, config))
+    return config
+
+
+# RouteConfiguration.virtual_hosts is field 2, length-delimited: tag byte (2 << 3) | 2.
+_VHOSTS_TAG = b"\x12"
+
+
+def host_part(
+    vh: VirtualHost, matcher_tree_min_routes: int, memo: TranslateMemo | None = None
+) -> HostPart:
+    """What `vh` adds to a RouteConfiguration (see `HostPart`), from `memo` when `vh` is the
+    very same object it translated before (the memo is emptied when options change)."""
+    if memo is not None and (known := memo.hosts.get(vh)) is not None:
+        return known
+    invalid = _names_invalid_backend(vh)
+    try:
+        message = translate_virtual_host(vh, matcher_tree_min_routes)
+        part = HostPart(
+            length_delimited(_VHOSTS_TAG, message.SerializeToString(deterministic=True)),
+            _max_direct_body(vh),
+            invalid,
+        )
+    except Exception as err:
+        log_translation_failure(f"virtual host {vh.name!r} of {vh.owner}", err)
+        part = HostPart(None, 0, invalid)
+    return memo.hosts.put(vh, part) if memo is not None else part
 
 
 def translate_virtual_host(

@@ -48,6 +48,7 @@ from turnout.envoy.translate.listeners import (
     http_connection_manager,
     socket_address,
 )
+from turnout.envoy.translate.memo import TranslateMemo
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.routes import translate_route_configuration
 from turnout.graph.model import Listener, VirtualHost
@@ -105,22 +106,27 @@ def uses_scoped_routes(listener: Listener, options: TranslateOptions) -> bool:
     )
 
 
-def scoped_http_listener(listener: Listener, options: TranslateOptions) -> ListenerResources | None:
+def scoped_http_listener(
+    listener: Listener, options: TranslateOptions, memo: TranslateMemo | None = None
+) -> ListenerResources | None:
     """The listener with one scope and one RouteConfiguration per virtual host, or None when
     something in its route tables names `SCOPE_KEY_HEADER` (then the caller translates it as a
-    single RouteConfiguration)."""
+    single RouteConfiguration). With `memo`, a host that is the very same object as in the
+    translation before keeps its messages, so only the changed hosts' tables are new."""
     scopes = []
     configs = []
     for key, vh in _hosts_by_key(listener.virtual_hosts):
         name = scoped_route_name(listener.name, key)
-        config = translate_route_configuration(name, (vh,), options.matcher_tree_min_routes)
-        if SCOPE_KEY_HEADER.encode() in config.SerializeToString():
+        known = memo.scoped_hosts.get(vh) if memo is not None else None
+        if known is None or known[0] != name:
+            known = (name, _host_scope(name, key, vh, options))
+            if memo is not None:
+                memo.scoped_hosts.put(vh, known)
+        pair = known[1]
+        if pair is None:
             return None
-        config.request_headers_to_remove.append(SCOPE_KEY_HEADER)
-        configs.append(config)
-        scope = scoped_route_pb2.ScopedRouteConfiguration(name=name, route_configuration_name=name)
-        scope.key.fragments.add().string_key = key
-        scopes.append(scope)
+        configs.append(pair[0])
+        scopes.append(pair[1])
     hcm = scoped_connection_manager(listener.name, options)
     out = listener_pb2.Listener(name=listener.name, address=socket_address(listener))
     out.filter_chains.append(
@@ -131,6 +137,20 @@ def scoped_http_listener(listener: Listener, options: TranslateOptions) -> Liste
     return ListenerResources(
         listener=out, route_configurations=tuple(configs), scoped_routes=tuple(scopes)
     )
+
+
+def _host_scope(
+    name: str, key: str, vh: VirtualHost, options: TranslateOptions
+) -> tuple[Any, Any] | None:
+    """The RouteConfiguration and the scope of one host; None when its table names the key
+    header (see `scoped_http_listener`)."""
+    config = translate_route_configuration(name, (vh,), options.matcher_tree_min_routes)
+    if SCOPE_KEY_HEADER.encode() in config.SerializeToString():
+        return None
+    config.request_headers_to_remove.append(SCOPE_KEY_HEADER)
+    scope = scoped_route_pb2.ScopedRouteConfiguration(name=name, route_configuration_name=name)
+    scope.key.fragments.add().string_key = key
+    return config, scope
 
 
 def scoped_connection_manager(listener_name: str, options: TranslateOptions) -> Any:

@@ -178,11 +178,16 @@ class StatusWriter:
     def publish(self, statuses: Sequence[ObjectStatus]) -> None:
         """The controller's published statuses: the objects whose status changed are queued."""
         previous = self._desired
-        self._desired = {s.ref: s for s in statuses if status_target(s) is not None}
+        # The controller keeps an unchanged status the very same object: one identity check
+        # each, and the per-status work (where it is written) only for the changed ones.
+        self._desired = {
+            s.ref: s for s in statuses if previous.get(s.ref) is s or status_target(s) is not None
+        }
         for ref, status in self._desired.items():
+            if previous.get(ref) is status:
+                continue
             self._withdrawn.pop(ref, None)
-            if previous.get(ref) is not status:
-                self._enqueue(ref)
+            self._enqueue(ref)
         # A deleted object was forgotten (the watch said so): nothing to take back from it.
         for ref in (previous.keys() - self._desired.keys()) & self._current.keys():
             self._withdrawn[ref] = previous[ref]
