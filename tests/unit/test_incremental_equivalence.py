@@ -292,6 +292,50 @@ def _pick(world: World, read_kinds: bool) -> tuple[str, int, Doc] | None:
     return world.rng.choice(docs) if docs else None
 
 
+# What an endpoints step writes: ordinary addresses, loopback (refused on a reserved port) and
+# link-local ones (always refused), on ordinary ports and on --http-port.
+ADDRESSES = ("10.0.0.1", "10.0.0.2", "fd00::1", "127.0.0.1", "169.254.169.254")
+PORTS = (80, 8080, 8000, 9090)
+
+
+def endpoints_step(world: World) -> str | None:
+    """An EndpointSlice of a Service written (new endpoints, ready or not, on a named or an
+    unnamed port), or an EndpointSlice or Endpoints object deleted; None without a Service."""
+    rng = world.rng
+    services = [t for t in world.all_docs() if t[2].get("kind") == "Service"]
+    written = [t for t in world.all_docs() if t[2].get("kind") in ("EndpointSlice", "Endpoints")]
+    if written and rng.random() < 0.3:
+        name, index, doc = rng.choice(written)
+        world.files[name].pop(index)
+        world.write(name)
+        return f"delete {_label(doc)} from {name}"
+    if not services:
+        return None
+    name, _, svc = rng.choice(services)
+    meta, spec = svc.get("metadata") or {}, svc.get("spec") or {}
+    ports = [p.get("name") for p in spec.get("ports") or () if isinstance(p, dict)]
+    endpoint_slice = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{meta.get('name')}-{rng.randint(1, 2)}",
+            "namespace": meta.get("namespace", "default"),
+            "labels": {"kubernetes.io/service-name": meta.get("name")},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": rng.choice([*ports, ""]) or "", "port": rng.choice(PORTS)}],
+        "endpoints": [
+            {"addresses": [rng.choice(ADDRESSES)], "conditions": {"ready": rng.random() < 0.8}}
+            for _ in range(rng.randint(0, 2))
+        ],
+    }
+    docs = world.files[name]
+    label = _label(endpoint_slice)
+    docs[:] = [d for d in docs if _label(d) != label] + [endpoint_slice]
+    world.write(name)
+    return f"write {label} in {name}: {endpoint_slice['endpoints']} {endpoint_slice['ports']}"
+
+
 def step(world: World, dialect_cases: Sequence[Path]) -> str:
     """One random change to the walk's files; what it did, to reproduce a failure."""
     rng = world.rng
@@ -299,8 +343,13 @@ def step(world: World, dialect_cases: Sequence[Path]) -> str:
         ("add", "add", "remove_file", "delete", "readd", "move")
         + ("mutate",) * 5
         + ("targeted",) * 2
-        + ("read_kind",) * 4
+        + ("read_kind",) * 3
+        + ("endpoints",) * 2
     )
+    if not world.files:  # the last file went: start again from a case of the dialect
+        return f"add file {world.add_case(rng.choice(list(dialect_cases)))}"
+    if action == "endpoints" and (what := endpoints_step(world)) is not None:
+        return what
     if action == "add" and len(world.files) < MAX_FILES:
         mine = rng.random() < 0.6
         case = rng.choice(list(dialect_cases) if mine else world.pool)
@@ -409,6 +458,7 @@ class Compiler:
     snapshot: Snapshot | None = None  # of `result`
     memo_snapshot: Snapshot | None = None
     fast_paths: int = 0
+    history: list[str] = field(default_factory=list)  # the walk's steps, to reproduce it
 
     def __post_init__(self) -> None:
         if TRANSLATE_MEMO is not None:
@@ -421,7 +471,9 @@ class Compiler:
             result = fast
         else:
             changes = None
-            if self.memo_snapshot is not None:
+            # Half of the time the memo works the changes out itself, as for a caller
+            # without a store.
+            if self.memo_snapshot is not None and rng.random() < 0.5:
                 changes = self.store.changes(self.memo_snapshot, snapshot)
             result = build_graph(snapshot, self.options, DIALECTS, self.memo, changes)
             self.memo_snapshot = snapshot
@@ -455,7 +507,8 @@ def walk(dialect: str, seed: str, steps: int) -> Compiler:
     world = World(rng, [c for c in CASES if c != start])
     world.add_case(start)
     compiler = Compiler(case_options(start), world.store)
-    history = [f"start with {start.parent.name}/{start.name}"]
+    history = compiler.history
+    history.append(f"start with {start.parent.name}/{start.name}")
     for n in range(steps + 1):
         if n:
             history.append(step(world, mine))
@@ -490,6 +543,16 @@ def _seeds(dialect: str) -> list[str]:
 def test_a_carried_memo_compiles_what_a_fresh_one_compiles(dialect: str) -> None:
     for seed in _seeds(dialect):
         walk(dialect, seed, STEPS)
+
+
+def test_the_walks_take_every_kind_of_step() -> None:
+    walks = [walk(d, f"{d}:{n}", STEPS) for d, n in (("httpproxy", 0), ("ownership", 1))]
+    steps = "\n".join(h for w in walks for h in w.history)
+    for kind in ("add file", "remove file", "delete", "add back", "move", "edit in", "write Endp"):
+        assert kind in steps
+    for edited in ("annotation", "Service", "-> "):
+        assert edited in steps
+    assert sum(w.fast_paths for w in walks) > 0
 
 
 def test_the_walks_cover_every_dialect() -> None:
