@@ -628,3 +628,23 @@ def test_a_reused_dialect_output_keeps_its_clusters_and_secrets() -> None:
     assert https[0].virtual_hosts[0] is reused[0].virtual_hosts[0]  # the output was reused
     assert carried.graph.secrets and carried.graph.clusters
     assert differences(carried, full) == []
+
+
+def test_a_delegation_change_compiles_the_ingress_that_reads_through_it_again() -> None:
+    """The shared SecretResolver reads TLSCertificateDelegations for every dialect: an Ingress
+    whose Secret lives in another namespace is compiled again when the delegation now names
+    another namespace (nothing else in the file moves)."""
+    case = FIXTURES / "ingress" / "tls-cross-namespace"
+    world = World(random.Random(0), [])
+    name = world.add_case(case)
+    memo, options = CompileMemo(), case_options(case)
+    before = world.store.snapshot()
+    build_graph(before, options, DIALECTS, memo)
+    for doc in world.files[name]:
+        if doc["kind"] == "TLSCertificateDelegation":
+            doc["spec"]["delegations"][0]["targetNamespaces"] = ["team-b"]
+    world.write(name)
+    snapshot = world.store.snapshot()
+    (change,) = world.store.changes(before, snapshot) or ()  # the delegation alone
+    carried = build_graph(snapshot, options, DIALECTS, memo, [change])
+    assert differences(carried, build_graph(snapshot, options, DIALECTS)) == []

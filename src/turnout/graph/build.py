@@ -39,6 +39,7 @@ from turnout.graph.model import (
     TCPProxy,
     VirtualHost,
 )
+from turnout.graph.secret_data import DELEGATION_KINDS
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import (
     BackendResolver,
@@ -353,8 +354,11 @@ def replay_calls(calls: Iterable[ResolverCall], ctx: CompileContext) -> None:
 
 
 def _reads(dialect: Dialect) -> frozenset[tuple[str, str]]:
-    """The (group, kind)s a dialect may read: its own and the core kinds."""
-    return frozenset((group_of(v), k) for v, k in (*dialect.kinds, *CORE_KINDS))
+    """The (group, kind)s a dialect may read: its own, the core kinds, and the delegations
+    the shared `SecretResolver` reads for any dialect (an Ingress's Secret in another
+    namespace, an HTTPProxy's named by a `contour.heptio.com` delegation)."""
+    own = frozenset((group_of(v), k) for v, k in (*dialect.kinds, *CORE_KINDS))
+    return own.union(DELEGATION_KINDS)
 
 
 def dialect_claims(
