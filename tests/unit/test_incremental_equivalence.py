@@ -55,8 +55,9 @@ WALKS = int(os.environ.get("TURNOUT_EQUIVALENCE_WALKS", "3"))
 # The steps within which `test_the_walk_catches_a_stale_memo` must catch a wrong memo.
 CATCH_STEPS = 30
 SEED = os.environ.get("TURNOUT_EQUIVALENCE_SEED")
-# Files a walk holds at most: enough for collisions, few enough to keep a step cheap.
-MAX_FILES = 5
+# Objects a walk holds before it adds no more cases: enough for collisions, few enough to keep
+# a step cheap.
+MAX_OBJECTS = 40
 # Kinds routes read that are not routes themselves: edited, deleted and added back on purpose.
 READ_KINDS = frozenset(
     {
@@ -142,10 +143,17 @@ class World:
         return old if same and self.rng.random() < 0.5 else new  # type: ignore[return-value]
 
     def add_case(self, case: Path) -> str:
+        """The case as one file, or (half of the time) as one file per object: then an edit
+        moves no other object's line, and what the memo reuses shows."""
         self.added += 1
-        name = f"{case.parent.name}/{case.name}#{self.added}.yaml"
-        self.files[name] = _docs(case)
-        self.write(name)
+        name = f"{case.parent.name}/{case.name}#{self.added}"
+        docs = _docs(case)
+        files = {f"{name}.yaml": docs}
+        if self.rng.random() < 0.5:
+            files = {f"{name}/{i}.yaml": [d] for i, d in enumerate(docs)}
+        for file, content in files.items():
+            self.files[file] = content
+            self.write(file)
         return name
 
     def all_docs(self) -> list[tuple[str, int, Doc]]:
@@ -350,7 +358,7 @@ def step(world: World, dialect_cases: Sequence[Path]) -> str:
         return f"add file {world.add_case(rng.choice(list(dialect_cases)))}"
     if action == "endpoints" and (what := endpoints_step(world)) is not None:
         return what
-    if action == "add" and len(world.files) < MAX_FILES:
+    if action == "add" and len(world.all_docs()) < MAX_OBJECTS:
         mine = rng.random() < 0.6
         case = rng.choice(list(dialect_cases) if mine else world.pool)
         return f"add file {world.add_case(case)}"
@@ -618,8 +626,10 @@ def test_a_reused_dialect_output_keeps_its_clusters_and_secrets() -> None:
     ingress = world.add_case(FIXTURES / "ingress" / "path-exact")
     memo, options = CompileMemo(), CompileOptions()
     before = build_graph(world.store.snapshot(), options, DIALECTS, memo)
-    world.files[ingress] = [d for d in world.files[ingress] if d["kind"] != "Ingress"]
-    world.write(ingress)
+    for file, index, doc in reversed(world.all_docs()):
+        if file.startswith(ingress) and doc["kind"] == "Ingress":
+            del world.files[file][index]
+            world.write(file)
     snapshot = world.store.snapshot()
     carried = build_graph(snapshot, options, DIALECTS, memo)
     full = build_graph(snapshot, options, DIALECTS)
@@ -636,14 +646,14 @@ def test_a_delegation_change_compiles_the_ingress_that_reads_through_it_again() 
     another namespace (nothing else in the file moves)."""
     case = FIXTURES / "ingress" / "tls-cross-namespace"
     world = World(random.Random(0), [])
-    name = world.add_case(case)
+    world.add_case(case)
     memo, options = CompileMemo(), case_options(case)
     before = world.store.snapshot()
     build_graph(before, options, DIALECTS, memo)
-    for doc in world.files[name]:
+    for file, _, doc in world.all_docs():
         if doc["kind"] == "TLSCertificateDelegation":
             doc["spec"]["delegations"][0]["targetNamespaces"] = ["team-b"]
-    world.write(name)
+            world.write(file)
     snapshot = world.store.snapshot()
     (change,) = world.store.changes(before, snapshot) or ()  # the delegation alone
     carried = build_graph(snapshot, options, DIALECTS, memo, [change])
