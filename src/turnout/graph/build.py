@@ -9,6 +9,7 @@ import dataclasses
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 from turnout.compile_inputs import (
     HTTP_LISTENER,
@@ -38,6 +39,7 @@ from turnout.graph.model import (
     TCPProxy,
     VirtualHost,
 )
+from turnout.graph.secret_data import DELEGATION_KINDS
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import (
     BackendResolver,
@@ -299,18 +301,64 @@ def build_graph(
 
 
 class DialectMemo:
-    """A dialect's claims and output from the compile before, with what it read of ownership:
-    what `dialect_claims` and `dialect_output` reuse for a dialect that is not incremental."""
+    """A dialect's claims and output from the compile before, with what it read of ownership
+    and what it asked the resolvers: what `dialect_claims` and `dialect_output` reuse for a
+    dialect that is not incremental."""
 
     def __init__(self) -> None:
         self.claims: tuple[HostClaim, ...] | None = None
         self.output: DialectOutput | None = None
         self.ownership: RecordedOwnership | None = None
+        self.calls: tuple[ResolverCall, ...] = ()
+
+
+# One call a dialect made on a resolver: ("backends" or "secrets", the attributes on the way
+# to the method (`ca_bundles`), the method's name, its arguments).
+ResolverCall = tuple[str, tuple[str, ...], str, tuple[Any, ...], dict[str, Any]]
+# The resolvers' attributes that are resolvers of their own (`SecretResolver.ca_bundles`).
+_NESTED_RESOLVERS = frozenset({"ca_bundles"})
+
+
+class _RecordingResolver:
+    """Forwards every call to a resolver and records it. The resolvers collect what the
+    compile serves (clusters, TLS secrets, CA bundles, endpoint-dependent Services) from the
+    dialects' calls, so a reused output's calls are replayed on the next compile's resolvers
+    (`replay_calls`): the same calls on the same core objects register the same things."""
+
+    def __init__(
+        self, target: Any, root: str, calls: list[ResolverCall], path: tuple[str, ...] = ()
+    ) -> None:
+        self._target, self._root, self._calls, self._path = target, root, calls, path
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if name in _NESTED_RESOLVERS:
+            return _RecordingResolver(value, self._root, self._calls, (*self._path, name))
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._calls.append((self._root, self._path, name, args, kwargs))
+            return value(*args, **kwargs)
+
+        return call
+
+
+def replay_calls(calls: Iterable[ResolverCall], ctx: CompileContext) -> None:
+    """Makes the recorded resolver calls again on `ctx`'s resolvers (results dropped)."""
+    for root, path, name, args, kwargs in calls:
+        target: Any = ctx.backends if root == "backends" else ctx.secrets
+        for attribute in path:
+            target = getattr(target, attribute)
+        getattr(target, name)(*args, **kwargs)
 
 
 def _reads(dialect: Dialect) -> frozenset[tuple[str, str]]:
-    """The (group, kind)s a dialect may read: its own and the core kinds."""
-    return frozenset((group_of(v), k) for v, k in (*dialect.kinds, *CORE_KINDS))
+    """The (group, kind)s a dialect may read: its own, the core kinds, and the delegations
+    the shared `SecretResolver` reads for any dialect (an Ingress's Secret in another
+    namespace, an HTTPProxy's named by a `contour.heptio.com` delegation)."""
+    own = frozenset((group_of(v), k) for v, k in (*dialect.kinds, *CORE_KINDS))
+    return own.union(DELEGATION_KINDS)
 
 
 def dialect_claims(
@@ -337,10 +385,19 @@ def dialect_output(dialect: Dialect, snapshot: Snapshot, ctx: CompileContext) ->
         and kept.ownership is not None
         and kept.ownership.same_answers(ctx.ownership)
     ):
+        replay_calls(kept.calls, ctx)
         return kept.output
     recorded = RecordedOwnership(ctx.ownership.owners)
-    kept.output = dialect.compile(snapshot, dataclasses.replace(ctx, ownership=recorded))
+    calls: list[ResolverCall] = []
+    recording = dataclasses.replace(
+        ctx,
+        ownership=recorded,
+        backends=cast(BackendResolver, _RecordingResolver(ctx.backends, "backends", calls)),
+        secrets=cast(SecretResolver, _RecordingResolver(ctx.secrets, "secrets", calls)),
+    )
+    kept.output = dialect.compile(snapshot, recording)
     kept.ownership = recorded
+    kept.calls = tuple(calls)
     return kept.output
 
 
