@@ -59,6 +59,9 @@ DEFAULT_EMPTY_FILE_GRACE_S = 5.0
 # A timer may fire a little before its deadline; waking a bit late avoids a second wake-up.
 _HOLD_MARGIN_S = 0.01
 
+# The level of a file's "loaded" line: debug during the first load (one summary line instead).
+_LOADED_LEVEL = {False: logging.INFO, True: logging.DEBUG}
+
 OnChange = Callable[[], Awaitable[None] | None]
 
 
@@ -131,7 +134,13 @@ def discover(paths: Sequence[Path], exclude: Sequence[str] = ()) -> list[Path]:
             found.update(_walk(root, exclude)[0])
         elif root.is_file() and not excluded(root.name, exclude):
             found.add(root)
-    return sorted(found)
+    # The order of `Path`'s own comparison (its parts), compared as tuples in C: sorting 30,000
+    # paths with `Path.__lt__` took a quarter of a second.
+    return sorted(found, key=_parts)
+
+
+def _parts(path: Path) -> tuple[str, ...]:
+    return path.parts
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,7 +466,7 @@ class FileSource:
         files = discover(self._roots, self._exclude)
         updates: list[_Update] = []
         for path in files:
-            forced = Path(os.path.abspath(path)) in changed
+            forced = bool(changed) and Path(os.path.abspath(path)) in changed
             update = self._read_update(path, seen.get(path), forced)
             if update is not None:
                 updates.append(update)
@@ -488,10 +497,14 @@ class FileSource:
         sink = self._sink
         if sink is None:
             raise RuntimeError("FileSource has no sink: give one, or use run(sink)")
+        # The first load logs one line, not one per file (30,000 lines at 10,000 objects).
+        first = self._generation == 0
         self._generation += 1
         changed = False
         for update in scan.updates:
-            changed = self._apply_update(sink, update) or changed
+            changed = self._apply_update(sink, update, first) or changed
+        if first:
+            log.info("loaded %d file(s)", len(scan.updates))
         missing = frozenset(scan.missing)
         for root in missing - self._missing:
             problem = SourceProblem(
@@ -506,7 +519,7 @@ class FileSource:
         self._missing = missing
         return changed
 
-    def _apply_update(self, sink: PartitionSink, update: _Update) -> bool:
+    def _apply_update(self, sink: PartitionSink, update: _Update, first: bool = False) -> bool:
         key = partition_key(update.path)
         if update.seen is None:
             log.info("%s: removed", update.path)
@@ -529,7 +542,7 @@ class FileSource:
             if key in self._loaded:
                 log.warning("%s: keeping its last good objects", update.path)
             return sink.set_problems(key, result.problems)
-        log.info("%s: loaded %d object(s)", update.path, len(result.objects))
+        log.log(_LOADED_LEVEL[first], "%s: loaded %d object(s)", update.path, len(result.objects))
         self._loaded.add(key)
         if result.objects:
             self._with_objects.add(update.path)
