@@ -50,32 +50,32 @@ class Stages:
     def __init__(self, profile: str | None, trace: bool) -> None:
         self.profile = profile
         self.trace = trace
-        self.rows: list[tuple[str, float, float, float]] = []
+        self.rows: list[tuple[str, float, float, float, float]] = []
 
     def run(self, name: str, fn: Callable[[], Any]) -> Any:
         before = tracemalloc.get_traced_memory()[0] if self.trace else 0
         profiler = cProfile.Profile() if name == self.profile else None
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         if profiler is not None:
             profiler.enable()
         result = fn()
         if profiler is not None:
             profiler.disable()
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         after = tracemalloc.get_traced_memory()[0] if self.trace else 0
-        self.rows.append((name, elapsed, rss_mib(), (after - before) / 2**20))
+        self.rows.append((name, elapsed, cpu, rss_mib(), (after - before) / 2**20))
         if profiler is not None:
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
             pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
         return result
 
     def report(self) -> None:
-        total = sum(r[1] for r in self.rows)
-        print(f"{'stage':<14}{'seconds':>9}{'RSS MiB':>9}{'py alloc MiB':>14}")
-        for name, elapsed, rss, alloc in self.rows:
+        total, total_cpu = sum(r[1] for r in self.rows), sum(r[2] for r in self.rows)
+        print(f"{'stage':<14}{'wall s':>9}{'CPU s':>9}{'RSS MiB':>9}{'py alloc MiB':>14}")
+        for name, elapsed, cpu, rss, alloc in self.rows:
             traced = f"{alloc:14.1f}" if self.trace else ""
-            print(f"{name:<14}{elapsed:9.2f}{rss:9.0f}{traced}")
-        print(f"{'total':<14}{total:9.2f}   peak RSS {peak_mib():.0f} MiB")
+            print(f"{name:<14}{elapsed:9.2f}{cpu:9.2f}{rss:9.0f}{traced}")
+        print(f"{'total':<14}{total:9.2f}{total_cpu:9.2f}   peak RSS {peak_mib():.0f} MiB")
 
 
 def main() -> None:
@@ -85,7 +85,12 @@ def main() -> None:
     parser.add_argument("--profile", help="a stage to run under cProfile (e.g. load)")
     parser.add_argument("--tracemalloc", action="store_true", help="Python allocations by stage")
     parser.add_argument("--top", type=int, default=25, help="allocation sites shown at the end")
-    parser.add_argument("--no-gc-freeze", action="store_true", help="leave the collector alone")
+    parser.add_argument(
+        "--collector",
+        choices=["paused", "on"],
+        default="paused",
+        help="paused: as `serve` does for files (collector off, then gc.freeze); on: left alone",
+    )
     args = parser.parse_args()
 
     directory = args.dir
@@ -95,6 +100,8 @@ def main() -> None:
     if args.tracemalloc:
         tracemalloc.start(8)
     stages = Stages(args.profile, args.tracemalloc)
+    if args.collector == "paused":
+        gc.disable()
     run_stages(stages, directory)
     stages.report()
     if args.tracemalloc:
@@ -123,7 +130,11 @@ def run_stages(stages: Stages, directory: Path) -> None:
             for m in msgs
         ],
     )
-    stages.run("gc", gc.collect)
+    if not gc.isenabled():  # as `serve` does once the first compile is served
+        gc.freeze()
+        gc.enable()
+    # What the collector's next full pass costs (after `gc.freeze`, it skips what was built).
+    stages.run("gc pass", gc.collect)
     print(
         f"{len(files)} files, {len(snapshot.objects)} objects, {len(result.graph.clusters)} "
         f"clusters, {sum(map(len, blobs)) / 2**20:.1f} MiB of xDS"

@@ -176,3 +176,13 @@ def test_the_cold_start_pauses_the_collector_and_freezes_what_it_built() -> None
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("namespace", ["team", "''", "~", "default"])
+def test_an_object_naming_its_namespace_is_what_pyyaml_builds(namespace: str) -> None:
+    assert_same(
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{namespace: {namespace}, name: a}}\n"
+        "data: {a: [1, {b: c}]}\n---\n"
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: b, namespace: {namespace}}}\n"
+        "data: {a: [1, {b: c}]}\n"
+    )

@@ -32,6 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from watchfiles import Change, awatch
 
@@ -171,7 +172,7 @@ def _read(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> _Read:
     return _Read(data, None)
 
 
-def _parse(data: bytes, source: str) -> ParseResult:
+def _parse(data: bytes, source: str, shared: dict[Any, Any] | None = None) -> ParseResult:
     try:
         # utf-8-sig: the YAML spec allows a byte order mark, and Windows editors write one.
         text = data.decode("utf-8-sig")
@@ -181,7 +182,7 @@ def _parse(data: bytes, source: str) -> ParseResult:
             source, line, f"file is not valid UTF-8: {err.reason}", severity="unreadable"
         )
         return ParseResult((), (problem,), failed=True)
-    return parse_text(text, source)
+    return parse_text(text, source, shared)
 
 
 def load_file(path: Path, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> ParseResult:
@@ -423,12 +424,13 @@ class FileSource:
         """`_scan` for loaded files only: each is read again (the watcher reported it), or
         removed when it is no longer a file."""
         updates: list[_Update] = []
+        shared: dict[Any, Any] = {}
         for path in sorted(paths):
             if not path.is_file():
                 if path in seen:
                     updates.append(_Update(path, None, None))
                 continue
-            update = self._read_update(path, seen.get(path), forced=True)
+            update = self._read_update(path, seen.get(path), True, shared)
             if update is not None:
                 updates.append(update)
         return _Scan(tuple(updates), tuple(self._missing))
@@ -465,9 +467,11 @@ class FileSource:
         it reads nothing that the event loop mutates."""
         files = discover(self._roots, self._exclude)
         updates: list[_Update] = []
+        # Equal values parsed from different files are one object (see `parse_text`).
+        shared: dict[Any, Any] = {}
         for path in files:
             forced = bool(changed) and Path(os.path.abspath(path)) in changed
-            update = self._read_update(path, seen.get(path), forced)
+            update = self._read_update(path, seen.get(path), forced, shared)
             if update is not None:
                 updates.append(update)
         present = set(files)
@@ -475,7 +479,9 @@ class FileSource:
         missing = tuple(root for root in self._roots if not root.exists())
         return _Scan(tuple(updates), missing)
 
-    def _read_update(self, path: Path, prev: _Seen | None, forced: bool) -> _Update | None:
+    def _read_update(
+        self, path: Path, prev: _Seen | None, forced: bool, shared: dict[Any, Any]
+    ) -> _Update | None:
         """One file read again if its signature changed (or `forced`); None: unchanged."""
         signature = _signature(path)
         # Two same-size writes within one kernel timestamp tick share a signature; the event
@@ -490,7 +496,7 @@ class FileSource:
         digest = hashlib.sha256(read.data).digest()
         if prev is not None and prev.digest == digest:
             return _Update(path, _Seen(signature, digest), None)
-        return _Update(path, _Seen(signature, digest), _parse(read.data, str(path)))
+        return _Update(path, _Seen(signature, digest), _parse(read.data, str(path), shared))
 
     def _apply(self, scan: _Scan) -> bool:
         """Applies a scan to the sink; True when the sink's content changed."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from turnout.objects import DEFAULT_NAMESPACE, FrozenDict, KubeObject, Origin, freeze, frozen_dict
+from turnout.objects import DEFAULT_NAMESPACE, KubeObject, Origin, freeze, frozen_dict
 from turnout.store import SourceProblem
 
 
@@ -127,19 +127,24 @@ class _FastBuilder:
 
     PyYAML's constructor builds mutable dicts and lists through several Python calls per node,
     then `freeze` walks the result again to copy it; at 30,000 files that was most of the load.
-    This walk builds `FrozenDict`s and tuples directly, and interns strings: the same keys and
-    many of the same values repeat in every object, and one copy of each is kept. It handles
-    what Kubernetes objects are made of (mappings with string keys, sequences, plain scalars)
-    and raises `_Unusual` for anything else, which then takes PyYAML's path unchanged; so does
-    a document over the size limits, whose check then reports it as before."""
+    This walk builds `FrozenDict`s and tuples directly. Equal values are built once: strings are
+    interned, and an immutable mapping or sequence equal to one already built (in `shared`,
+    which a caller may keep across the files of one load) is that one (the same `services` and
+    `conditions` repeat in route after route, the same ports in Service after Service). It
+    handles what Kubernetes objects are made of (mappings with string keys, sequences, plain
+    scalars) and raises `_Unusual` for anything else, which then takes PyYAML's path unchanged;
+    so does a document over the size limits, whose check then reports it as before."""
 
-    __slots__ = ("_count", "_loader")
+    __slots__ = ("_count", "_loader", "_shared")
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, shared: dict[Any, Any]) -> None:
         self._loader = loader
         self._count = 0
+        self._shared = shared
 
-    def build(self, node: yaml.Node, depth: int) -> Any:
+    def build(self, node: yaml.Node, depth: int) -> tuple[Any, Any]:
+        """The value of `node` and its key in `shared`: the value itself for a string, else a
+        tuple that tells types apart (1, 1.0 and true are equal in Python, not in YAML)."""
         self._count += 1
         if self._count > MAX_NODES_PER_DOCUMENT or depth > MAX_DEPTH:
             raise _Unusual
@@ -147,33 +152,61 @@ class _FastBuilder:
         kind = node.__class__
         if kind is yaml.ScalarNode:
             if tag == _STR:
-                return _intern(node.value)
+                text = _intern(node.value)
+                return text, text
             construct = _SCALARS.get(tag)
             if construct is None:
                 raise _Unusual
-            return construct(self._loader, node)
+            value = construct(self._loader, node)
+            # repr: -0.0 equals 0.0.
+            return value, (value.__class__, repr(value) if isinstance(value, float) else value)
         if kind is yaml.MappingNode and tag == _MAP:
             return self._mapping(node, depth)
         if kind is yaml.SequenceNode and tag == _SEQ:
-            return tuple([self.build(child, depth + 1) for child in node.value])
+            return self._sequence(node, depth)
         raise _Unusual
 
-    def _mapping(self, node: yaml.Node, depth: int) -> FrozenDict:
+    def _mapping(self, node: yaml.Node, depth: int) -> tuple[Any, Any]:
         data: dict[str, Any] = {}
+        key_parts: list[Any] = [_MAP]
         for key, value in node.value:
             # Only string keys: `freeze` turns others into text after PyYAML merged equal keys
             # (1 and true are one key to it), and `<<` merges are PyYAML's to expand.
             if key.tag != _STR or key.__class__ is not yaml.ScalarNode:
                 raise _Unusual
             self._count += 1
-            data[_intern(key.value)] = self.build(value, depth + 1)
-        return frozen_dict(data)
+            name = _intern(key.value)
+            data[name], value_key = self.build(value, depth + 1)
+            key_parts += (name, value_key)
+        return self._share(tuple(key_parts), data, frozen_dict)
+
+    def _sequence(self, node: yaml.Node, depth: int) -> tuple[Any, Any]:
+        items: list[Any] = []
+        key_parts: list[Any] = [_SEQ]
+        for child in node.value:
+            item, item_key = self.build(child, depth + 1)
+            items.append(item)
+            key_parts.append(item_key)
+        return self._share(tuple(key_parts), items, tuple)
+
+    def _share(
+        self, key: tuple[Any, ...], parts: Any, make: Callable[[Any], Any]
+    ) -> tuple[Any, Any]:
+        # A mapping that repeats a key is not what its key says (the last value won): it is
+        # never shared, and neither is what holds it (a key equal to no other).
+        if key[0] == _MAP and len(key) != 2 * len(parts) + 1:
+            return make(parts), object()
+        value = self._shared.get(key)
+        if value is None:
+            value = make(parts)
+            self._shared[key] = value
+        return value, key
 
 
-def _construct(loader: Any, node: yaml.Node) -> tuple[Any, bool]:
+def _construct(loader: Any, node: yaml.Node, shared: dict[Any, Any]) -> tuple[Any, bool]:
     """The document of `node` and whether it is already frozen; raises `_TooLarge`."""
     try:
-        return _FastBuilder(loader).build(node, 1), True
+        return _FastBuilder(loader, shared).build(node, 1)[0], True
     except _Unusual:
         pass
     too_large = _check_size(node)
@@ -186,8 +219,12 @@ class _TooLarge(Exception):
     pass
 
 
-def parse_text(text: str, source: str) -> ParseResult:
+def parse_text(text: str, source: str, shared: dict[Any, Any] | None = None) -> ParseResult:
+    """The objects and problems of one file's text. Values equal to one in `shared` (given to
+    the parse of every file of a load, then dropped) are that one: see `_FastBuilder`."""
     docs: list[tuple[Any, int, bool]] = []
+    if shared is None:
+        shared = {}
     try:
         loader = _Loader(text)
         try:
@@ -197,7 +234,7 @@ def parse_text(text: str, source: str) -> ParseResult:
                     continue
                 line = node.start_mark.line + 1
                 try:
-                    doc, frozen = _construct(loader, node)
+                    doc, frozen = _construct(loader, node, shared)
                 except _TooLarge as err:
                     problem = SourceProblem(source, line, str(err), severity="unreadable")
                     return ParseResult((), (problem,), failed=True)
@@ -307,6 +344,8 @@ def _collect(
 
 def _raw(doc: Mapping[Any, Any], metadata: Mapping[Any, Any], namespace: str, frozen: bool) -> Any:
     """The object's frozen content, its namespace filled in."""
+    if frozen and metadata.get("namespace") == namespace:
+        return doc  # what the lines below would build: equal in every part, type and order
     raw = dict(doc)
     if frozen:
         # Already frozen with string keys: only the two changed mappings are new.
