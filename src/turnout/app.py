@@ -32,9 +32,6 @@ from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
 from turnout.sources.base import Source
 from turnout.sources.files import FileSource
-from turnout.sources.kubernetes.api import load_config
-from turnout.sources.kubernetes.reflector import StatusObserver
-from turnout.sources.kubernetes.source import KubernetesSource
 from turnout.status.sink import StatusSink
 from turnout.store import Snapshot
 
@@ -42,6 +39,7 @@ if TYPE_CHECKING:
     from lightkube import AsyncClient
 
     from turnout.controller import Controller
+    from turnout.sources.kubernetes.reflector import StatusObserver
     from turnout.sources.kubernetes.status_sink import KubeStatusSink
 
 
@@ -194,6 +192,10 @@ def kubernetes_source(
     """Every kind the dialects (and the compile itself) read, from the API server, telling
     `observer` (the status writer) each object's current status. ValueError when there is no
     usable kubeconfig or in-cluster configuration."""
+    # Imported here, as the other Kubernetes parts: serving files never loads the client.
+    from turnout.sources.kubernetes.api import load_config
+    from turnout.sources.kubernetes.source import KubernetesSource
+
     return KubernetesSource(
         load_config(settings.kubeconfig, settings.context),
         readable=default_dialects().kinds | CORE_KINDS,
@@ -226,6 +228,8 @@ def build_controller(
     if config.kubernetes is not None and sources is None:
         # The status writer, told each object's current status by the source's watches.
         from lightkube import AsyncClient
+
+        from turnout.sources.kubernetes.api import load_config
 
         kube = load_config(config.kubernetes.kubeconfig, config.kubernetes.context)
         sink = kubernetes_status_sink(config, AsyncClient(kube), metrics)

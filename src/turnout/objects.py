@@ -65,6 +65,15 @@ class FrozenDict(Mapping[str, Any]):
         return f"FrozenDict({self._data!r})"
 
 
+def frozen_dict(data: dict[str, Any]) -> FrozenDict:
+    """A FrozenDict that takes `data` over instead of copying it: for a builder that made a
+    dict of frozen values and no longer touches it (the parser, at 100,000s of mappings)."""
+    frozen = FrozenDict.__new__(FrozenDict)
+    frozen._data = data
+    frozen._hash = None
+    return frozen
+
+
 def _hashable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return tuple(_hashable(v) for v in value)
@@ -128,14 +137,20 @@ class KubeObject:
     name: str
     raw: FrozenDict
     origin: Origin = field(default=Origin("unknown"), compare=False)
+    # Built once: the store and every compile ask for it, several times per object.
+    _ref: ObjectRef = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ref = ObjectRef(group_of(self.api_version), self.kind, self.namespace, self.name)
+        object.__setattr__(self, "_ref", ref)
 
     @property
     def group(self) -> str:
-        return group_of(self.api_version)
+        return self._ref.group
 
     @property
     def ref(self) -> ObjectRef:
-        return ObjectRef(self.group, self.kind, self.namespace, self.name)
+        return self._ref
 
     @property
     def metadata(self) -> Mapping[str, Any]:

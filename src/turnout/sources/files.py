@@ -32,6 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from watchfiles import Change, awatch
 
@@ -58,6 +59,9 @@ _REARM_DELAY_S = 0.2
 DEFAULT_EMPTY_FILE_GRACE_S = 5.0
 # A timer may fire a little before its deadline; waking a bit late avoids a second wake-up.
 _HOLD_MARGIN_S = 0.01
+
+# The level of a file's "loaded" line: debug during the first load (one summary line instead).
+_LOADED_LEVEL = {False: logging.INFO, True: logging.DEBUG}
 
 OnChange = Callable[[], Awaitable[None] | None]
 
@@ -131,7 +135,13 @@ def discover(paths: Sequence[Path], exclude: Sequence[str] = ()) -> list[Path]:
             found.update(_walk(root, exclude)[0])
         elif root.is_file() and not excluded(root.name, exclude):
             found.add(root)
-    return sorted(found)
+    # The order of `Path`'s own comparison (its parts), compared as tuples in C: sorting 30,000
+    # paths with `Path.__lt__` took a quarter of a second.
+    return sorted(found, key=_parts)
+
+
+def _parts(path: Path) -> tuple[str, ...]:
+    return path.parts
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +172,7 @@ def _read(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> _Read:
     return _Read(data, None)
 
 
-def _parse(data: bytes, source: str) -> ParseResult:
+def _parse(data: bytes, source: str, shared: dict[Any, Any] | None = None) -> ParseResult:
     try:
         # utf-8-sig: the YAML spec allows a byte order mark, and Windows editors write one.
         text = data.decode("utf-8-sig")
@@ -172,7 +182,7 @@ def _parse(data: bytes, source: str) -> ParseResult:
             source, line, f"file is not valid UTF-8: {err.reason}", severity="unreadable"
         )
         return ParseResult((), (problem,), failed=True)
-    return parse_text(text, source)
+    return parse_text(text, source, shared)
 
 
 def load_file(path: Path, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> ParseResult:
@@ -414,12 +424,13 @@ class FileSource:
         """`_scan` for loaded files only: each is read again (the watcher reported it), or
         removed when it is no longer a file."""
         updates: list[_Update] = []
+        shared: dict[Any, Any] = {}
         for path in sorted(paths):
             if not path.is_file():
                 if path in seen:
                     updates.append(_Update(path, None, None))
                 continue
-            update = self._read_update(path, seen.get(path), forced=True)
+            update = self._read_update(path, seen.get(path), True, shared)
             if update is not None:
                 updates.append(update)
         return _Scan(tuple(updates), tuple(self._missing))
@@ -456,9 +467,11 @@ class FileSource:
         it reads nothing that the event loop mutates."""
         files = discover(self._roots, self._exclude)
         updates: list[_Update] = []
+        # Equal values parsed from different files are one object (see `parse_text`).
+        shared: dict[Any, Any] = {}
         for path in files:
-            forced = Path(os.path.abspath(path)) in changed
-            update = self._read_update(path, seen.get(path), forced)
+            forced = bool(changed) and Path(os.path.abspath(path)) in changed
+            update = self._read_update(path, seen.get(path), forced, shared)
             if update is not None:
                 updates.append(update)
         present = set(files)
@@ -466,7 +479,9 @@ class FileSource:
         missing = tuple(root for root in self._roots if not root.exists())
         return _Scan(tuple(updates), missing)
 
-    def _read_update(self, path: Path, prev: _Seen | None, forced: bool) -> _Update | None:
+    def _read_update(
+        self, path: Path, prev: _Seen | None, forced: bool, shared: dict[Any, Any]
+    ) -> _Update | None:
         """One file read again if its signature changed (or `forced`); None: unchanged."""
         signature = _signature(path)
         # Two same-size writes within one kernel timestamp tick share a signature; the event
@@ -481,17 +496,21 @@ class FileSource:
         digest = hashlib.sha256(read.data).digest()
         if prev is not None and prev.digest == digest:
             return _Update(path, _Seen(signature, digest), None)
-        return _Update(path, _Seen(signature, digest), _parse(read.data, str(path)))
+        return _Update(path, _Seen(signature, digest), _parse(read.data, str(path), shared))
 
     def _apply(self, scan: _Scan) -> bool:
         """Applies a scan to the sink; True when the sink's content changed."""
         sink = self._sink
         if sink is None:
             raise RuntimeError("FileSource has no sink: give one, or use run(sink)")
+        # The first load logs one line, not one per file (30,000 lines at 10,000 objects).
+        first = self._generation == 0
         self._generation += 1
         changed = False
         for update in scan.updates:
-            changed = self._apply_update(sink, update) or changed
+            changed = self._apply_update(sink, update, first) or changed
+        if first:
+            log.info("loaded %d file(s)", len(scan.updates))
         missing = frozenset(scan.missing)
         for root in missing - self._missing:
             problem = SourceProblem(
@@ -506,7 +525,7 @@ class FileSource:
         self._missing = missing
         return changed
 
-    def _apply_update(self, sink: PartitionSink, update: _Update) -> bool:
+    def _apply_update(self, sink: PartitionSink, update: _Update, first: bool = False) -> bool:
         key = partition_key(update.path)
         if update.seen is None:
             log.info("%s: removed", update.path)
@@ -529,7 +548,7 @@ class FileSource:
             if key in self._loaded:
                 log.warning("%s: keeping its last good objects", update.path)
             return sink.set_problems(key, result.problems)
-        log.info("%s: loaded %d object(s)", update.path, len(result.objects))
+        log.log(_LOADED_LEVEL[first], "%s: loaded %d object(s)", update.path, len(result.objects))
         self._loaded.add(key)
         if result.objects:
             self._with_objects.add(update.path)
