@@ -4,6 +4,7 @@ first of all)."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from turnout.compile_inputs import CompileOptions
@@ -54,6 +55,11 @@ class HTTPProxyDialect(Dialect):
     )
     incremental = True
 
+    def __init__(self) -> None:
+        self._served: (
+            tuple[weakref.ref[Snapshot], CompileOptions, dict[tuple[str, str], ParsedProxy]] | None
+        ) = None
+
     def _parsed(
         self, snapshot: Snapshot, options: CompileOptions, memo: CompileMemo
     ) -> dict[tuple[str, str], ParsedProxy]:
@@ -61,6 +67,9 @@ class HTTPProxyDialect(Dialect):
         if kept.snapshot is not snapshot or kept.proxies is None:
             objects: ParseMemo = memo.stage("httpproxy:parse", IdentityMemo)
             kept.snapshot, kept.proxies = snapshot, parse_all(snapshot, options, objects)
+            # `ignored` of the same snapshot skips what was read: a cache of a pure function of
+            # an immutable snapshot (held weakly) and the options (hence the instance's own).
+            self._served = (weakref.ref(snapshot), options, kept.proxies)
         return kept.proxies
 
     def claims(
@@ -87,9 +96,17 @@ class HTTPProxyDialect(Dialect):
         return compile_httpproxies(snapshot, ctx, self._parsed(snapshot, ctx.options, ctx.memo))
 
     def ignored(self, snapshot: Snapshot, options: CompileOptions) -> list[IgnoredObject]:
-        """The HTTPProxies of another class."""
-        return [
-            IgnoredObject.of(o, why)
-            for o in snapshot.kind(GROUP, KIND)
-            if (why := why_not_served(o, options)) is not None
-        ]
+        """The HTTPProxies of another class (those the compile of `snapshot` did not read, when
+        it is the last one compiled: asking each object its class again costs a pass over all)."""
+        last = self._served
+        fits = last is not None and last[0]() is snapshot and last[1] == options
+        served = last[2] if last is not None and fits else {}
+        out: list[IgnoredObject] = []
+        for o in snapshot.kind(GROUP, KIND):
+            kept = served.get((o.namespace, o.name))
+            if kept is not None and kept.obj is o:
+                continue
+            why = why_not_served(o, options)
+            if why is not None:
+                out.append(IgnoredObject.of(o, why))
+        return out

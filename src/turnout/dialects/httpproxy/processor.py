@@ -341,16 +341,17 @@ class _Compiler:
 
     def _fresh(self, trace: Trace) -> bool:
         """Whether nothing `trace` read changed since it was recorded."""
+        if self.changed.stale(trace):
+            return False
         owners = self.real.ownership.owners
-        return not self.changed.stale(trace) and all(
-            owners.get(k) is v for k, v in trace.owners.items()
-        )
+        return all(owners.get(host) is owner for host, owner in trace.owners.items())
 
     def _replay(self, trace: Trace) -> None:
         """Does again what `trace` recorded, as part of the trace being recorded, if any."""
         for key, problem in trace.statuses:
             self.status[key].apply(problem)
-        set.update(self.reached, trace.reached)
+        if trace.reached:
+            set.update(self.reached, trace.reached)
         adopt(trace, self.real.backends, self.real.secrets)
         current = self.recorder.current
         if current is not None:

@@ -92,7 +92,13 @@ class Changed:
     secrets: bool
     extensions: bool
 
+    @property
+    def nothing(self) -> bool:
+        return not (self.proxies or self.services or self.secrets or self.extensions)
+
     def stale(self, trace: Trace) -> bool:
+        if self.nothing:
+            return False
         return (
             not trace.proxies.isdisjoint(self.proxies)
             or not trace.services.isdisjoint(self.services)
@@ -294,10 +300,11 @@ def adopt(trace: Trace, backends: BackendResolver, secrets: SecretResolver) -> N
     """What the resolvers collected for `trace`'s work, collected again for this compile."""
     for cluster, backend in trace.clusters.values():
         backends.adopt(cluster, backend)
-    for secret in trace.secrets.values():
-        secrets.adopt(secret)
-    for bundle in trace.bundles.values():
-        secrets.ca_bundles.adopt(bundle)
+    if trace.secret_reads:  # else there is nothing of theirs to collect
+        for secret in trace.secrets.values():
+            secrets.adopt(secret)
+        for bundle in trace.bundles.values():
+            secrets.ca_bundles.adopt(bundle)
 
 
 @dataclass(frozen=True, slots=True)
