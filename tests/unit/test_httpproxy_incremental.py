@@ -227,6 +227,17 @@ def test_the_include_revisit_budget_is_the_same_with_the_memo_carried() -> None:
             ]
         }
         run.compile(snapshot(objects, proxy("leaf", spec)))
+    # The same subtree (m0's, second include) reached after more or less of the budget was
+    # spent: kept, but its walk would now go over it, so it runs again to stop where a full walk
+    # stops.
+    leaf = proxy("leaf", {"routes": [{"services": [{"name": "app", "port": 80}]}]})
+    solo = proxy("solo", {"routes": [{"services": [{"name": "app", "port": 80}]}]})
+    outcomes = []
+    for first in ("solo", "m1", "solo", "m1"):
+        top = includes("root", "a.example.com", first, "m0")
+        result = run.compile(snapshot(top, layers[1:], service("app"), leaf, solo))
+        outcomes.append(status(result, "root").state)
+    assert outcomes == [State.VALID, State.INVALID, State.VALID, State.INVALID]
 
 
 # --- random changes over the HTTPProxy fixture cases -------------------------------------------
