@@ -49,7 +49,7 @@ SECRET_KINDS = frozenset(
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class Trace:
     """See the module docstring. Problems are an ordered set per trace: a repeat within one
     trace is a no-op however it is replayed."""
