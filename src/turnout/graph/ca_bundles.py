@@ -141,5 +141,10 @@ class CABundleResolver:
             crl=pem if key == CRL_KEY else None,
         )
 
+    def adopt(self, bundle: CABundle) -> None:
+        """Collects a bundle an earlier compile resolved from inputs that did not change since
+        (an incremental dialect replaying its work)."""
+        self._used[bundle.name] = bundle
+
     def bundles(self) -> tuple[CABundle, ...]:
         return tuple(self._used[k] for k in sorted(self._used))

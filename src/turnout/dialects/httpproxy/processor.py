@@ -25,7 +25,8 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import cast
 
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.contour.names import namespaced_name
@@ -53,7 +54,29 @@ from turnout.dialects.httpproxy.conditions import (
     path_conditions_error,
     query_conditions_error,
 )
-from turnout.dialects.httpproxy.extension_service import compile_extension_services
+from turnout.dialects.httpproxy.extension_service import (
+    ExtensionCluster,
+    compile_extension_services,
+)
+from turnout.dialects.httpproxy.problem import Problem
+from turnout.dialects.httpproxy.recording import (
+    PROXY_KIND,
+    SECRET_KINDS,
+    SERVICE_KIND,
+    Accessors,
+    Changed,
+    Key,
+    ProxyReads,
+    Reached,
+    Recorder,
+    RecordingBackends,
+    RecordingSecrets,
+    ServiceReads,
+    SubKey,
+    Trace,
+    adopt,
+    replay_walks,
+)
 from turnout.dialects.httpproxy.spec import (
     GROUP,
     INCLUDE_ERROR,
@@ -84,6 +107,7 @@ from turnout.dialects.httpproxy.tcpproxy import (
 )
 from turnout.dialects.tls_vhosts import SecureRoute, tls_virtual_hosts
 from turnout.graph.dialect import CompileContext, DialectOutput
+from turnout.graph.memo import Delta, IdentityMemo
 from turnout.graph.model import (
     BackendPolicies,
     Cluster,
@@ -107,8 +131,10 @@ from turnout.graph.model import (
     WeightedCluster,
 )
 from turnout.graph.regex import regex_error
-from turnout.graph.services import ServicePort, Unresolved, find_service_port
+from turnout.graph.secrets import SecretResolver
+from turnout.graph.services import BackendResolver, ServicePort, Unresolved, find_service_port
 from turnout.objects import KubeObject, ObjectRef
+from turnout.status.model import ObjectStatus
 from turnout.store import Snapshot
 
 # The CRD's pattern for `virtualhost.fqdn`: a bare `*` is not a hostname.
@@ -121,13 +147,26 @@ DEFAULT_MIN_TLS_VERSION = "1.2"
 DEFAULT_MAX_TLS_VERSION = "1.3"
 
 
-def parse_all(snapshot: Snapshot, options: CompileOptions) -> dict[tuple[str, str], ParsedProxy]:
-    """The HTTPProxies of turnout's class, read; the others are not turnout's to look at."""
-    return {
-        (o.namespace, o.name): parse_proxy(o)
-        for o in snapshot.kind(GROUP, KIND)
-        if serves(o, options)
-    }
+# What `parse_all` read of one object: its ParsedProxy, or None when it is not turnout's class.
+ParseMemo = IdentityMemo[KubeObject, tuple[ParsedProxy | None]]
+
+
+def parse_all(
+    snapshot: Snapshot, options: CompileOptions, memo: ParseMemo | None = None
+) -> dict[tuple[str, str], ParsedProxy]:
+    """The HTTPProxies of turnout's class, read; the others are not turnout's to look at.
+    `memo`: each object is read once (a pure function of the object and the options, which the
+    compile memo drops when they change)."""
+    out: dict[tuple[str, str], ParsedProxy] = {}
+    for o in snapshot.kind(GROUP, KIND):
+        found = memo.get(o) if memo is not None else None
+        if found is None:
+            found = (parse_proxy(o) if serves(o, options) else None,)
+            if memo is not None:
+                memo.put(o, found)
+        if found[0] is not None:
+            out[(o.namespace, o.name)] = found[0]
+    return out
 
 
 def root_allowed(namespace: str, options: CompileOptions) -> bool:
@@ -173,6 +212,51 @@ class _BudgetExceeded(Exception):
     """The walk from one root went over a budget; the message says which."""
 
 
+@dataclass(frozen=True, slots=True)
+class _SubEntry:
+    """An included proxy's routes under one chain (`SubKey`), and what computing them did."""
+
+    proxy: ParsedProxy
+    trace: Trace
+    result: list[_Candidate] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _RootEntry:
+    """A root's virtual hosts and TCP proxies, what computing them did, and its walk's
+    subtrees (for the next recompile of this root)."""
+
+    proxy: ParsedProxy
+    trace: Trace
+    vhosts: tuple[tuple[str, VirtualHost], ...]
+    tcp: tuple[tuple[str, TCPProxy], ...]
+    subtrees: dict[SubKey, _SubEntry]
+
+
+# A proxy's status with what it was built from: the object, its errors and warnings.
+_StatusEntry = tuple[KubeObject, tuple[Problem, ...], tuple[Problem, ...], ObjectStatus]
+
+
+@dataclass
+class _Memo:
+    """What one compile keeps for the next (a stage of `CompileMemo`)."""
+
+    roots: dict[Key, _RootEntry] = field(default_factory=dict)
+    statuses: dict[Key, _StatusEntry] = field(default_factory=dict)
+    extensions: dict[tuple[str, str], ExtensionCluster] | None = None
+
+
+def _changed(delta: Delta, extensions_changed: bool) -> Changed:
+    proxies, services = set(), set()
+    for ref in delta.refs:
+        if (ref.group, ref.kind) == PROXY_KIND:
+            proxies.add((ref.namespace, ref.name))
+        elif (ref.group, ref.kind) == SERVICE_KIND:
+            services.add((ref.namespace, ref.name))
+    secrets = not delta.kinds.isdisjoint(SECRET_KINDS)
+    return Changed(frozenset(proxies), frozenset(services), secrets, extensions_changed)
+
+
 class _Compiler:
     def __init__(
         self,
@@ -181,41 +265,156 @@ class _Compiler:
         parsed: dict[tuple[str, str], ParsedProxy] | None = None,
     ) -> None:
         self.snapshot = snapshot
-        self.ctx = ctx
         self.proxies = parse_all(snapshot, ctx.options) if parsed is None else parsed
-        self.status: dict[tuple[str, str], ProxyStatusAccessor] = {}
-        for key, proxy in self.proxies.items():
-            accessor = ProxyStatusAccessor(proxy.obj)
-            for problem in proxy.problems:
-                accessor.add(problem)
-            self.status[key] = accessor
-        self.reached: set[tuple[str, str]] = set()
-        self.tcp_inputs = TCPInputs(snapshot, ctx, self.proxies, self.status, self.reached)
+        # Everything a root's compile reads or does goes through a recording wrapper, so that
+        # the next compile can replay it while none of its inputs changed (`recording.py`).
+        self.recorder = Recorder()
+        self.lookup = ProxyReads(self.proxies, self.recorder)
+        self.status = Accessors(self.proxies, self.recorder)
+        self.reached = Reached(self.recorder)
+        self.real = ctx
+        self.extensions = compile_extension_services(snapshot, ctx.backends, ctx.secrets.ca_bundles)
+        backends = RecordingBackends(ctx.backends, self.recorder)
+        secrets = RecordingSecrets(ctx.secrets, self.recorder)
+        self.ctx = dataclasses.replace(
+            ctx,
+            backends=cast(BackendResolver, backends),
+            secrets=cast(SecretResolver, secrets),
+        )
+        self.services = ServiceReads(snapshot, self.recorder)
+        self.tcp_inputs = TCPInputs(
+            snapshot, self.ctx, self.lookup, self.status, self.reached, self.services.get
+        )
         self.budget = 0
         self.walked: set[tuple[str, str]] = set()  # the proxies the current root's walk reached
         self.jwt_default = ""  # the default JWT provider of the root being walked
-        # Service lookups by (namespace, name, port); many routes name the same Service.
-        self.ports: dict[tuple[str, str, int], tuple[KubeObject | None, ServicePort | None]] = {}
-        self.extensions = compile_extension_services(snapshot, ctx.backends, ctx.secrets.ca_bundles)
+        # Service ports by (namespace, name, port); many routes name the same Service.
+        self.ports: dict[tuple[str, str, int], ServicePort | None] = {}
+        self.memo = ctx.memo.stage("httpproxy:compile", _Memo)
+        self.changed = _changed(ctx.memo.delta, self.memo.extensions != self.extensions.valid)
+        self.roots: dict[Key, _RootEntry] = {}
+        self.old_subtrees: dict[SubKey, _SubEntry] = {}
+        self.new_subtrees: dict[SubKey, _SubEntry] = {}
 
     def run(self) -> DialectOutput:
         vhosts: list[tuple[str, VirtualHost]] = []
         self.tcp_proxies: list[tuple[str, TCPProxy]] = []  # filled by `_root`
-        for key in sorted(self.proxies):
+        keys = sorted(self.proxies)
+        for key in keys:
             proxy = self.proxies[key]
             if proxy.is_root:
-                vhosts.extend(self._root(proxy))
-        for key in sorted(self.proxies):
+                vhosts.extend(self._kept_root(proxy))
+        self.memo.roots, self.memo.extensions = self.roots, self.extensions.valid
+        for key in keys:
             proxy = self.proxies[key]
             # An object that fails the schema would not exist in Kubernetes: "invalid" with its
             # field errors says more than "orphaned" (and whether it is a root is unknowable).
             if not proxy.is_root and key not in self.reached and proxy.schema_valid:
                 self.status[key].add_error(ORPHANED, "Orphaned", ORPHANED_MESSAGE)
-        statuses = tuple(self.status[k].build() for k in sorted(self.status))
-        statuses += tuple(self.extensions.statuses)
+        statuses = self._statuses(keys) + tuple(self.extensions.statuses)
         return DialectOutput(
             virtual_hosts=tuple(vhosts), statuses=statuses, tcp_proxies=tuple(self.tcp_proxies)
         )
+
+    def _statuses(self, keys: list[Key]) -> tuple[ObjectStatus, ...]:
+        """Every proxy's status; the very same object as the compile before's when its object
+        and problems are the same."""
+        kept, fresh = self.memo.statuses, {}
+        out: list[ObjectStatus] = []
+        for key in keys:
+            proxy = self.proxies[key]
+            acc = self.status[key] if key in self.status or proxy.problems else None
+            errors = tuple(acc.errors) if acc is not None else ()
+            warnings = tuple(acc.warnings) if acc is not None else ()
+            entry = kept.get(key)
+            if entry is None or not (
+                entry[0] is proxy.obj and entry[1] == errors and entry[2] == warnings
+            ):
+                built = (acc or ProxyStatusAccessor(proxy.obj)).build()
+                entry = (proxy.obj, errors, warnings, built)
+            fresh[key] = entry
+            out.append(entry[3])
+        self.memo.statuses = fresh
+        return tuple(out)
+
+    # --- what the compile before kept ----------------------------------------------------------
+
+    def _fresh(self, trace: Trace) -> bool:
+        """Whether nothing `trace` read changed since it was recorded."""
+        if self.changed.stale(trace):
+            return False
+        owners = self.real.ownership.owners
+        return all(owners.get(host) is owner for host, owner in trace.owners.items())
+
+    def _replay(self, trace: Trace) -> None:
+        """Does again what `trace` recorded, as part of the trace being recorded, if any."""
+        for key, problem in trace.statuses:
+            self.status[key].apply(problem)
+        if trace.reached:
+            set.update(self.reached, trace.reached)
+        adopt(trace, self.real.backends, self.real.secrets)
+        current = self.recorder.current
+        if current is not None:
+            current.merge(trace)
+
+    def _kept_root(self, proxy: ParsedProxy) -> list[tuple[str, VirtualHost]]:
+        """`_root`, or what it gave the compile before while nothing it read changed."""
+        old = self.memo.roots.get(proxy.key)
+        if old is not None and old.proxy is proxy and self._fresh(old.trace):
+            self._replay(old.trace)
+            self.tcp_proxies.extend(old.tcp)
+            self.roots[proxy.key] = old
+            return list(old.vhosts)
+        self.old_subtrees = old.subtrees if old is not None else {}
+        self.new_subtrees = {}
+        tcp_before = len(self.tcp_proxies)
+        trace = self.recorder.push()
+        try:
+            vhosts = self._root(proxy)
+        finally:
+            self.recorder.pop(trace)
+        tcp = tuple(self.tcp_proxies[tcp_before:])
+        self.roots[proxy.key] = _RootEntry(proxy, trace, tuple(vhosts), tcp, self.new_subtrees)
+        return vhosts
+
+    def _kept_routes(
+        self,
+        child: ParsedProxy,
+        conds: tuple[MatchCondition, ...],
+        visited: tuple[ParsedProxy, ...],
+    ) -> list[_Candidate] | None:
+        """`_routes` of an included proxy, or what it gave under the same chain in this root's
+        compile before while nothing it read changed and replaying its walk keeps within the
+        revisit budget (else the walk runs, to stop where a full compile stops)."""
+        key: SubKey = (child.key, conds, tuple(v.key for v in visited), self.jwt_default)
+        old = self.old_subtrees.get(key)
+        if old is not None and old.proxy is child and not self.changed.stale(old.trace):
+            walk = replay_walks(old.trace.walks, self.budget, self.walked)
+            if walk is not None:
+                self.budget = walk.budget
+                self.walked |= walk.walked
+                self._replay(old.trace)
+                for nested in old.trace.subtrees:
+                    found = self.old_subtrees.get(nested)
+                    if found is not None:
+                        self.new_subtrees[nested] = found
+                self._keep_subtree(key, old)
+                return old.result
+        trace = self.recorder.push()
+        trace.proxies.add(child.key)
+        try:
+            result = self._routes(child, conds, visited)
+        finally:
+            self.recorder.pop(trace)
+        self._keep_subtree(key, _SubEntry(child, trace, result))
+        return result
+
+    def _keep_subtree(self, key: SubKey, entry: _SubEntry) -> None:
+        """Keeps `entry` for this root's next compile, listed in the enclosing trace."""
+        self.new_subtrees[key] = entry
+        current = self.recorder.current
+        if current is not None:
+            current.subtrees.append(key)
 
     # --- roots ---------------------------------------------------------------------------------
 
@@ -341,8 +540,11 @@ class _Compiler:
                 "root HTTPProxy cannot be defined in this namespace",
             )
             return None
+        trace = self.recorder.current
         for listener in claimed_listeners(proxy):
             owner = self.ctx.ownership.owner(listener, host)
+            if trace is not None:
+                trace.owners[(listener, host)] = owner
             if owner is not None and owner.ref != proxy.obj.ref:
                 # turnout's ownership rule: the oldest root keeps the hostname
                 # (docs/architecture.md). A TLS host needs both listeners; half a host is not
@@ -386,6 +588,9 @@ class _Compiler:
         vh = proxy.spec.virtualhost
         if vh is None or vh.authorization is None or not vh.authorization.name:
             return None
+        trace = self.recorder.current
+        if trace is not None:
+            trace.extension_reads = True
         out = authorization.compile_authorization(
             vh.authorization, proxy.obj.namespace, self.extensions.valid
         )
@@ -512,6 +717,9 @@ class _Compiler:
                 INCLUDE_ERROR, "IncludeCreatesCycle", f"include creates an include cycle: {chain}"
             )
             return None
+        trace = self.recorder.current
+        if trace is not None:
+            trace.walks.append((proxy.key, 1 + len(proxy.spec.routes)))
         if proxy.key in self.walked:
             # A proxy walked again costs its routes again: that, not distinct proxies (each
             # bounded by its own caps), is what grows without bound.
@@ -568,7 +776,7 @@ class _Compiler:
                 "duplicate conditions defined on an include",
             )
             return
-        child = self.proxies.get((namespace, inc.name))
+        child = self.lookup.get((namespace, inc.name))
         if child is None:
             st.add_error(
                 INCLUDE_ERROR, "IncludeNotFound", f"include {namespace}/{inc.name} not found"
@@ -583,7 +791,7 @@ class _Compiler:
             )
             yield from self._bad_gateway(proxy, inc, conds, via)
             return
-        routes = self._routes(child, (*conds, *inc.conditions), visited)
+        routes = self._kept_routes(child, (*conds, *inc.conditions), visited)
         self.reached.add(child.key)
         yield from routes or ()
 
@@ -814,10 +1022,10 @@ class _Compiler:
         st = self.status[proxy.key]
         namespace = proxy.obj.namespace
         key = (namespace, svc.name, svc.port)
+        service = self.services.get(namespace, svc.name)  # recorded for every root that reads it
         if key not in self.ports:
-            found = self.snapshot.get("", "Service", namespace, svc.name)
-            self.ports[key] = (found, find_service_port(found, svc.port) if found else None)
-        service, port = self.ports[key]
+            self.ports[key] = find_service_port(service, svc.port) if service else None
+        port = self.ports[key]
         detail = ""
         if service is None:
             detail = f'service "{namespace}/{svc.name}" not found'

@@ -29,7 +29,7 @@ reads of the compile in progress), so that it needs nothing of `processor.py`, w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from turnout.dialects.httpproxy import upstream
@@ -49,6 +49,7 @@ from turnout.graph.model import (
     WeightedCluster,
 )
 from turnout.graph.services import Unresolved, find_service_port
+from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
 TCPPROXY_ERROR = "TCPProxyError"
@@ -80,13 +81,15 @@ PASSTHROUGH = Passthrough()
 class TCPInputs:
     """The part of one compile that a TCP proxy reads: the proxies by key, their status
     accessors (where its errors go) and the proxies reached so far (an include adds its target),
-    both shared with the processor's walk."""
+    both shared with the processor's walk; `service` looks a Service up by (namespace, name) (the
+    processor records what each root read)."""
 
     snapshot: Snapshot
     ctx: CompileContext
     proxies: Mapping[tuple[str, str], ParsedProxy]
     status: Mapping[tuple[str, str], ProxyStatusAccessor]
     reached: set[tuple[str, str]]
+    service: Callable[[str, str], KubeObject | None]
 
 
 def tcp_health_check(spec: TCPHealthCheckSpec | None) -> TCPHealthCheck | None:
@@ -244,7 +247,7 @@ def tcp_service_cluster(
             f'service "{svc.name}": port must be in the range 1-65535',
         )
         return None
-    service = inputs.snapshot.get("", "Service", namespace, svc.name)
+    service = inputs.service(namespace, svc.name)
     port = find_service_port(service, svc.port) if service is not None else None
     if service is not None and port is not None:
         chosen = upstream.service_settings(

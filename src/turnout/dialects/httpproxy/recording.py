@@ -1,0 +1,327 @@
+"""What one part of the HTTPProxy compile read and did, so that the next compile replays it while
+none of what it read changed (issue 11: a change costs the roots it touches).
+
+A `Trace` is kept per root (and per included subtree of a root's walk, `processor.py`):
+
+- what it read: the HTTPProxies it looked up (found or not: an include of a missing proxy must
+  recompile when it appears), the Services, the owners of the hostnames it asked about, whether it
+  read Secrets (TLS, CA bundles, CRLs, delegations: any Secret, ConfigMap,
+  TLSCertificateDelegation or Namespace change recompiles such a part, a coarse but sound rule)
+  and whether it read the ExtensionServices (recompiled when the valid ones change);
+- what it did: the status problems it added, in order, per proxy; the proxies it reached; the
+  clusters, TLS Secrets and CA bundles the shared resolvers collected for it; the proxies its walk
+  entered with their cost (the include revisit budget is replayed exactly).
+
+Replaying a trace in the compile's order gives every accessor, resolver and budget the state a
+full compile would give them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnout.dialects.httpproxy.problem import Problem
+from turnout.dialects.httpproxy.spec import ParsedProxy
+from turnout.dialects.httpproxy.status import ProxyStatusAccessor
+from turnout.graph.ca_bundles import CABundleResolver
+from turnout.graph.model import CABundle, Cluster, TLSSecret, UpstreamProtocol, UpstreamSettings
+from turnout.graph.secrets import SecretResolver
+from turnout.graph.services import BackendResolver, ServiceBackend, ServicePort, Unresolved
+from turnout.objects import KubeObject
+from turnout.store import Snapshot
+
+Key = tuple[str, str]  # (namespace, name)
+# A subtree of a root's walk: the proxy, the chain's conditions, the chain of proxy keys that led
+# there (cycle checks and `via`), the root's default JWT provider.
+SubKey = tuple[Key, tuple[Any, ...], tuple[Key, ...], str]
+
+PROXY_KIND = ("projectcontour.io", "HTTPProxy")
+SERVICE_KIND = ("", "Service")
+SECRET_KINDS = frozenset(
+    {
+        ("", "Secret"),
+        ("", "ConfigMap"),
+        ("", "Namespace"),
+        ("projectcontour.io", "TLSCertificateDelegation"),
+    }
+)
+
+
+@dataclass(slots=True)
+class Trace:
+    """See the module docstring. Problems are an ordered set per trace: a repeat within one
+    trace is a no-op however it is replayed."""
+
+    statuses: dict[tuple[Key, Problem], None] = field(default_factory=dict)
+    reached: set[Key] = field(default_factory=set)
+    clusters: dict[str, tuple[Cluster, ServiceBackend | None]] = field(default_factory=dict)
+    secrets: dict[str, TLSSecret] = field(default_factory=dict)
+    bundles: dict[str, CABundle] = field(default_factory=dict)
+    proxies: set[Key] = field(default_factory=set)
+    services: set[Key] = field(default_factory=set)
+    owners: dict[tuple[str, str], KubeObject | None] = field(default_factory=dict)
+    walks: list[tuple[Key, int]] = field(default_factory=list)
+    subtrees: list[SubKey] = field(default_factory=list)
+    secret_reads: bool = False
+    extension_reads: bool = False
+
+    def merge(self, other: Trace) -> None:
+        """`other`, a part of this trace's work, done (or replayed) after what this one holds."""
+        self.statuses.update(other.statuses)
+        self.reached |= other.reached
+        self.clusters.update(other.clusters)
+        self.secrets.update(other.secrets)
+        self.bundles.update(other.bundles)
+        self.proxies |= other.proxies
+        self.services |= other.services
+        self.owners.update(other.owners)
+        self.walks.extend(other.walks)
+        self.subtrees.extend(other.subtrees)
+        self.secret_reads = self.secret_reads or other.secret_reads
+        self.extension_reads = self.extension_reads or other.extension_reads
+
+
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """What changed since the compile before, as the traces read it."""
+
+    proxies: frozenset[Key]
+    services: frozenset[Key]
+    secrets: bool
+    extensions: bool
+
+    @property
+    def nothing(self) -> bool:
+        return not (self.proxies or self.services or self.secrets or self.extensions)
+
+    def stale(self, trace: Trace) -> bool:
+        if self.nothing:
+            return False
+        return (
+            not trace.proxies.isdisjoint(self.proxies)
+            or not trace.services.isdisjoint(self.services)
+            or (trace.secret_reads and self.secrets)
+            or (trace.extension_reads and self.extensions)
+        )
+
+
+class Recorder:
+    """The traces being recorded, innermost last; effects go to the innermost."""
+
+    def __init__(self) -> None:
+        self.stack: list[Trace] = []
+
+    @property
+    def current(self) -> Trace | None:
+        return self.stack[-1] if self.stack else None
+
+    def push(self) -> Trace:
+        trace = Trace()
+        self.stack.append(trace)
+        return trace
+
+    def pop(self, trace: Trace) -> None:
+        """Ends `trace`; its effects happened, so the enclosing trace holds them too (also when
+        the work was cut short by an exception)."""
+        popped = self.stack.pop()
+        assert popped is trace
+        if self.stack:
+            self.stack[-1].merge(trace)
+
+
+class RecordedAccessor(ProxyStatusAccessor):
+    """A proxy's status accessor whose problems are recorded in the current trace."""
+
+    def __init__(self, obj: KubeObject, key: Key, recorder: Recorder) -> None:
+        super().__init__(obj)
+        self.key = key
+        self.recorder = recorder
+
+    def add(self, problem: Problem) -> None:
+        trace = self.recorder.current
+        if trace is not None:
+            trace.statuses[(self.key, problem)] = None
+        super().add(problem)
+
+    def apply(self, problem: Problem) -> None:
+        """Adds a replayed (or parse) problem without recording it again."""
+        super().add(problem)
+
+
+class Accessors(dict[Key, RecordedAccessor]):
+    """The status accessors, made on first use: a proxy nobody reports on costs nothing."""
+
+    def __init__(self, proxies: Mapping[Key, ParsedProxy], recorder: Recorder) -> None:
+        super().__init__()
+        self.proxies = proxies
+        self.recorder = recorder
+
+    def __missing__(self, key: Key) -> RecordedAccessor:
+        proxy = self.proxies[key]
+        accessor = RecordedAccessor(proxy.obj, key, recorder=self.recorder)
+        for problem in proxy.problems:
+            accessor.apply(problem)
+        self[key] = accessor
+        return accessor
+
+
+class ProxyReads(Mapping[Key, ParsedProxy]):
+    """The proxies by key; a lookup (found or not) is recorded in the current trace."""
+
+    def __init__(self, proxies: Mapping[Key, ParsedProxy], recorder: Recorder) -> None:
+        self.proxies = proxies
+        self.recorder = recorder
+
+    def __getitem__(self, key: Key) -> ParsedProxy:
+        trace = self.recorder.current
+        if trace is not None:
+            trace.proxies.add(key)
+        return self.proxies[key]
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self.proxies)
+
+    def __len__(self) -> int:
+        return len(self.proxies)
+
+
+class Reached(set[Key]):
+    """The proxies reached from a root; an addition is recorded in the current trace."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def add(self, key: Key) -> None:
+        trace = self.recorder.current
+        if trace is not None:
+            trace.reached.add(key)
+        super().add(key)
+
+
+class ServiceReads:
+    """The snapshot's Services, each lookup recorded in the current trace."""
+
+    def __init__(self, snapshot: Snapshot, recorder: Recorder) -> None:
+        self.snapshot = snapshot
+        self.recorder = recorder
+
+    def get(self, namespace: str, name: str) -> KubeObject | None:
+        trace = self.recorder.current
+        if trace is not None:
+            trace.services.add((namespace, name))
+        return self.snapshot.get("", "Service", namespace, name)
+
+
+class RecordingBackends:
+    """The `BackendResolver` calls the dialect makes, recorded in the current trace: the Service
+    read and the cluster collected (re-adopted on replay)."""
+
+    def __init__(self, real: BackendResolver, recorder: Recorder) -> None:
+        self.real = real
+        self.recorder = recorder
+
+    def refusal(self, service: KubeObject) -> Unresolved | None:
+        return self.real.refusal(service)
+
+    def service_port(
+        self, namespace: str, name: str, port: int | str
+    ) -> tuple[KubeObject, ServicePort] | Unresolved:
+        trace = self.recorder.current
+        if trace is not None:
+            trace.services.add((namespace, name))
+        return self.real.service_port(namespace, name, port)
+
+    def service(
+        self,
+        namespace: str,
+        name: str,
+        port: int | str,
+        protocol: UpstreamProtocol = UpstreamProtocol.HTTP,
+        settings: UpstreamSettings | None = None,
+    ) -> Cluster | Unresolved:
+        result = self.real.service(namespace, name, port, protocol, settings)
+        trace = self.recorder.current
+        if trace is not None:
+            trace.services.add((namespace, name))
+            if isinstance(result, Cluster):
+                trace.clusters[result.name] = (result, self.real.backend_of(result.name))
+        return result
+
+
+class RecordingBundles:
+    """The `CABundleResolver` calls the dialect makes: a Secret read, the bundle collected."""
+
+    def __init__(self, real: CABundleResolver, recorder: Recorder) -> None:
+        self.real = real
+        self.recorder = recorder
+
+    def _seen(self, result: CABundle | Unresolved) -> CABundle | Unresolved:
+        trace = self.recorder.current
+        if trace is not None:
+            trace.secret_reads = True
+            if isinstance(result, CABundle):
+                trace.bundles[result.name] = result
+        return result
+
+    def ca_bundle(self, namespace: str, name: str, *, for_namespace: str) -> CABundle | Unresolved:
+        return self._seen(self.real.ca_bundle(namespace, name, for_namespace=for_namespace))
+
+    def crl(self, namespace: str, name: str, *, for_namespace: str) -> CABundle | Unresolved:
+        return self._seen(self.real.crl(namespace, name, for_namespace=for_namespace))
+
+    def config_map_ca_bundle(self, namespace: str, name: str) -> CABundle | Unresolved:
+        return self._seen(self.real.config_map_ca_bundle(namespace, name))
+
+
+class RecordingSecrets:
+    """The `SecretResolver` calls the dialect makes: a Secret read, the TLS Secret collected."""
+
+    def __init__(self, real: SecretResolver, recorder: Recorder) -> None:
+        self.real = real
+        self.recorder = recorder
+        self.ca_bundles = RecordingBundles(real.ca_bundles, recorder)
+
+    def tls_secret(
+        self, namespace: str, name: str, *, for_namespace: str
+    ) -> TLSSecret | Unresolved:
+        result = self.real.tls_secret(namespace, name, for_namespace=for_namespace)
+        trace = self.recorder.current
+        if trace is not None:
+            trace.secret_reads = True
+            if isinstance(result, TLSSecret):
+                trace.secrets[result.name] = result
+        return result
+
+
+def adopt(trace: Trace, backends: BackendResolver, secrets: SecretResolver) -> None:
+    """What the resolvers collected for `trace`'s work, collected again for this compile."""
+    for cluster, backend in trace.clusters.values():
+        backends.adopt(cluster, backend)
+    if trace.secret_reads:  # else there is nothing of theirs to collect
+        for secret in trace.secrets.values():
+            secrets.adopt(secret)
+        for bundle in trace.bundles.values():
+            secrets.ca_bundles.adopt(bundle)
+
+
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """The include revisit budget after replaying a trace's walks, or None when the replay would
+    go over it (the walk must then run for real, to stop at the same point)."""
+
+    budget: int
+    walked: frozenset[Key]
+
+
+def replay_walks(walks: list[tuple[Key, int]], budget: int, walked: set[Key]) -> Walk | None:
+    entered: set[Key] = set()
+    for key, cost in walks:
+        if key in walked or key in entered:
+            budget -= cost
+            if budget < 0:
+                return None
+        entered.add(key)
+    return Walk(budget, frozenset(entered))
