@@ -39,6 +39,7 @@ import yaml
 from tests.fixture_cases import CASES, FIXTURES, case_options
 from turnout.app import default_dialects
 from turnout.compile_inputs import CompileOptions
+from turnout.dialects.httpproxy.recording import Changed
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate import translate
 from turnout.graph.build import CompileResult, build_graph
@@ -598,15 +599,21 @@ def _always(value: bool) -> Callable[..., bool]:
 # another dialect's object while the dialect that asked about it is not compiled again (walks
 # over the ownership fixtures, where dialects share hostnames: most of them, not every one).
 STALE_MEMOS = [
-    (Delta, "touches", False, ("httpproxy", "ingress", "routegroup", "gatewayapi"), 1.0),
+    (Delta, "touches", False, ("ingress", "routegroup", "gatewayapi", "route"), 1.0),
     (RecordedOwnership, "same_answers", True, ("ownership",) * 4, 0.5),
+    # The HTTPProxy dialect keeps each root's trace (`httpproxy/recording.py`).
+    (Changed, "stale", False, ("httpproxy",) * 4, 0.5),
 ]
 
 
 @pytest.mark.parametrize(
     ("owner", "method", "answer", "dialects", "share"),
     STALE_MEMOS,
-    ids=["Delta.touches-always-false", "RecordedOwnership.same_answers-always-true"],
+    ids=[
+        "Delta.touches-always-false",
+        "RecordedOwnership.same_answers-always-true",
+        "httpproxy-Changed.stale-always-false",
+    ],
 )
 def test_the_walk_catches_a_stale_memo(
     monkeypatch: pytest.MonkeyPatch,

@@ -27,6 +27,7 @@ from turnout.dialects.httpproxy.spec import ParsedProxy
 from turnout.dialects.httpproxy.status import ProxyStatusAccessor
 from turnout.graph.ca_bundles import CABundleResolver
 from turnout.graph.model import CABundle, Cluster, TLSSecret, UpstreamProtocol, UpstreamSettings
+from turnout.graph.secret_data import DELEGATION_KINDS
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver, ServiceBackend, ServicePort, Unresolved
 from turnout.objects import KubeObject
@@ -39,13 +40,9 @@ SubKey = tuple[Key, tuple[Any, ...], tuple[Key, ...], str]
 
 PROXY_KIND = ("projectcontour.io", "HTTPProxy")
 SERVICE_KIND = ("", "Service")
-SECRET_KINDS = frozenset(
-    {
-        ("", "Secret"),
-        ("", "ConfigMap"),
-        ("", "Namespace"),
-        ("projectcontour.io", "TLSCertificateDelegation"),
-    }
+# The shared SecretResolver reads the delegations of both Contour groups for any dialect.
+SECRET_KINDS = frozenset({("", "Secret"), ("", "ConfigMap"), ("", "Namespace")}).union(
+    DELEGATION_KINDS
 )
 
 
