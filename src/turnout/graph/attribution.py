@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from turnout.graph.model import Forward, Route, RouteSource, RoutingGraph
+from turnout.graph.model import Forward, Route, RouteSource, RoutingGraph, VirtualHost
 from turnout.status.model import Finding
 
 
@@ -41,6 +41,17 @@ def cluster_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]
             for wc in proxy.clusters:
                 note(wc.cluster, RouteSource(proxy.owner, "spec"))
     return {name: tuple(sources) for name, sources in found.items()}
+
+
+def vhost_clusters(vh: VirtualHost) -> frozenset[str]:
+    """The clusters a virtual host's routes send or mirror to and its authorization server:
+    the names `cluster_writers` lists for it."""
+    names: set[str] = set()
+    if vh.policies.authorization is not None:
+        names.add(vh.policies.authorization.cluster)
+    for route in vh.routes:
+        names.update(_route_clusters(route))
+    return frozenset(names)
 
 
 def _route_clusters(route: Route) -> dict[str, None]:

@@ -17,7 +17,7 @@ from turnout.compile_inputs import (
     ListenerDecl,
     ListenerProtocol,
 )
-from turnout.graph.attribution import cluster_writers
+from turnout.graph.attribution import cluster_writers, vhost_clusters
 from turnout.graph.dialect import (
     CompileContext,
     Dialect,
@@ -27,7 +27,7 @@ from turnout.graph.dialect import (
     RecordedOwnership,
     ownership_from_claims,
 )
-from turnout.graph.memo import CompileMemo
+from turnout.graph.memo import CompileMemo, IdentityMemo, same_objects
 from turnout.graph.model import (
     INVALID_BACKEND,
     CABundle,
@@ -38,19 +38,25 @@ from turnout.graph.model import (
     TCPProxy,
     VirtualHost,
 )
-from turnout.graph.secrets import SecretResolver
+from turnout.graph.secrets import SecretBook, SecretResolver
 from turnout.graph.services import (
     BackendResolver,
+    ClusterBook,
     ForbiddenEndpoint,
+    ResolverUse,
     ServiceBackend,
     dns_names,
     drop_forbidden_endpoints,
     endpoint_reserved_ports,
     endpoint_sources,
+    resolve_endpoints,
 )
 from turnout.graph.tls_refs import ca_bundle_names, tls_secret_names
 from turnout.graph.validate import (
+    ClusterCheck,
     GraphProblem,
+    LimitsMemo,
+    VirtualHostCheck,
     enforce_envoy_limits,
     hostname_problem,
     source_problems,
@@ -226,9 +232,11 @@ def build_graph(
         claims.extend(dialect_claims(dialect, snapshot, options, memo))
     ownership = ownership_from_claims(claims)
     backends = BackendResolver(
-        snapshot, enable_external_name_service=options.enable_external_name_service
+        snapshot,
+        enable_external_name_service=options.enable_external_name_service,
+        book=memo.stage("clusters", ClusterBook),
     )
-    secrets = SecretResolver(snapshot)
+    secrets = SecretResolver(snapshot, memo.stage("secrets", SecretBook))
     ctx = CompileContext(options, ownership, backends, secrets, memo)
 
     vhosts: dict[str, dict[str, VirtualHost]] = {HTTP_LISTENER: {}, HTTPS_LISTENER: {}}
@@ -248,14 +256,12 @@ def build_graph(
             tcp_proxies.setdefault(listener, {}).setdefault(proxy.name, proxy)
 
     listeners = _listeners(vhosts, tcp_proxies, declared, options)
-    used = _used_clusters(listeners)
-    served = tuple(c for c in backends.clusters() if c.name in used)
+    used = _used_clusters(listeners, memo)
+    picked = backends.used(used)
+    served = _with_endpoints(picked, snapshot, backends.endpoint_slices(), memo)
     reserved = endpoint_reserved_ports(options, declared.values())
-    clusters, forbidden = drop_forbidden_endpoints(
-        served, reserved, options, backends.own_clusters()
-    )
-    used_secrets = tls_secret_names(listeners)
-    tls_secrets = tuple(s for s in secrets.secrets() if s.name in used_secrets)
+    clusters, forbidden = _drop_forbidden(served, reserved, options, backends.own_clusters(), memo)
+    tls_secrets = secrets.used_secrets(tls_secret_names(listeners))
     statuses.sort(key=lambda s: (s.ref.group, s.ref.kind, s.ref.namespace, s.ref.name))
     # The net under every dialect: what Envoy would refuse is confined to the object that wrote it.
     graph, limit_problems = enforce_envoy_limits(
@@ -263,13 +269,14 @@ def build_graph(
             listeners=tuple(listeners),
             clusters=clusters,
             secrets=tls_secrets,
-            ca_bundles=_used_ca_bundles(listeners, clusters, secrets),
-        )
+            ca_bundles=secrets.used_ca_bundles(ca_bundle_names(listeners, clusters)),
+        ),
+        _limits_memo(memo),
     )
     graph = _hold_owned_hosts(graph, ownership)
     by_service: dict[tuple[str, str], tuple[ServiceBackend, ...]] = {}
-    for backend in backends.service_backends():
-        if backend.cluster.name in used:
+    for _, backend in picked:
+        if backend is not None:
             by_service[backend.service] = (*by_service.get(backend.service, ()), backend)
     basis = EndpointBasis(
         backends=by_service,
@@ -287,11 +294,11 @@ def build_graph(
     return CompileResult(
         graph=graph,
         statuses=fold_findings(
-            statuses, (*basis.limit_findings, *basis.endpoint_findings), snapshot
+            statuses, (*basis.limit_findings, *basis.endpoint_findings), snapshot, memo
         ),
         problems=(*basis.head_problems, *basis.forbidden_problems, *basis.tail_problems),
         dns_names=dns_names(served),
-        ignored=_ignored(kinds.ignored, dialects, snapshot, options),
+        ignored=_ignored(kinds.ignored, dialects, snapshot, options, memo),
         rejected=kinds.rejected,
         endpoint_dependent_services=backends.endpoint_dependent(),
         endpoint_basis=basis,
@@ -306,6 +313,7 @@ class DialectMemo:
         self.claims: tuple[HostClaim, ...] | None = None
         self.output: DialectOutput | None = None
         self.ownership: RecordedOwnership | None = None
+        self.use = ResolverUse()
 
 
 def _reads(dialect: Dialect) -> frozenset[tuple[str, str]]:
@@ -337,9 +345,16 @@ def dialect_output(dialect: Dialect, snapshot: Snapshot, ctx: CompileContext) ->
         and kept.ownership is not None
         and kept.ownership.same_answers(ctx.ownership)
     ):
+        ctx.backends.replay(kept.use)
         return kept.output
     recorded = RecordedOwnership(ctx.ownership.owners)
-    kept.output = dialect.compile(snapshot, dataclasses.replace(ctx, ownership=recorded))
+    # What the resolver decided for this dialect that no cluster name says, replayed on reuse.
+    kept.use = ResolverUse()
+    ctx.backends.record(kept.use)
+    try:
+        kept.output = dialect.compile(snapshot, dataclasses.replace(ctx, ownership=recorded))
+    finally:
+        ctx.backends.record(None)
     kept.ownership = recorded
     return kept.output
 
@@ -398,12 +413,110 @@ def _listeners(
     return listeners
 
 
-def _used_clusters(listeners: Sequence[Listener]) -> set[str]:
+def _used_clusters(listeners: Sequence[Listener], memo: CompileMemo) -> set[str]:
     """The clusters something served sends to: routes, mirrors, TCP proxies and the virtual
-    hosts' authorization servers (`attribution.cluster_writers`)."""
-    used = set(cluster_writers(RoutingGraph(listeners=tuple(listeners))))
+    hosts' authorization servers (`attribution.cluster_writers`); each virtual host's by
+    identity through the memo."""
+    by_vhost: IdentityMemo[VirtualHost, frozenset[str]] = memo.stage("used", IdentityMemo)
+    used: set[str] = set()
+    for lst in listeners:
+        for vh in lst.virtual_hosts:
+            names = by_vhost.get(vh)
+            if names is None:
+                names = by_vhost.put(vh, vhost_clusters(vh))
+            used.update(names)
+        for proxy in lst.tcp_proxies:
+            used.update(wc.cluster for wc in proxy.clusters)
     used.discard(INVALID_BACKEND)  # a share answered 500, never a cluster (model.py)
     return used
+
+
+class EndpointsMemo:
+    """Each Service cluster with its endpoints, by name, with what they were read from: the
+    cluster as the resolver made it, the Service's EndpointSlices and its Endpoints object."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[Cluster, tuple[KubeObject, ...], KubeObject | None, Cluster]]
+        self.entries = {}
+
+
+def _with_endpoints(
+    picked: Sequence[tuple[Cluster, ServiceBackend | None]],
+    snapshot: Snapshot,
+    slices: Mapping[tuple[str, str], Sequence[KubeObject]],
+    memo: CompileMemo,
+) -> tuple[Cluster, ...]:
+    """The endpoint stage (`resolve_endpoints`) of the clusters served; a cluster whose
+    EndpointSlices and Endpoints are the very same objects keeps its endpoints."""
+    kept = memo.stage("endpoints", EndpointsMemo)
+    entries: dict[str, tuple[Cluster, tuple[KubeObject, ...], KubeObject | None, Cluster]] = {}
+    out: list[Cluster] = []
+    for cluster, backend in picked:
+        if backend is None:
+            out.append(cluster)
+            continue
+        key = backend.service
+        own = tuple(slices.get(key, ()))
+        eps = None if own else snapshot.get("", "Endpoints", *key)
+        hit = kept.entries.get(cluster.name)
+        if (
+            hit is None
+            or hit[0] is not cluster
+            or hit[2] is not eps
+            or not same_objects(hit[1], own)
+        ):
+            hit = (cluster, own, eps, resolve_endpoints(backend, snapshot, slices))
+        entries[cluster.name] = hit
+        out.append(hit[3])
+    kept.entries = entries
+    return tuple(out)
+
+
+class ForbiddenMemo:
+    """`drop_forbidden_endpoints` per cluster, by identity, for one set of reserved ports."""
+
+    def __init__(self) -> None:
+        self.reserved: Mapping[int, str] | None = None
+        self.checks = IdentityMemo[Cluster, tuple[bool, Cluster, tuple[ForbiddenEndpoint, ...]]]()
+
+
+def _drop_forbidden(
+    clusters: tuple[Cluster, ...],
+    reserved: Mapping[int, str],
+    options: CompileOptions,
+    exempt: frozenset[str],
+    memo: CompileMemo,
+) -> tuple[tuple[Cluster, ...], tuple[ForbiddenEndpoint, ...]]:
+    """`drop_forbidden_endpoints`, each cluster's answer kept while it is the same object,
+    equally exempt, and the reserved ports are the same (the options are: `CompileMemo`)."""
+    kept = memo.stage("forbidden", ForbiddenMemo)
+    if kept.reserved != reserved:
+        kept.reserved, kept.checks = dict(reserved), IdentityMemo()
+    kept.checks.age()
+    out: list[Cluster] = []
+    dropped: list[ForbiddenEndpoint] = []
+    for c in clusters:
+        is_exempt = c.name in exempt
+        hit = kept.checks.get(c)
+        if hit is None or hit[0] is not is_exempt:
+            found = drop_forbidden_endpoints((c,), reserved, options, exempt)
+            hit = kept.checks.put(c, (is_exempt, found[0][0], found[1]))
+        out.append(hit[1])
+        dropped.extend(hit[2])
+    return tuple(out), tuple(dropped)
+
+
+def _limits_memo(memo: CompileMemo) -> LimitsMemo:
+    clusters: IdentityMemo[Cluster, ClusterCheck] = memo.stage("limits:clusters", IdentityMemo)
+    vhosts: IdentityMemo[VirtualHost, VirtualHostCheck] = memo.stage("limits:vhosts", IdentityMemo)
+    return LimitsMemo(clusters, vhosts)
+
+
+class IgnoredMemo:
+    """Each dialect's `ignored` answer, by dialect name, kept while none of its kinds changed."""
+
+    def __init__(self) -> None:
+        self.by_dialect: dict[str, tuple[IgnoredObject, ...]] = {}
 
 
 def _ignored(
@@ -411,8 +524,15 @@ def _ignored(
     dialects: Sequence[Dialect],
     snapshot: Snapshot,
     options: CompileOptions,
+    memo: CompileMemo | None = None,
 ) -> tuple[IgnoredObject, ...]:
-    out = [*unknown, *(i for d in dialects for i in d.ignored(snapshot, options))]
+    kept = (CompileMemo() if memo is None else memo).stage("ignored", IgnoredMemo)
+    out = [*unknown]
+    for d in dialects:
+        found = kept.by_dialect.get(d.name)
+        if found is None or (memo is None or memo.delta.touches(_reads(d))):
+            found = kept.by_dialect[d.name] = tuple(d.ignored(snapshot, options))
+        out.extend(found)
     out.sort(key=lambda i: (i.ref.group, i.ref.kind, i.ref.namespace, i.ref.name))
     return tuple(out)
 
@@ -461,21 +581,33 @@ def _hold_owned_hosts(graph: RoutingGraph, ownership: Ownership) -> RoutingGraph
 
 
 def fold_findings(
-    statuses: Iterable[ObjectStatus], findings: Iterable[Finding], snapshot: Snapshot
+    statuses: Iterable[ObjectStatus],
+    findings: Iterable[Finding],
+    snapshot: Snapshot,
+    memo: CompileMemo | None = None,
 ) -> tuple[ObjectStatus, ...]:
     """Each status with the findings on its object folded in (by the object's API's own
-    `StatusShape`), and the origin (file and line) of its object."""
+    `StatusShape`), and the origin (file and line) of its object. `memo`: a status folded
+    before with the same findings and object keeps its folded result (the very same object)."""
     # Dicts as ordered sets: linear in the findings, however many land on one object.
     by_ref: dict[ObjectRef, dict[Finding, None]] = {}
     for finding in findings:
         by_ref.setdefault(finding.ref, {})[finding] = None
+    folded: FoldMemo = (CompileMemo() if memo is None else memo).stage("fold", IdentityMemo)
     out: list[ObjectStatus] = []
     for status in statuses:
         obj = snapshot.get_ref(status.ref)
-        if obj is not None and status.origin is None:
-            status = dataclasses.replace(status, origin=obj.origin)
-        out.append(status.with_findings(tuple(by_ref.get(status.ref, ()))))
+        own = tuple(by_ref.get(status.ref, ()))
+        hit = folded.get(status)
+        if hit is None or hit[0] is not obj or hit[1] != own:
+            origin = obj is not None and status.origin is None
+            done = dataclasses.replace(status, origin=obj.origin) if origin and obj else status
+            hit = folded.put(status, (obj, own, done.with_findings(own)))
+        out.append(hit[2])
     return tuple(out)
+
+
+FoldMemo = IdentityMemo[ObjectStatus, tuple[KubeObject | None, tuple[Finding, ...], ObjectStatus]]
 
 
 def _limit_findings(problems: Iterable[GraphProblem]) -> list[Finding]:

@@ -141,5 +141,9 @@ class CABundleResolver:
             crl=pem if key == CRL_KEY else None,
         )
 
+    def used(self) -> Mapping[str, CABundle]:
+        """The bundles resolved during this compile, by name."""
+        return self._used
+
     def bundles(self) -> tuple[CABundle, ...]:
         return tuple(self._used[k] for k in sorted(self._used))
