@@ -11,8 +11,9 @@ from tests.builders import endpoint_slice, kube_object, service, snapshot
 from tests.e2e.certs import CA
 from turnout.app import default_dialects
 from turnout.compile_inputs import CompileOptions
+from turnout.graph.attribution import Writers, cluster_writers
 from turnout.graph.build import CompileResult, build_graph, fold_findings
-from turnout.graph.memo import CompileMemo
+from turnout.graph.memo import CompileMemo, IdentityMemo
 from turnout.graph.model import (
     Cluster,
     DirectResponse,
@@ -280,3 +281,61 @@ def test_the_cluster_book_never_serves_a_record_of_a_changed_service() -> None:
     after = build_graph(second, options, DIALECTS, carried)
     assert after == build_graph(second, options, DIALECTS)
     assert _cluster(after, "x").dns_name == "b.example.net"
+
+
+def _http_hosts(result: CompileResult) -> dict[str, VirtualHost]:
+    (http,) = [lst for lst in result.graph.listeners if lst.name == "ingress_http"]
+    return {vh.name: vh for vh in http.virtual_hosts}
+
+
+def test_held_hosts_and_listeners_stay_the_same_objects_until_they_change() -> None:
+    """An invalid root's hostname is held (404) on the HTTP listener: the same held host and
+    listener while nothing changes there, gone once the root is valid."""
+    spec = {"virtualhost": {"fqdn": "b.example.com", "tls": {"secretName": "missing"}}}
+    invalid = kube_object("projectcontour.io/v1", "HTTPProxy", "p", spec=spec)
+    first = snapshot(*BASE, _ingress(), invalid)
+    second = snapshot(*BASE, _ingress(name="j"), invalid)
+    third = snapshot(*BASE, _ingress(name="j"), _proxy(1))
+    one, two, three = _carried(first, second, third)
+    assert _http_hosts(one)["b.example.com"].routes == ()
+    assert _http_hosts(two)["b.example.com"] is _http_hosts(one)["b.example.com"]
+    assert _http_hosts(three)["b.example.com"].routes
+    assert three == _fresh(third)
+    same = _carried(first, first)
+    assert same[1].graph.listeners[0] is same[0].graph.listeners[0]
+
+
+def test_kind_checks_follow_the_objects() -> None:
+    """`check_kinds` per object: an unread kind is reported while it is there, not after."""
+    typo = kube_object("projectcontour.io/v1", "HTTPProxxy", "x", spec={})
+    first = snapshot(*BASE, typo, _proxy(1))
+    second = snapshot(*BASE, _proxy(1))
+    one, two = _carried(first, second)
+    assert one.rejected == (typo.ref,) and any("HTTPProxxy" in p.reason for p in one.problems)
+    assert two.rejected == () and not any("HTTPProxxy" in p.reason for p in two.problems)
+    assert two == _fresh(second)
+
+
+def test_cluster_writers_with_a_memo_are_those_of_a_walk() -> None:
+    """Writers per virtual host, by identity, merged: what one walk of the graph gives; a
+    changed host is walked again."""
+    memo: IdentityMemo[VirtualHost, Writers] = IdentityMemo()
+    graph = _graph(_vhost("c"), "c")
+    assert cluster_writers(graph, memo) == cluster_writers(graph)
+    assert cluster_writers(graph, memo) == cluster_writers(graph)
+    moved = _graph(_vhost("d"), "d")
+    assert set(cluster_writers(moved, memo)) == {"d"}
+
+
+def test_a_refused_endpoint_names_every_slice_that_lists_it() -> None:
+    """The problem of a refused endpoint names the slices listing it: a slice added later that
+    lists it too (on another port, so the endpoints stay the same) is named."""
+    refused = endpoint_slice("t", ["169.254.169.254"], name="t-1")
+    other = endpoint_slice("t", ["169.254.169.254"], name="t-2", ports=(("other", 81),))
+    rest = [o for o in BASE if o.kind != "EndpointSlice" or o.name != "t-1"]
+    first = snapshot(*rest, refused, _proxy(1))
+    second = snapshot(*rest, refused, other, _proxy(1))
+    one, two = _carried(first, second)
+    assert [p.reason for p in one.problems if "t-2" in p.reason] == []
+    assert [p for p in two.problems if "t-2" in p.reason]
+    assert two == _fresh(second)

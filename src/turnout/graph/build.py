@@ -17,7 +17,7 @@ from turnout.compile_inputs import (
     ListenerDecl,
     ListenerProtocol,
 )
-from turnout.graph.attribution import cluster_writers, vhost_clusters
+from turnout.graph.attribution import Writers, cluster_writers, vhost_clusters
 from turnout.graph.dialect import (
     CompileContext,
     Dialect,
@@ -27,10 +27,9 @@ from turnout.graph.dialect import (
     RecordedOwnership,
     ownership_from_claims,
 )
-from turnout.graph.memo import CompileMemo, IdentityMemo, same_objects
+from turnout.graph.memo import CompileMemo, IdentityMemo
 from turnout.graph.model import (
     INVALID_BACKEND,
-    CABundle,
     Cluster,
     HostnameMatch,
     Listener,
@@ -53,10 +52,8 @@ from turnout.graph.services import (
 )
 from turnout.graph.tls_refs import ca_bundle_names, tls_secret_names
 from turnout.graph.validate import (
-    ClusterCheck,
     GraphProblem,
     LimitsMemo,
-    VirtualHostCheck,
     enforce_envoy_limits,
     hostname_problem,
     source_problems,
@@ -163,12 +160,39 @@ def misspelled_kind(kind: str, group_kinds: Iterable[str]) -> str | None:
     return by_lower[close[0]] if close else None
 
 
-def check_kinds(snapshot: Snapshot, known: frozenset[tuple[str, str]]) -> KindCheck:
+@dataclass(frozen=True, slots=True)
+class _ObjectCheck:
+    """What `check_kinds` makes of one object: a pure function of it and the kinds read."""
+
+    stamp: SourceProblem | None = None
+    problem: SourceProblem | None = None
+    ignored: IgnoredObject | None = None
+    rejected: bool = False
+
+
+_KNOWN = _ObjectCheck()
+
+
+class KindsMemo:
+    """`check_kinds` per object by identity, for one set of kinds read."""
+
+    def __init__(self) -> None:
+        self.known: frozenset[tuple[str, str]] = frozenset()
+        self.checks = IdentityMemo[KubeObject, _ObjectCheck]()
+
+
+def check_kinds(
+    snapshot: Snapshot, known: frozenset[tuple[str, str]], memo: CompileMemo | None = None
+) -> KindCheck:
     """Reports objects turnout does not read, and drops those whose kind turnout reads at another
     apiVersion (e.g. `projectcontour.io/v2 HTTPProxy`) so no dialect misreads them. A kind
     turnout does not read is an error when it is close to a kind turnout reads in its group (a
     typo must fail CI: `HTTPProxxy`), else a warning, and the object is listed as ignored (a
-    Deployment in the same directory)."""
+    Deployment in the same directory). `memo`: each object's answer kept by its identity."""
+    kept = (CompileMemo() if memo is None else memo).stage("kinds", KindsMemo)
+    if kept.known != known:
+        kept.known, kept.checks = known, IdentityMemo()
+    kept.checks.age()
     by_group_kind: dict[tuple[str, str], list[str]] = {}
     by_group: dict[str, list[str]] = {}
     for api_version, kind in known:
@@ -178,37 +202,49 @@ def check_kinds(snapshot: Snapshot, known: frozenset[tuple[str, str]]) -> KindCh
     ignored: list[IgnoredObject] = []
     rejected: list[ObjectRef] = []
     for obj in snapshot.objects:
-        stamp = _timestamp_problem(obj)
-        if stamp is not None:
-            problems.append(stamp)
-        if (obj.api_version, obj.kind) in known:
+        check = kept.checks.get(obj)
+        if check is None:
+            check = kept.checks.put(obj, _check_object(obj, known, by_group_kind, by_group))
+        if check is _KNOWN:
             continue
-        served = by_group_kind.get((obj.group, obj.kind))
-        where = (obj.origin.source, obj.origin.line, f"{obj.kind} {obj.namespace}/{obj.name}")
-        if served is not None:
-            reason = (
-                f"apiVersion {obj.api_version!r} is not supported for kind {obj.kind}; "
-                f"turnout reads {', '.join(sorted(served))}"
-            )
-        elif (meant := misspelled_kind(obj.kind, by_group.get(obj.group, ()))) is not None:
-            reason = (
-                f"kind {obj.kind} is not a kind of {obj.group or 'v1'} that turnout reads; "
-                f"did you mean {meant}?"
-            )
-        else:
-            reason = f"kind {obj.kind} of apiVersion {obj.api_version!r} is not read by turnout"
-            problems.append(
-                SourceProblem(*where[:2], f"{reason}; ignored", where[2], severity="warning")
-            )
-            ignored.append(IgnoredObject.of(obj, reason))
-            continue
-        rejected.append(obj.ref)
-        problems.append(SourceProblem(*where[:2], reason, where[2]))
+        problems.extend(p for p in (check.stamp, check.problem) if p is not None)
+        if check.ignored is not None:
+            ignored.append(check.ignored)
+        if check.rejected:
+            rejected.append(obj.ref)
     if rejected:
         dropped = set(rejected)
-        kept = [o for o in snapshot.objects if o.ref not in dropped]
-        snapshot = Snapshot.of(kept, snapshot.problems)
+        kept_objects = [o for o in snapshot.objects if o.ref not in dropped]
+        snapshot = Snapshot.of(kept_objects, snapshot.problems)
     return KindCheck(snapshot, tuple(problems), tuple(ignored), tuple(rejected))
+
+
+def _check_object(
+    obj: KubeObject,
+    known: frozenset[tuple[str, str]],
+    by_group_kind: Mapping[tuple[str, str], list[str]],
+    by_group: Mapping[str, list[str]],
+) -> _ObjectCheck:
+    stamp = _timestamp_problem(obj)
+    if (obj.api_version, obj.kind) in known:
+        return _KNOWN if stamp is None else _ObjectCheck(stamp)
+    served = by_group_kind.get((obj.group, obj.kind))
+    where = (obj.origin.source, obj.origin.line, f"{obj.kind} {obj.namespace}/{obj.name}")
+    if served is not None:
+        reason = (
+            f"apiVersion {obj.api_version!r} is not supported for kind {obj.kind}; "
+            f"turnout reads {', '.join(sorted(served))}"
+        )
+    elif (meant := misspelled_kind(obj.kind, by_group.get(obj.group, ()))) is not None:
+        reason = (
+            f"kind {obj.kind} is not a kind of {obj.group or 'v1'} that turnout reads; "
+            f"did you mean {meant}?"
+        )
+    else:
+        reason = f"kind {obj.kind} of apiVersion {obj.api_version!r} is not read by turnout"
+        problem = SourceProblem(*where[:2], f"{reason}; ignored", where[2], severity="warning")
+        return _ObjectCheck(stamp, problem, IgnoredObject.of(obj, reason))
+    return _ObjectCheck(stamp, SourceProblem(*where[:2], reason, where[2]), rejected=True)
 
 
 def build_graph(
@@ -225,7 +261,7 @@ def build_graph(
     memo = CompileMemo() if memo is None else memo
     memo.begin(snapshot, options, changes)
     known = CORE_KINDS.union(*(d.kinds for d in dialects))
-    kinds = check_kinds(snapshot, known)
+    kinds = check_kinds(snapshot, known, memo)
     snapshot = kinds.snapshot
     claims: list[HostClaim] = []
     for dialect in dialects:
@@ -255,7 +291,7 @@ def build_graph(
         for listener, proxy in out.tcp_proxies:
             tcp_proxies.setdefault(listener, {}).setdefault(proxy.name, proxy)
 
-    listeners = _listeners(vhosts, tcp_proxies, declared, options)
+    listeners = _same_listeners(_listeners(vhosts, tcp_proxies, declared, options), memo)
     used = _used_clusters(listeners, memo)
     picked = backends.used(used)
     served = _with_endpoints(picked, snapshot, backends.endpoint_slices(), memo)
@@ -271,9 +307,9 @@ def build_graph(
             secrets=tls_secrets,
             ca_bundles=secrets.used_ca_bundles(ca_bundle_names(listeners, clusters)),
         ),
-        _limits_memo(memo),
+        memo.stage("limits", LimitsMemo),
     )
-    graph = _hold_owned_hosts(graph, ownership)
+    graph = _hold_owned_hosts(graph, ownership, memo)
     by_service: dict[tuple[str, str], tuple[ServiceBackend, ...]] = {}
     for _, backend in picked:
         if backend is not None:
@@ -285,9 +321,11 @@ def build_graph(
         reserved=reserved,
         statuses=tuple(statuses),
         limit_findings=tuple(_limit_findings(limit_problems)),
-        endpoint_findings=endpoint_findings(forbidden, graph),
+        endpoint_findings=endpoint_findings(forbidden, graph, memo),
         forbidden=forbidden,
-        forbidden_problems=forbidden_problems(forbidden, snapshot, backends.endpoint_slices()),
+        forbidden_problems=forbidden_problems(
+            forbidden, snapshot, backends.endpoint_slices(), memo
+        ),
         head_problems=(*snapshot.problems, *kinds.problems),
         tail_problems=source_problems(limit_problems, snapshot),
     )
@@ -413,6 +451,38 @@ def _listeners(
     return listeners
 
 
+def _identical(a: Sequence[object], b: Sequence[object]) -> bool:
+    """Whether two sequences hold the very same objects, in the same order."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+class ListenersMemo:
+    """The listeners of the compile before, by name (`_same_listeners`)."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Listener] = {}
+
+
+def _same_listeners(listeners: list[Listener], memo: CompileMemo) -> list[Listener]:
+    """`listeners`, each replaced by the compile before's listener of that name when it holds
+    the very same virtual hosts and TCP proxies (and is otherwise equal), so that what comes
+    after can keep its work by identity."""
+    kept = memo.stage("listeners", ListenersMemo)
+    out: list[Listener] = []
+    for lst in listeners:
+        old = kept.by_name.get(lst.name)
+        if (
+            old is not None
+            and _identical(old.virtual_hosts, lst.virtual_hosts)
+            and _identical(old.tcp_proxies, lst.tcp_proxies)
+            and (old.address, old.port, old.protocol) == (lst.address, lst.port, lst.protocol)
+        ):
+            lst = old
+        out.append(lst)
+    kept.by_name = {lst.name: lst for lst in out}
+    return out
+
+
 def _used_clusters(listeners: Sequence[Listener], memo: CompileMemo) -> set[str]:
     """The clusters something served sends to: routes, mirrors, TCP proxies and the virtual
     hosts' authorization servers (`attribution.cluster_writers`); each virtual host's by
@@ -459,12 +529,7 @@ def _with_endpoints(
         own = tuple(slices.get(key, ()))
         eps = None if own else snapshot.get("", "Endpoints", *key)
         hit = kept.entries.get(cluster.name)
-        if (
-            hit is None
-            or hit[0] is not cluster
-            or hit[2] is not eps
-            or not same_objects(hit[1], own)
-        ):
+        if hit is None or hit[0] is not cluster or hit[2] is not eps or not _identical(hit[1], own):
             hit = (cluster, own, eps, resolve_endpoints(backend, snapshot, slices))
         entries[cluster.name] = hit
         out.append(hit[3])
@@ -506,12 +571,6 @@ def _drop_forbidden(
     return tuple(out), tuple(dropped)
 
 
-def _limits_memo(memo: CompileMemo) -> LimitsMemo:
-    clusters: IdentityMemo[Cluster, ClusterCheck] = memo.stage("limits:clusters", IdentityMemo)
-    vhosts: IdentityMemo[VirtualHost, VirtualHostCheck] = memo.stage("limits:vhosts", IdentityMemo)
-    return LimitsMemo(clusters, vhosts)
-
-
 class IgnoredMemo:
     """Each dialect's `ignored` answer, by dialect name, kept while none of its kinds changed."""
 
@@ -537,7 +596,9 @@ def _ignored(
     return tuple(out)
 
 
-def _hold_owned_hosts(graph: RoutingGraph, ownership: Ownership) -> RoutingGraph:
+def _hold_owned_hosts(
+    graph: RoutingGraph, ownership: Ownership, memo: CompileMemo | None = None
+) -> RoutingGraph:
     """`graph` with a virtual host without routes (Envoy answers 404) for every hostname owned
     on a plain HTTP listener that has none: the owner's root was invalid, or the safety net left
     its virtual host out.
@@ -548,6 +609,7 @@ def _hold_owned_hosts(graph: RoutingGraph, ownership: Ownership) -> RoutingGraph
     the owner's even while it serves nothing. 404 is what Envoy answers for a host it does not
     serve. HTTPS listeners need no such hold: each TLS host is a filter chain chosen by SNI, and
     a host without one never reaches another host's routes."""
+    kept = (CompileMemo() if memo is None else memo).stage("held", HeldMemo)
     by_listener: dict[str, list[tuple[str, KubeObject]]] = {}
     for (listener, hostname), owner in ownership.owners.items():
         by_listener.setdefault(listener, []).append((hostname, owner))
@@ -559,25 +621,52 @@ def _hold_owned_hosts(graph: RoutingGraph, ownership: Ownership) -> RoutingGraph
             listeners.append(lst)
             continue
         served = {vh.name for vh in lst.virtual_hosts}
-        held = [
-            VirtualHost(
-                name=hostname,
-                hostname=hostname,
-                routes=(),
-                owner=owner.ref,
-                hostname_match=HostnameMatch.WILDCARD_ANY_LABELS
-                if hostname.startswith("*.")
-                else HostnameMatch.EXACT,
-            )
+        held = tuple(
+            _held_host(hostname, owner, kept)
             for hostname, owner in sorted(owned, key=lambda h: h[0])
             if hostname != "*" and hostname not in served and hostname_problem(hostname) is None
-        ]
+        )
         if held:
             changed = True
-            vhosts = sorted((*lst.virtual_hosts, *held), key=lambda vh: vh.name)
-            lst = dataclasses.replace(lst, virtual_hosts=tuple(vhosts))
+            lst = _with_held(lst, held, kept)
         listeners.append(lst)
+    kept.hosts, kept.listeners = kept.used_hosts, kept.used_listeners
+    kept.used_hosts, kept.used_listeners = {}, {}
     return dataclasses.replace(graph, listeners=tuple(listeners)) if changed else graph
+
+
+class HeldMemo:
+    """The held virtual hosts of the compile before by hostname (with the owner object they
+    were made for), and the listeners they were added to (by the listener's identity)."""
+
+    def __init__(self) -> None:
+        self.hosts: dict[str, tuple[KubeObject, VirtualHost]] = {}
+        self.used_hosts: dict[str, tuple[KubeObject, VirtualHost]] = {}
+        self.listeners: dict[int, tuple[Listener, tuple[VirtualHost, ...], Listener]] = {}
+        self.used_listeners: dict[int, tuple[Listener, tuple[VirtualHost, ...], Listener]] = {}
+
+
+def _held_host(hostname: str, owner: KubeObject, kept: HeldMemo) -> VirtualHost:
+    hit = kept.hosts.get(hostname)
+    if hit is None or hit[0] is not owner:
+        match = HostnameMatch.WILDCARD_ANY_LABELS
+        if not hostname.startswith("*."):
+            match = HostnameMatch.EXACT
+        vh = VirtualHost(
+            name=hostname, hostname=hostname, routes=(), owner=owner.ref, hostname_match=match
+        )
+        hit = (owner, vh)
+    kept.used_hosts[hostname] = hit
+    return hit[1]
+
+
+def _with_held(lst: Listener, held: tuple[VirtualHost, ...], kept: HeldMemo) -> Listener:
+    hit = kept.listeners.get(id(lst))
+    if hit is None or hit[0] is not lst or not _identical(hit[1], held):
+        vhosts = sorted((*lst.virtual_hosts, *held), key=lambda vh: vh.name)
+        hit = (lst, held, dataclasses.replace(lst, virtual_hosts=tuple(vhosts)))
+    kept.used_listeners[id(lst)] = hit
+    return hit[2]
 
 
 def fold_findings(
@@ -615,13 +704,18 @@ def _limit_findings(problems: Iterable[GraphProblem]) -> list[Finding]:
 
 
 def endpoint_findings(
-    forbidden: Sequence[ForbiddenEndpoint], graph: RoutingGraph
+    forbidden: Sequence[ForbiddenEndpoint],
+    graph: RoutingGraph,
+    memo: CompileMemo | None = None,
 ) -> tuple[Finding, ...]:
     """A refused endpoint, on every object whose routes send to its cluster (the Service has no
     status of its own)."""
     if not forbidden:
         return ()
-    users = cluster_writers(graph)
+    writers: IdentityMemo[VirtualHost, Writers] | None = None
+    if memo is not None:
+        writers = memo.stage("writers", IdentityMemo)
+    users = cluster_writers(graph, writers)
     out: dict[Finding, None] = {}
     for f in forbidden:
         ep = f.endpoint
@@ -638,33 +732,54 @@ def forbidden_problems(
     forbidden: Iterable[ForbiddenEndpoint],
     snapshot: Snapshot,
     slices: Mapping[tuple[str, str], Sequence[KubeObject]] | None = None,
+    memo: CompileMemo | None = None,
 ) -> tuple[SourceProblem, ...]:
     """One error per endpoint left out, on the Service (or the RouteGroup backend) whose
     cluster listed it, naming the EndpointSlices or Endpoints that wrote it (`slices`: the
-    snapshot's `index_endpoint_slices`, when the caller has it)."""
+    snapshot's `index_endpoint_slices`, when the caller has it). `memo`: each problem kept
+    while the refusal, the Service, its slices and its Endpoints are the very same objects."""
+    kept: ForbiddenProblems = (CompileMemo() if memo is None else memo).stage(
+        "forbidden-problems", IdentityMemo
+    )
     out: list[SourceProblem] = []
     for f in forbidden:
-        c, ep = f.cluster, f.endpoint
+        c = f.cluster
         service = snapshot.get("", "Service", c.namespace, c.service)
-        sources = endpoint_sources(snapshot, c.namespace, c.service, ep.address, slices)
-        via = f" (listed by {', '.join(sources)})" if sources and service is not None else ""
-        what = "Service" if service is not None else "backend"
-        out.append(
-            SourceProblem(
-                service.origin.source if service is not None else "<graph>",
-                service.origin.line if service is not None else None,
-                f"endpoint {ep.address}:{ep.port}{via}: {f.reason}; the endpoint is left out",
-                f"{what} {c.namespace}/{c.service}",
-            )
-        )
+        own = tuple(slices.get((c.namespace, c.service), ())) if slices is not None else None
+        endpoints = snapshot.get("", "Endpoints", c.namespace, c.service)
+        hit = kept.get(f)
+        if (
+            hit is None
+            or own is None
+            or hit[0] is not service
+            or hit[2] is not endpoints
+            or not _identical(hit[1], own)
+        ):
+            problem = _forbidden_problem(f, service, snapshot, slices)
+            hit = kept.put(f, (service, own or (), endpoints, problem))
+        out.append(hit[3])
     return tuple(out)
 
 
-def _used_ca_bundles(
-    listeners: Sequence[Listener], clusters: Sequence[Cluster], secrets: SecretResolver
-) -> tuple[CABundle, ...]:
-    """The CA bundles and CRLs that served clusters (upstream validation) and served TLS
-    virtual hosts and TLS-terminating TCP proxies (client validation) name; a bundle only a
-    dropped object named stays out."""
-    names = ca_bundle_names(listeners, clusters)
-    return tuple(b for b in secrets.ca_bundles.bundles() if b.name in names)
+ForbiddenProblems = IdentityMemo[
+    ForbiddenEndpoint,
+    tuple[KubeObject | None, tuple[KubeObject, ...], KubeObject | None, SourceProblem],
+]
+
+
+def _forbidden_problem(
+    f: ForbiddenEndpoint,
+    service: KubeObject | None,
+    snapshot: Snapshot,
+    slices: Mapping[tuple[str, str], Sequence[KubeObject]] | None,
+) -> SourceProblem:
+    c, ep = f.cluster, f.endpoint
+    sources = endpoint_sources(snapshot, c.namespace, c.service, ep.address, slices)
+    via = f" (listed by {', '.join(sources)})" if sources and service is not None else ""
+    what = "Service" if service is not None else "backend"
+    return SourceProblem(
+        service.origin.source if service is not None else "<graph>",
+        service.origin.line if service is not None else None,
+        f"endpoint {ep.address}:{ep.port}{via}: {f.reason}; the endpoint is left out",
+        f"{what} {c.namespace}/{c.service}",
+    )

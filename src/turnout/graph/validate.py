@@ -1211,13 +1211,9 @@ class LimitsMemo:
     """What `enforce_envoy_limits` keeps across compiles: checks by the identity of the cluster
     or virtual host, and the usable names they were made against."""
 
-    def __init__(
-        self,
-        clusters: IdentityMemo[Cluster, ClusterCheck] | None = None,
-        vhosts: IdentityMemo[VirtualHost, VirtualHostCheck] | None = None,
-    ) -> None:
-        self.clusters = IdentityMemo[Cluster, ClusterCheck]() if clusters is None else clusters
-        self.vhosts = IdentityMemo[VirtualHost, VirtualHostCheck]() if vhosts is None else vhosts
+    def __init__(self) -> None:
+        self.clusters = IdentityMemo[Cluster, ClusterCheck]()
+        self.vhosts = IdentityMemo[VirtualHost, VirtualHostCheck]()
         self.names: frozenset[str] = frozenset()
 
 
@@ -1423,6 +1419,9 @@ def enforce_envoy_limits(
     as the very same object. `memo`: the checks of the compile before, reused for the very
     same clusters and virtual hosts (`LimitsMemo`)."""
     memo = LimitsMemo() if memo is None else memo
+    # One call per compile: what the compile before did not use is forgotten.
+    memo.clusters.age()
+    memo.vhosts.age()
     problems: list[GraphProblem] = []
     clusters, clusters_changed = _check_clusters(graph, problems, memo)
     ctx = _Context(
