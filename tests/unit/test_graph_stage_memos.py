@@ -339,3 +339,17 @@ def test_a_refused_endpoint_names_every_slice_that_lists_it() -> None:
     assert [p.reason for p in one.problems if "t-2" in p.reason] == []
     assert [p for p in two.problems if "t-2" in p.reason]
     assert two == _fresh(second)
+
+
+def test_endpoints_of_a_cluster_kept_from_the_compile_before() -> None:
+    """A piece reused from the compile before may ask for the endpoints of a cluster it did not
+    ask the resolver for this time: they come from its Service's slices, and it is recorded."""
+    snap = snapshot(*BASE)
+    book = ClusterBook()
+    first = BackendResolver(snap, book=book)
+    made = first.service("default", "t", 80)
+    assert isinstance(made, Cluster)
+    first.used({made.name})
+    again = BackendResolver(snap, book=book)
+    assert [e.address for e in again.endpoints(made)] == ["10.0.0.2"]
+    assert again.endpoint_dependent() == {("default", "t")}

@@ -466,6 +466,13 @@ class BackendResolver:
         endpoint-dependent. Endpoints turnout refuses are still counted here: they are
         dropped after the dialects, and the cluster then answers 503."""
         backend = self._backends.get(cluster.name)
+        if backend is None and cluster.name not in self._clusters:
+            # A cluster a reused piece kept from the compile before: its book entry, while valid.
+            entry = self._entry(cluster.name)
+            if entry is not None and entry.backend is not None:
+                self._clusters[cluster.name] = entry.cluster
+                self._services[cluster.name] = entry.service
+                backend = self._backends[cluster.name] = entry.backend
         if backend is None:
             return cluster.endpoints
         self._dependent.add(backend.service)
