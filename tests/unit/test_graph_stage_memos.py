@@ -5,6 +5,7 @@ always what a compile with a fresh memo gives."""
 from __future__ import annotations
 
 import dataclasses
+import random
 from typing import Any
 
 from tests.builders import endpoint_slice, kube_object, service, snapshot
@@ -27,7 +28,13 @@ from turnout.graph.model import (
     VirtualHost,
     WeightedCluster,
 )
-from turnout.graph.services import BackendResolver, ClusterBook
+from turnout.graph.services import (
+    BackendResolver,
+    ClusterBook,
+    SliceIndex,
+    index_endpoint_slices,
+    slice_index,
+)
 from turnout.graph.validate import LimitsMemo, enforce_envoy_limits
 from turnout.objects import KubeObject, ObjectRef
 from turnout.status.model import Finding
@@ -353,3 +360,25 @@ def test_endpoints_of_a_cluster_kept_from_the_compile_before() -> None:
     again = BackendResolver(snap, book=book)
     assert [e.address for e in again.endpoints(made)] == ["10.0.0.2"]
     assert again.endpoint_dependent() == {("default", "t")}
+
+
+def test_the_slice_index_follows_adds_moves_and_deletes() -> None:
+    """`slice_index` updated per changed slice is `index_endpoint_slices` built anew, and never
+    changes the index it handed out before."""
+    rng = random.Random(7)
+    kept = SliceIndex()
+    objects: dict[str, KubeObject] = {}
+    previous = slice_index(snapshot(), None, kept)
+    for _ in range(60):
+        name = f"s-{rng.randrange(6)}"
+        before = {k: list(v) for k, v in previous.items()}
+        if name in objects and rng.random() < 0.3:
+            del objects[name]
+        else:
+            owner = rng.choice(("a", "b", "c"))
+            objects[name] = endpoint_slice(owner, [f"10.0.0.{rng.randrange(9)}"], name=name)
+        snap = snapshot(*objects.values())
+        index = slice_index(snap, [("default", name)], kept)
+        assert index == index_endpoint_slices(snap)
+        assert previous == before  # the compile before's index is left as it was
+        previous = index

@@ -44,11 +44,13 @@ from turnout.graph.services import (
     ForbiddenEndpoint,
     ResolverUse,
     ServiceBackend,
+    SliceIndex,
     dns_names,
     drop_forbidden_endpoints,
     endpoint_reserved_ports,
     endpoint_sources,
     resolve_endpoints,
+    slice_index,
 )
 from turnout.graph.tls_refs import ca_bundle_names, tls_secret_names
 from turnout.graph.validate import (
@@ -271,6 +273,7 @@ def build_graph(
         snapshot,
         enable_external_name_service=options.enable_external_name_service,
         book=memo.stage("clusters", ClusterBook),
+        slices=slice_index(snapshot, _changed_slices(memo), memo.stage("slices", SliceIndex)),
     )
     secrets = SecretResolver(snapshot, memo.stage("secrets", SecretBook))
     ctx = CompileContext(options, ownership, backends, secrets, memo)
@@ -449,6 +452,17 @@ def _listeners(
     listeners.sort(key=lambda lst: lst.name)
 
     return listeners
+
+
+def _changed_slices(memo: CompileMemo) -> list[tuple[str, str]] | None:
+    """The EndpointSlices (namespace, name) changed since the compile before; None: any."""
+    if memo.delta.everything:
+        return None
+    return [
+        (r.namespace, r.name)
+        for r in memo.delta.refs
+        if (r.group, r.kind) == ("discovery.k8s.io", "EndpointSlice")
+    ]
 
 
 def _identical(a: Sequence[object], b: Sequence[object]) -> bool:

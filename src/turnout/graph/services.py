@@ -128,6 +128,47 @@ def index_endpoint_slices(
     return index
 
 
+class SliceIndex:
+    """`index_endpoint_slices` of the compile before and which key lists each slice, for
+    `slice_index`."""
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[str, str], list[KubeObject]] | None = None
+        self.where: dict[tuple[str, str], tuple[str, str]] = {}
+
+
+def slice_index(
+    snapshot: Snapshot, changed: Iterable[tuple[str, str]] | None, kept: SliceIndex
+) -> dict[tuple[str, str], list[KubeObject]]:
+    """`index_endpoint_slices(snapshot)`, updated from the compile before's for the
+    EndpointSlices (namespace, name) `changed` since; None: built anew. A new dict, and new
+    lists where something changed: the compile before's result may still be read."""
+    if changed is None or kept.index is None:
+        kept.index = index_endpoint_slices(snapshot)
+        kept.where = {(e.namespace, e.name): k for k, lst in kept.index.items() for e in lst}
+        return kept.index
+    index, where = dict(kept.index), dict(kept.where)
+    touched: set[tuple[str, str]] = set()
+    for namespace, name in changed:
+        old = where.pop((namespace, name), None)
+        if old is not None:
+            index[old] = [e for e in index[old] if e.name != name]
+            touched.add(old)
+        eps = snapshot.get("discovery.k8s.io", "EndpointSlice", namespace, name)
+        service = eps.labels.get(SERVICE_NAME_LABEL) if eps is not None else None
+        if eps is not None and isinstance(service, str) and service:
+            key = where[(namespace, name)] = (namespace, service)
+            index[key] = [*index.get(key, ()), eps]
+            touched.add(key)
+    for key in touched:
+        if index[key]:
+            index[key].sort(key=lambda e: e.name)
+        else:
+            del index[key]
+    kept.index, kept.where = index, where
+    return index
+
+
 def service_endpoints(
     snapshot: Snapshot,
     service: KubeObject,
@@ -324,6 +365,7 @@ class BackendResolver:
         *,
         enable_external_name_service: bool = False,
         book: ClusterBook | None = None,
+        slices: dict[tuple[str, str], list[KubeObject]] | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._book = ClusterBook() if book is None else book
@@ -332,7 +374,7 @@ class BackendResolver:
         self._services: dict[str, KubeObject | None] = {}
         self._resolved: dict[str, Cluster] = {}
         self._dependent: set[tuple[str, str]] = set()
-        self._slices = index_endpoint_slices(snapshot)
+        self._slices = index_endpoint_slices(snapshot) if slices is None else slices
         self._external_names = enable_external_name_service
         self._own: set[str] = set()
         self._ports: dict[tuple[str, str, int | str], tuple[KubeObject, ServicePort] | Unresolved]
