@@ -382,3 +382,23 @@ def test_the_slice_index_follows_adds_moves_and_deletes() -> None:
         assert index == index_endpoint_slices(snap)
         assert previous == before  # the compile before's index is left as it was
         previous = index
+
+
+def test_a_refused_endpoint_is_reported_on_every_object_that_sends_to_it() -> None:
+    """The same refusal (the same cluster and endpoint) is reported anew on an object that
+    starts sending to the cluster."""
+    refused = endpoint_slice("t", ["169.254.169.254"], name="t-1")
+    rest = [o for o in BASE if o.kind != "EndpointSlice" or o.name != "t-1"]
+    spec = {
+        "virtualhost": {"fqdn": "q.example.com"},
+        "routes": [{"services": [{"name": "t", "port": 80}]}],
+    }
+    second_proxy = kube_object("projectcontour.io/v1", "HTTPProxy", "q", spec=spec)
+    proxy = _proxy(1)
+    first = snapshot(*rest, refused, proxy)
+    second = snapshot(*rest, refused, proxy, second_proxy)
+    one, two = _carried(first, second)
+    assert one.endpoint_basis is not None and two.endpoint_basis is not None
+    assert {f.ref.name for f in one.endpoint_basis.endpoint_findings} == {"p"}
+    assert {f.ref.name for f in two.endpoint_basis.endpoint_findings} == {"p", "q"}
+    assert two == _fresh(second)

@@ -8,7 +8,7 @@ object and the field (`spec.routes[2]`; `spec` for a whole virtual host or TCP p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 
 from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import Forward, Route, RouteSource, RoutingGraph, VirtualHost
@@ -18,10 +18,13 @@ Writers = Mapping[str, tuple[RouteSource, ...]]
 
 
 def cluster_writers(
-    graph: RoutingGraph, memo: IdentityMemo[VirtualHost, Writers] | None = None
+    graph: RoutingGraph,
+    memo: IdentityMemo[VirtualHost, Writers] | None = None,
+    only: Container[str] | None = None,
 ) -> Writers:
     """Cluster name -> the routes (and TCP proxies, and hosts with an authorization server)
-    that send to it or mirror to it. `memo`: each virtual host's writers by its identity."""
+    that send to it or mirror to it. `memo`: each virtual host's writers by its identity;
+    `only`: these clusters' writers only."""
     # Dicts as ordered sets: one object's thousands of routes to one Service stay linear.
     found: dict[str, dict[RouteSource, None]] = {}
     for lst in graph.listeners:
@@ -32,10 +35,17 @@ def cluster_writers(
                 if memo is not None:
                     memo.put(vh, own)
             for cluster, sources in own.items():
-                found.setdefault(cluster, {}).update(dict.fromkeys(sources))
+                if only is not None and cluster not in only:
+                    continue
+                known = found.get(cluster)
+                if known is None:
+                    found[cluster] = dict.fromkeys(sources)
+                else:
+                    known.update(dict.fromkeys(sources))
         for proxy in lst.tcp_proxies:
             for wc in proxy.clusters:
-                found.setdefault(wc.cluster, {})[RouteSource(proxy.owner, "spec")] = None
+                if only is None or wc.cluster in only:
+                    found.setdefault(wc.cluster, {})[RouteSource(proxy.owner, "spec")] = None
     return {name: tuple(sources) for name, sources in found.items()}
 
 

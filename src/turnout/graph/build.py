@@ -33,6 +33,7 @@ from turnout.graph.model import (
     Cluster,
     HostnameMatch,
     Listener,
+    RouteSource,
     RoutingGraph,
     TCPProxy,
     VirtualHost,
@@ -729,17 +730,32 @@ def endpoint_findings(
     writers: IdentityMemo[VirtualHost, Writers] | None = None
     if memo is not None:
         writers = memo.stage("writers", IdentityMemo)
-    users = cluster_writers(graph, writers)
+    users = cluster_writers(graph, writers, {f.cluster.name for f in forbidden})
+    kept: RefusalFindings = (CompileMemo() if memo is None else memo).stage(
+        "refusal-findings", IdentityMemo
+    )
     out: dict[Finding, None] = {}
     for f in forbidden:
-        ep = f.endpoint
-        message = (
-            f"endpoint {ep.address}:{ep.port} of Service {f.cluster.namespace}/"
-            f"{f.cluster.service}: {f.reason}; the endpoint is left out"
-        )
-        for source in users.get(f.cluster.name, ()):
-            out[Finding(source.object, source.field, ENDPOINT_REFUSED, message)] = None
+        sources = users.get(f.cluster.name, ())
+        hit = kept.get(f)
+        if hit is None or hit[0] != sources:
+            hit = kept.put(f, (sources, _refusal_findings(f, sources)))
+        out.update(dict.fromkeys(hit[1]))
     return tuple(out)
+
+
+RefusalFindings = IdentityMemo[
+    ForbiddenEndpoint, tuple[tuple[RouteSource, ...], tuple[Finding, ...]]
+]
+
+
+def _refusal_findings(f: ForbiddenEndpoint, sources: Iterable[RouteSource]) -> tuple[Finding, ...]:
+    ep = f.endpoint
+    message = (
+        f"endpoint {ep.address}:{ep.port} of Service {f.cluster.namespace}/"
+        f"{f.cluster.service}: {f.reason}; the endpoint is left out"
+    )
+    return tuple(Finding(s.object, s.field, ENDPOINT_REFUSED, message) for s in sources)
 
 
 def forbidden_problems(
