@@ -1337,7 +1337,7 @@ class _Hosts:
 
     def check(self, vh: VirtualHost) -> VirtualHostCheck:
         hit = self._memo.get(vh)
-        if hit is not None and hit.asked.isdisjoint(self._changed):
+        if hit is not None and (not self._changed or hit.asked.isdisjoint(self._changed)):
             return hit
         self._asked.clear()
         problem = virtual_host_problem(vh, self._g)
@@ -1429,7 +1429,9 @@ def enforce_envoy_limits(
         secrets=frozenset(s.name for s in graph.secrets),
     )
     names = frozenset((*_names(ctx.clusters), *_names(ctx.secrets)))
-    hosts = _Hosts(ctx, memo, memo.names ^ names)
+    # Made anew: a symmetric difference keeps the table of its 10,000-name operand, and
+    # `isdisjoint` walks that table whole for every host.
+    hosts = _Hosts(ctx, memo, frozenset(list(memo.names ^ names)))
     memo.names = names
     listeners = tuple(_check_listener(lst, ctx, hosts, problems) for lst in graph.listeners)
     listeners_changed = any(
