@@ -10,6 +10,7 @@ rewrites one object's HTTPProxy with one more route and times, with the memos ca
 
     PYTHONPATH=src python3 bench/incremental_compile.py --objects 10000 --changes 10
     PYTHONPATH=src python3 bench/incremental_compile.py --objects 10000 --profile
+    PYTHONPATH=src python3 bench/incremental_compile.py --objects 10000 --change ingress
 """
 
 from __future__ import annotations
@@ -37,8 +38,24 @@ from turnout.sources.parse import parse_text
 from turnout.store import Store
 
 
+def ingress_text(extra: int) -> str:
+    """One Ingress beside the HTTPProxies (`--change ingress`): a change to it leaves the
+    HTTPProxy dialect's output reused whole, as an incremental dialect leaves unchanged hosts."""
+    paths = "".join(
+        f"      - {{path: /v{k}, pathType: Prefix, backend: {{service: {{name: app, port: "
+        "{number: 80}}}}\n"
+        for k in range(extra + 1)
+    )
+    return (
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\n"
+        "metadata: {name: ing, namespace: team-0}\n"
+        "spec:\n  ingressClassName: turnout\n  rules:\n  - host: ingress.example.com\n"
+        f"    http:\n      paths:\n{paths}"
+    )
+
+
 def load(shape: shapes.Shape) -> Store:
-    files: dict[str, str] = {}
+    files: dict[str, str] = {"ingress.yaml": ingress_text(0)}
     for i in range(shape.n):
         files.update(shapes.service_files(i, 8080))
         files[f"proxy-{i}.yaml"] = shapes.proxy_text(shape, i, 0)
@@ -57,6 +74,12 @@ def main() -> None:
     parser.add_argument("--shape", choices=("hosts", "one-host"), default="hosts")
     parser.add_argument("--changes", type=int, default=10)
     parser.add_argument("--profile", action="store_true", help="cProfile one change")
+    parser.add_argument(
+        "--change",
+        choices=("httpproxy", "ingress"),
+        default="httpproxy",
+        help="what each change rewrites: one HTTPProxy, or the one Ingress",
+    )
     args = parser.parse_args()
     shape = shapes.Shape(args.shape, args.objects)
     started = time.perf_counter()
@@ -73,8 +96,9 @@ def main() -> None:
     translate_s: list[float] = []
     for k in range(args.changes):
         i = rng.randrange(args.objects)
-        name = f"proxy-{i}.yaml"
-        parsed = parse_text(shapes.proxy_text(shape, i, k + 1), name)
+        name = f"proxy-{i}.yaml" if args.change == "httpproxy" else "ingress.yaml"
+        text = shapes.proxy_text(shape, i, k + 1) if args.change == "httpproxy" else None
+        parsed = parse_text(text or ingress_text(k + 1), name)
         old = store.snapshot()
         store.replace_partition(name, parsed.objects, parsed.problems)
         t0 = time.perf_counter()

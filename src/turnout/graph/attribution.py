@@ -8,39 +8,73 @@ object and the field (`spec.routes[2]`; `spec` for a whole virtual host or TCP p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 
-from turnout.graph.model import Forward, Route, RouteSource, RoutingGraph
+from turnout.graph.memo import IdentityMemo
+from turnout.graph.model import Forward, Route, RouteSource, RoutingGraph, VirtualHost
 from turnout.status.model import Finding
 
+Writers = Mapping[str, tuple[RouteSource, ...]]
 
-def cluster_writers(graph: RoutingGraph) -> Mapping[str, tuple[RouteSource, ...]]:
+
+def cluster_writers(
+    graph: RoutingGraph,
+    memo: IdentityMemo[VirtualHost, Writers] | None = None,
+    only: Container[str] | None = None,
+) -> Writers:
     """Cluster name -> the routes (and TCP proxies, and hosts with an authorization server)
-    that send to it or mirror to it."""
+    that send to it or mirror to it. `memo`: each virtual host's writers by its identity;
+    `only`: these clusters' writers only."""
     # Dicts as ordered sets: one object's thousands of routes to one Service stay linear.
     found: dict[str, dict[RouteSource, None]] = {}
-
-    def note(cluster: str, source: RouteSource) -> None:
-        found.setdefault(cluster, {})[source] = None
-
-    # A route object served on many hosts (a Gateway API route's 16 hostnames on 32 listeners)
-    # notes the same pairs each time: each is walked once, and its clusters once each.
-    walked: set[int] = set()
     for lst in graph.listeners:
         for vh in lst.virtual_hosts:
-            # An authorization server's cluster is used by the virtual host, not by a route.
-            if vh.policies.authorization is not None:
-                note(vh.policies.authorization.cluster, RouteSource(vh.owner, "spec"))
-            for route in vh.routes:
-                if id(route) in walked:
+            own = memo.get(vh) if memo is not None else None
+            if own is None:
+                own = vhost_writers(vh)
+                if memo is not None:
+                    memo.put(vh, own)
+            for cluster, sources in own.items():
+                if only is not None and cluster not in only:
                     continue
-                walked.add(id(route))
-                for cluster in _route_clusters(route):
-                    note(cluster, route.source)
+                known = found.get(cluster)
+                if known is None:
+                    found[cluster] = dict.fromkeys(sources)
+                else:
+                    known.update(dict.fromkeys(sources))
         for proxy in lst.tcp_proxies:
             for wc in proxy.clusters:
-                note(wc.cluster, RouteSource(proxy.owner, "spec"))
+                if only is None or wc.cluster in only:
+                    found.setdefault(wc.cluster, {})[RouteSource(proxy.owner, "spec")] = None
     return {name: tuple(sources) for name, sources in found.items()}
+
+
+def vhost_writers(vh: VirtualHost) -> Writers:
+    """`cluster_writers` of one virtual host, in the order it names them."""
+    found: dict[str, dict[RouteSource, None]] = {}
+    # An authorization server's cluster is used by the virtual host, not by a route.
+    if vh.policies.authorization is not None:
+        found[vh.policies.authorization.cluster] = {RouteSource(vh.owner, "spec"): None}
+    # A route object listed twice (a Gateway API route on many hosts) is walked once.
+    walked: set[int] = set()
+    for route in vh.routes:
+        if id(route) in walked:
+            continue
+        walked.add(id(route))
+        for cluster in _route_clusters(route):
+            found.setdefault(cluster, {})[route.source] = None
+    return {name: tuple(sources) for name, sources in found.items()}
+
+
+def vhost_clusters(vh: VirtualHost) -> frozenset[str]:
+    """The clusters a virtual host's routes send or mirror to and its authorization server:
+    the names `cluster_writers` lists for it."""
+    names: set[str] = set()
+    if vh.policies.authorization is not None:
+        names.add(vh.policies.authorization.cluster)
+    for route in vh.routes:
+        names.update(_route_clusters(route))
+    return frozenset(names)
 
 
 def _route_clusters(route: Route) -> dict[str, None]:

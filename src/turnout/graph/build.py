@@ -9,7 +9,6 @@ import dataclasses
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
 
 from turnout.compile_inputs import (
     HTTP_LISTENER,
@@ -18,7 +17,7 @@ from turnout.compile_inputs import (
     ListenerDecl,
     ListenerProtocol,
 )
-from turnout.graph.attribution import cluster_writers
+from turnout.graph.attribution import Writers, cluster_writers, vhost_clusters
 from turnout.graph.dialect import (
     CompileContext,
     Dialect,
@@ -28,31 +27,37 @@ from turnout.graph.dialect import (
     RecordedOwnership,
     ownership_from_claims,
 )
-from turnout.graph.memo import CompileMemo
+from turnout.graph.memo import CompileMemo, IdentityMemo
 from turnout.graph.model import (
     INVALID_BACKEND,
-    CABundle,
     Cluster,
     HostnameMatch,
     Listener,
+    RouteSource,
     RoutingGraph,
     TCPProxy,
     VirtualHost,
 )
 from turnout.graph.secret_data import DELEGATION_KINDS
-from turnout.graph.secrets import SecretResolver
+from turnout.graph.secrets import SecretBook, SecretResolver
 from turnout.graph.services import (
     BackendResolver,
+    ClusterBook,
     ForbiddenEndpoint,
+    ResolverUse,
     ServiceBackend,
+    SliceIndex,
     dns_names,
     drop_forbidden_endpoints,
     endpoint_reserved_ports,
     endpoint_sources,
+    resolve_endpoints,
+    slice_index,
 )
 from turnout.graph.tls_refs import ca_bundle_names, tls_secret_names
 from turnout.graph.validate import (
     GraphProblem,
+    LimitsMemo,
     enforce_envoy_limits,
     hostname_problem,
     source_problems,
@@ -159,12 +164,39 @@ def misspelled_kind(kind: str, group_kinds: Iterable[str]) -> str | None:
     return by_lower[close[0]] if close else None
 
 
-def check_kinds(snapshot: Snapshot, known: frozenset[tuple[str, str]]) -> KindCheck:
+@dataclass(frozen=True, slots=True)
+class _ObjectCheck:
+    """What `check_kinds` makes of one object: a pure function of it and the kinds read."""
+
+    stamp: SourceProblem | None = None
+    problem: SourceProblem | None = None
+    ignored: IgnoredObject | None = None
+    rejected: bool = False
+
+
+_KNOWN = _ObjectCheck()
+
+
+class KindsMemo:
+    """`check_kinds` per object by identity, for one set of kinds read."""
+
+    def __init__(self) -> None:
+        self.known: frozenset[tuple[str, str]] = frozenset()
+        self.checks = IdentityMemo[KubeObject, _ObjectCheck]()
+
+
+def check_kinds(
+    snapshot: Snapshot, known: frozenset[tuple[str, str]], memo: CompileMemo | None = None
+) -> KindCheck:
     """Reports objects turnout does not read, and drops those whose kind turnout reads at another
     apiVersion (e.g. `projectcontour.io/v2 HTTPProxy`) so no dialect misreads them. A kind
     turnout does not read is an error when it is close to a kind turnout reads in its group (a
     typo must fail CI: `HTTPProxxy`), else a warning, and the object is listed as ignored (a
-    Deployment in the same directory)."""
+    Deployment in the same directory). `memo`: each object's answer kept by its identity."""
+    kept = (CompileMemo() if memo is None else memo).stage("kinds", KindsMemo)
+    if kept.known != known:
+        kept.known, kept.checks = known, IdentityMemo()
+    kept.checks.age()
     by_group_kind: dict[tuple[str, str], list[str]] = {}
     by_group: dict[str, list[str]] = {}
     for api_version, kind in known:
@@ -174,37 +206,49 @@ def check_kinds(snapshot: Snapshot, known: frozenset[tuple[str, str]]) -> KindCh
     ignored: list[IgnoredObject] = []
     rejected: list[ObjectRef] = []
     for obj in snapshot.objects:
-        stamp = _timestamp_problem(obj)
-        if stamp is not None:
-            problems.append(stamp)
-        if (obj.api_version, obj.kind) in known:
+        check = kept.checks.get(obj)
+        if check is None:
+            check = kept.checks.put(obj, _check_object(obj, known, by_group_kind, by_group))
+        if check is _KNOWN:
             continue
-        served = by_group_kind.get((obj.group, obj.kind))
-        where = (obj.origin.source, obj.origin.line, f"{obj.kind} {obj.namespace}/{obj.name}")
-        if served is not None:
-            reason = (
-                f"apiVersion {obj.api_version!r} is not supported for kind {obj.kind}; "
-                f"turnout reads {', '.join(sorted(served))}"
-            )
-        elif (meant := misspelled_kind(obj.kind, by_group.get(obj.group, ()))) is not None:
-            reason = (
-                f"kind {obj.kind} is not a kind of {obj.group or 'v1'} that turnout reads; "
-                f"did you mean {meant}?"
-            )
-        else:
-            reason = f"kind {obj.kind} of apiVersion {obj.api_version!r} is not read by turnout"
-            problems.append(
-                SourceProblem(*where[:2], f"{reason}; ignored", where[2], severity="warning")
-            )
-            ignored.append(IgnoredObject.of(obj, reason))
-            continue
-        rejected.append(obj.ref)
-        problems.append(SourceProblem(*where[:2], reason, where[2]))
+        problems.extend(p for p in (check.stamp, check.problem) if p is not None)
+        if check.ignored is not None:
+            ignored.append(check.ignored)
+        if check.rejected:
+            rejected.append(obj.ref)
     if rejected:
         dropped = set(rejected)
-        kept = [o for o in snapshot.objects if o.ref not in dropped]
-        snapshot = Snapshot.of(kept, snapshot.problems)
+        kept_objects = [o for o in snapshot.objects if o.ref not in dropped]
+        snapshot = Snapshot.of(kept_objects, snapshot.problems)
     return KindCheck(snapshot, tuple(problems), tuple(ignored), tuple(rejected))
+
+
+def _check_object(
+    obj: KubeObject,
+    known: frozenset[tuple[str, str]],
+    by_group_kind: Mapping[tuple[str, str], list[str]],
+    by_group: Mapping[str, list[str]],
+) -> _ObjectCheck:
+    stamp = _timestamp_problem(obj)
+    if (obj.api_version, obj.kind) in known:
+        return _KNOWN if stamp is None else _ObjectCheck(stamp)
+    served = by_group_kind.get((obj.group, obj.kind))
+    where = (obj.origin.source, obj.origin.line, f"{obj.kind} {obj.namespace}/{obj.name}")
+    if served is not None:
+        reason = (
+            f"apiVersion {obj.api_version!r} is not supported for kind {obj.kind}; "
+            f"turnout reads {', '.join(sorted(served))}"
+        )
+    elif (meant := misspelled_kind(obj.kind, by_group.get(obj.group, ()))) is not None:
+        reason = (
+            f"kind {obj.kind} is not a kind of {obj.group or 'v1'} that turnout reads; "
+            f"did you mean {meant}?"
+        )
+    else:
+        reason = f"kind {obj.kind} of apiVersion {obj.api_version!r} is not read by turnout"
+        problem = SourceProblem(*where[:2], f"{reason}; ignored", where[2], severity="warning")
+        return _ObjectCheck(stamp, problem, IgnoredObject.of(obj, reason))
+    return _ObjectCheck(stamp, SourceProblem(*where[:2], reason, where[2]), rejected=True)
 
 
 def build_graph(
@@ -221,16 +265,19 @@ def build_graph(
     memo = CompileMemo() if memo is None else memo
     memo.begin(snapshot, options, changes)
     known = CORE_KINDS.union(*(d.kinds for d in dialects))
-    kinds = check_kinds(snapshot, known)
+    kinds = check_kinds(snapshot, known, memo)
     snapshot = kinds.snapshot
     claims: list[HostClaim] = []
     for dialect in dialects:
         claims.extend(dialect_claims(dialect, snapshot, options, memo))
     ownership = ownership_from_claims(claims)
     backends = BackendResolver(
-        snapshot, enable_external_name_service=options.enable_external_name_service
+        snapshot,
+        enable_external_name_service=options.enable_external_name_service,
+        book=memo.stage("clusters", ClusterBook),
+        slices=slice_index(snapshot, _changed_slices(memo), memo.stage("slices", SliceIndex)),
     )
-    secrets = SecretResolver(snapshot)
+    secrets = SecretResolver(snapshot, memo.stage("secrets", SecretBook))
     ctx = CompileContext(options, ownership, backends, secrets, memo)
 
     vhosts: dict[str, dict[str, VirtualHost]] = {HTTP_LISTENER: {}, HTTPS_LISTENER: {}}
@@ -249,15 +296,13 @@ def build_graph(
         for listener, proxy in out.tcp_proxies:
             tcp_proxies.setdefault(listener, {}).setdefault(proxy.name, proxy)
 
-    listeners = _listeners(vhosts, tcp_proxies, declared, options)
-    used = _used_clusters(listeners)
-    served = tuple(c for c in backends.clusters() if c.name in used)
+    listeners = _same_listeners(_listeners(vhosts, tcp_proxies, declared, options), memo)
+    used = _used_clusters(listeners, memo)
+    picked = backends.used(used)
+    served = _with_endpoints(picked, snapshot, backends.endpoint_slices(), memo)
     reserved = endpoint_reserved_ports(options, declared.values())
-    clusters, forbidden = drop_forbidden_endpoints(
-        served, reserved, options, backends.own_clusters()
-    )
-    used_secrets = tls_secret_names(listeners)
-    tls_secrets = tuple(s for s in secrets.secrets() if s.name in used_secrets)
+    clusters, forbidden = _drop_forbidden(served, reserved, options, backends.own_clusters(), memo)
+    tls_secrets = secrets.used_secrets(tls_secret_names(listeners))
     statuses.sort(key=lambda s: (s.ref.group, s.ref.kind, s.ref.namespace, s.ref.name))
     # The net under every dialect: what Envoy would refuse is confined to the object that wrote it.
     graph, limit_problems = enforce_envoy_limits(
@@ -265,13 +310,14 @@ def build_graph(
             listeners=tuple(listeners),
             clusters=clusters,
             secrets=tls_secrets,
-            ca_bundles=_used_ca_bundles(listeners, clusters, secrets),
-        )
+            ca_bundles=secrets.used_ca_bundles(ca_bundle_names(listeners, clusters)),
+        ),
+        memo.stage("limits", LimitsMemo),
     )
-    graph = _hold_owned_hosts(graph, ownership)
+    graph = _hold_owned_hosts(graph, ownership, memo)
     by_service: dict[tuple[str, str], tuple[ServiceBackend, ...]] = {}
-    for backend in backends.service_backends():
-        if backend.cluster.name in used:
+    for _, backend in picked:
+        if backend is not None:
             by_service[backend.service] = (*by_service.get(backend.service, ()), backend)
     basis = EndpointBasis(
         backends=by_service,
@@ -280,20 +326,22 @@ def build_graph(
         reserved=reserved,
         statuses=tuple(statuses),
         limit_findings=tuple(_limit_findings(limit_problems)),
-        endpoint_findings=endpoint_findings(forbidden, graph),
+        endpoint_findings=endpoint_findings(forbidden, graph, memo),
         forbidden=forbidden,
-        forbidden_problems=forbidden_problems(forbidden, snapshot, backends.endpoint_slices()),
+        forbidden_problems=forbidden_problems(
+            forbidden, snapshot, backends.endpoint_slices(), memo
+        ),
         head_problems=(*snapshot.problems, *kinds.problems),
         tail_problems=source_problems(limit_problems, snapshot),
     )
     return CompileResult(
         graph=graph,
         statuses=fold_findings(
-            statuses, (*basis.limit_findings, *basis.endpoint_findings), snapshot
+            statuses, (*basis.limit_findings, *basis.endpoint_findings), snapshot, memo
         ),
         problems=(*basis.head_problems, *basis.forbidden_problems, *basis.tail_problems),
         dns_names=dns_names(served),
-        ignored=_ignored(kinds.ignored, dialects, snapshot, options),
+        ignored=_ignored(kinds.ignored, dialects, snapshot, options, memo),
         rejected=kinds.rejected,
         endpoint_dependent_services=backends.endpoint_dependent(),
         endpoint_basis=basis,
@@ -309,48 +357,7 @@ class DialectMemo:
         self.claims: tuple[HostClaim, ...] | None = None
         self.output: DialectOutput | None = None
         self.ownership: RecordedOwnership | None = None
-        self.calls: tuple[ResolverCall, ...] = ()
-
-
-# One call a dialect made on a resolver: ("backends" or "secrets", the attributes on the way
-# to the method (`ca_bundles`), the method's name, its arguments).
-ResolverCall = tuple[str, tuple[str, ...], str, tuple[Any, ...], dict[str, Any]]
-# The resolvers' attributes that are resolvers of their own (`SecretResolver.ca_bundles`).
-_NESTED_RESOLVERS = frozenset({"ca_bundles"})
-
-
-class _RecordingResolver:
-    """Forwards every call to a resolver and records it. The resolvers collect what the
-    compile serves (clusters, TLS secrets, CA bundles, endpoint-dependent Services) from the
-    dialects' calls, so a reused output's calls are replayed on the next compile's resolvers
-    (`replay_calls`): the same calls on the same core objects register the same things."""
-
-    def __init__(
-        self, target: Any, root: str, calls: list[ResolverCall], path: tuple[str, ...] = ()
-    ) -> None:
-        self._target, self._root, self._calls, self._path = target, root, calls, path
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._target, name)
-        if name in _NESTED_RESOLVERS:
-            return _RecordingResolver(value, self._root, self._calls, (*self._path, name))
-        if not callable(value):
-            return value
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self._calls.append((self._root, self._path, name, args, kwargs))
-            return value(*args, **kwargs)
-
-        return call
-
-
-def replay_calls(calls: Iterable[ResolverCall], ctx: CompileContext) -> None:
-    """Makes the recorded resolver calls again on `ctx`'s resolvers (results dropped)."""
-    for root, path, name, args, kwargs in calls:
-        target: Any = ctx.backends if root == "backends" else ctx.secrets
-        for attribute in path:
-            target = getattr(target, attribute)
-        getattr(target, name)(*args, **kwargs)
+        self.use = ResolverUse()
 
 
 def _reads(dialect: Dialect) -> frozenset[tuple[str, str]]:
@@ -385,19 +392,17 @@ def dialect_output(dialect: Dialect, snapshot: Snapshot, ctx: CompileContext) ->
         and kept.ownership is not None
         and kept.ownership.same_answers(ctx.ownership)
     ):
-        replay_calls(kept.calls, ctx)
+        ctx.backends.replay(kept.use)
         return kept.output
     recorded = RecordedOwnership(ctx.ownership.owners)
-    calls: list[ResolverCall] = []
-    recording = dataclasses.replace(
-        ctx,
-        ownership=recorded,
-        backends=cast(BackendResolver, _RecordingResolver(ctx.backends, "backends", calls)),
-        secrets=cast(SecretResolver, _RecordingResolver(ctx.secrets, "secrets", calls)),
-    )
-    kept.output = dialect.compile(snapshot, recording)
+    # What the resolver decided for this dialect that no cluster name says, replayed on reuse.
+    kept.use = ResolverUse()
+    ctx.backends.record(kept.use)
+    try:
+        kept.output = dialect.compile(snapshot, dataclasses.replace(ctx, ownership=recorded))
+    finally:
+        ctx.backends.record(None)
     kept.ownership = recorded
-    kept.calls = tuple(calls)
     return kept.output
 
 
@@ -455,12 +460,142 @@ def _listeners(
     return listeners
 
 
-def _used_clusters(listeners: Sequence[Listener]) -> set[str]:
+def _changed_slices(memo: CompileMemo) -> list[tuple[str, str]] | None:
+    """The EndpointSlices (namespace, name) changed since the compile before; None: any."""
+    if memo.delta.everything:
+        return None
+    return [
+        (r.namespace, r.name)
+        for r in memo.delta.refs
+        if (r.group, r.kind) == ("discovery.k8s.io", "EndpointSlice")
+    ]
+
+
+def _identical(a: Sequence[object], b: Sequence[object]) -> bool:
+    """Whether two sequences hold the very same objects, in the same order."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+class ListenersMemo:
+    """The listeners of the compile before, by name (`_same_listeners`)."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Listener] = {}
+
+
+def _same_listeners(listeners: list[Listener], memo: CompileMemo) -> list[Listener]:
+    """`listeners`, each replaced by the compile before's listener of that name when it holds
+    the very same virtual hosts and TCP proxies (and is otherwise equal), so that what comes
+    after can keep its work by identity."""
+    kept = memo.stage("listeners", ListenersMemo)
+    out: list[Listener] = []
+    for lst in listeners:
+        old = kept.by_name.get(lst.name)
+        if (
+            old is not None
+            and _identical(old.virtual_hosts, lst.virtual_hosts)
+            and _identical(old.tcp_proxies, lst.tcp_proxies)
+            and (old.address, old.port, old.protocol) == (lst.address, lst.port, lst.protocol)
+        ):
+            lst = old
+        out.append(lst)
+    kept.by_name = {lst.name: lst for lst in out}
+    return out
+
+
+def _used_clusters(listeners: Sequence[Listener], memo: CompileMemo) -> set[str]:
     """The clusters something served sends to: routes, mirrors, TCP proxies and the virtual
-    hosts' authorization servers (`attribution.cluster_writers`)."""
-    used = set(cluster_writers(RoutingGraph(listeners=tuple(listeners))))
+    hosts' authorization servers (`attribution.cluster_writers`); each virtual host's by
+    identity through the memo."""
+    by_vhost: IdentityMemo[VirtualHost, frozenset[str]] = memo.stage("used", IdentityMemo)
+    used: set[str] = set()
+    for lst in listeners:
+        for vh in lst.virtual_hosts:
+            names = by_vhost.get(vh)
+            if names is None:
+                names = by_vhost.put(vh, vhost_clusters(vh))
+            used.update(names)
+        for proxy in lst.tcp_proxies:
+            used.update(wc.cluster for wc in proxy.clusters)
     used.discard(INVALID_BACKEND)  # a share answered 500, never a cluster (model.py)
     return used
+
+
+class EndpointsMemo:
+    """Each Service cluster with its endpoints, by name, with what they were read from: the
+    cluster as the resolver made it, the Service's EndpointSlices and its Endpoints object."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[Cluster, tuple[KubeObject, ...], KubeObject | None, Cluster]]
+        self.entries = {}
+
+
+def _with_endpoints(
+    picked: Sequence[tuple[Cluster, ServiceBackend | None]],
+    snapshot: Snapshot,
+    slices: Mapping[tuple[str, str], Sequence[KubeObject]],
+    memo: CompileMemo,
+) -> tuple[Cluster, ...]:
+    """The endpoint stage (`resolve_endpoints`) of the clusters served; a cluster whose
+    EndpointSlices and Endpoints are the very same objects keeps its endpoints."""
+    kept = memo.stage("endpoints", EndpointsMemo)
+    entries: dict[str, tuple[Cluster, tuple[KubeObject, ...], KubeObject | None, Cluster]] = {}
+    out: list[Cluster] = []
+    for cluster, backend in picked:
+        if backend is None:
+            out.append(cluster)
+            continue
+        key = backend.service
+        own = tuple(slices.get(key, ()))
+        eps = None if own else snapshot.get("", "Endpoints", *key)
+        hit = kept.entries.get(cluster.name)
+        if hit is None or hit[0] is not cluster or hit[2] is not eps or not _identical(hit[1], own):
+            hit = (cluster, own, eps, resolve_endpoints(backend, snapshot, slices))
+        entries[cluster.name] = hit
+        out.append(hit[3])
+    kept.entries = entries
+    return tuple(out)
+
+
+class ForbiddenMemo:
+    """`drop_forbidden_endpoints` per cluster, by identity, for one set of reserved ports."""
+
+    def __init__(self) -> None:
+        self.reserved: Mapping[int, str] | None = None
+        self.checks = IdentityMemo[Cluster, tuple[bool, Cluster, tuple[ForbiddenEndpoint, ...]]]()
+
+
+def _drop_forbidden(
+    clusters: tuple[Cluster, ...],
+    reserved: Mapping[int, str],
+    options: CompileOptions,
+    exempt: frozenset[str],
+    memo: CompileMemo,
+) -> tuple[tuple[Cluster, ...], tuple[ForbiddenEndpoint, ...]]:
+    """`drop_forbidden_endpoints`, each cluster's answer kept while it is the same object,
+    equally exempt, and the reserved ports are the same (the options are: `CompileMemo`)."""
+    kept = memo.stage("forbidden", ForbiddenMemo)
+    if kept.reserved != reserved:
+        kept.reserved, kept.checks = dict(reserved), IdentityMemo()
+    kept.checks.age()
+    out: list[Cluster] = []
+    dropped: list[ForbiddenEndpoint] = []
+    for c in clusters:
+        is_exempt = c.name in exempt
+        hit = kept.checks.get(c)
+        if hit is None or hit[0] is not is_exempt:
+            found = drop_forbidden_endpoints((c,), reserved, options, exempt)
+            hit = kept.checks.put(c, (is_exempt, found[0][0], found[1]))
+        out.append(hit[1])
+        dropped.extend(hit[2])
+    return tuple(out), tuple(dropped)
+
+
+class IgnoredMemo:
+    """Each dialect's `ignored` answer, by dialect name, kept while none of its kinds changed."""
+
+    def __init__(self) -> None:
+        self.by_dialect: dict[str, tuple[IgnoredObject, ...]] = {}
 
 
 def _ignored(
@@ -468,13 +603,22 @@ def _ignored(
     dialects: Sequence[Dialect],
     snapshot: Snapshot,
     options: CompileOptions,
+    memo: CompileMemo | None = None,
 ) -> tuple[IgnoredObject, ...]:
-    out = [*unknown, *(i for d in dialects for i in d.ignored(snapshot, options))]
+    kept = (CompileMemo() if memo is None else memo).stage("ignored", IgnoredMemo)
+    out = [*unknown]
+    for d in dialects:
+        found = kept.by_dialect.get(d.name)
+        if found is None or (memo is None or memo.delta.touches(_reads(d))):
+            found = kept.by_dialect[d.name] = tuple(d.ignored(snapshot, options))
+        out.extend(found)
     out.sort(key=lambda i: (i.ref.group, i.ref.kind, i.ref.namespace, i.ref.name))
     return tuple(out)
 
 
-def _hold_owned_hosts(graph: RoutingGraph, ownership: Ownership) -> RoutingGraph:
+def _hold_owned_hosts(
+    graph: RoutingGraph, ownership: Ownership, memo: CompileMemo | None = None
+) -> RoutingGraph:
     """`graph` with a virtual host without routes (Envoy answers 404) for every hostname owned
     on a plain HTTP listener that has none: the owner's root was invalid, or the safety net left
     its virtual host out.
@@ -485,6 +629,7 @@ def _hold_owned_hosts(graph: RoutingGraph, ownership: Ownership) -> RoutingGraph
     the owner's even while it serves nothing. 404 is what Envoy answers for a host it does not
     serve. HTTPS listeners need no such hold: each TLS host is a filter chain chosen by SNI, and
     a host without one never reaches another host's routes."""
+    kept = (CompileMemo() if memo is None else memo).stage("held", HeldMemo)
     by_listener: dict[str, list[tuple[str, KubeObject]]] = {}
     for (listener, hostname), owner in ownership.owners.items():
         by_listener.setdefault(listener, []).append((hostname, owner))
@@ -496,43 +641,82 @@ def _hold_owned_hosts(graph: RoutingGraph, ownership: Ownership) -> RoutingGraph
             listeners.append(lst)
             continue
         served = {vh.name for vh in lst.virtual_hosts}
-        held = [
-            VirtualHost(
-                name=hostname,
-                hostname=hostname,
-                routes=(),
-                owner=owner.ref,
-                hostname_match=HostnameMatch.WILDCARD_ANY_LABELS
-                if hostname.startswith("*.")
-                else HostnameMatch.EXACT,
-            )
+        held = tuple(
+            _held_host(hostname, owner, kept)
             for hostname, owner in sorted(owned, key=lambda h: h[0])
             if hostname != "*" and hostname not in served and hostname_problem(hostname) is None
-        ]
+        )
         if held:
             changed = True
-            vhosts = sorted((*lst.virtual_hosts, *held), key=lambda vh: vh.name)
-            lst = dataclasses.replace(lst, virtual_hosts=tuple(vhosts))
+            lst = _with_held(lst, held, kept)
         listeners.append(lst)
+    kept.hosts, kept.listeners = kept.used_hosts, kept.used_listeners
+    kept.used_hosts, kept.used_listeners = {}, {}
     return dataclasses.replace(graph, listeners=tuple(listeners)) if changed else graph
 
 
+class HeldMemo:
+    """The held virtual hosts of the compile before by hostname (with the owner object they
+    were made for), and the listeners they were added to (by the listener's identity)."""
+
+    def __init__(self) -> None:
+        self.hosts: dict[str, tuple[KubeObject, VirtualHost]] = {}
+        self.used_hosts: dict[str, tuple[KubeObject, VirtualHost]] = {}
+        self.listeners: dict[int, tuple[Listener, tuple[VirtualHost, ...], Listener]] = {}
+        self.used_listeners: dict[int, tuple[Listener, tuple[VirtualHost, ...], Listener]] = {}
+
+
+def _held_host(hostname: str, owner: KubeObject, kept: HeldMemo) -> VirtualHost:
+    hit = kept.hosts.get(hostname)
+    if hit is None or hit[0] is not owner:
+        match = HostnameMatch.WILDCARD_ANY_LABELS
+        if not hostname.startswith("*."):
+            match = HostnameMatch.EXACT
+        vh = VirtualHost(
+            name=hostname, hostname=hostname, routes=(), owner=owner.ref, hostname_match=match
+        )
+        hit = (owner, vh)
+    kept.used_hosts[hostname] = hit
+    return hit[1]
+
+
+def _with_held(lst: Listener, held: tuple[VirtualHost, ...], kept: HeldMemo) -> Listener:
+    hit = kept.listeners.get(id(lst))
+    if hit is None or hit[0] is not lst or not _identical(hit[1], held):
+        vhosts = sorted((*lst.virtual_hosts, *held), key=lambda vh: vh.name)
+        hit = (lst, held, dataclasses.replace(lst, virtual_hosts=tuple(vhosts)))
+    kept.used_listeners[id(lst)] = hit
+    return hit[2]
+
+
 def fold_findings(
-    statuses: Iterable[ObjectStatus], findings: Iterable[Finding], snapshot: Snapshot
+    statuses: Iterable[ObjectStatus],
+    findings: Iterable[Finding],
+    snapshot: Snapshot,
+    memo: CompileMemo | None = None,
 ) -> tuple[ObjectStatus, ...]:
     """Each status with the findings on its object folded in (by the object's API's own
-    `StatusShape`), and the origin (file and line) of its object."""
+    `StatusShape`), and the origin (file and line) of its object. `memo`: a status folded
+    before with the same findings and object keeps its folded result (the very same object)."""
     # Dicts as ordered sets: linear in the findings, however many land on one object.
     by_ref: dict[ObjectRef, dict[Finding, None]] = {}
     for finding in findings:
         by_ref.setdefault(finding.ref, {})[finding] = None
+    folded: FoldMemo = (CompileMemo() if memo is None else memo).stage("fold", IdentityMemo)
     out: list[ObjectStatus] = []
     for status in statuses:
         obj = snapshot.get_ref(status.ref)
-        if obj is not None and status.origin is None:
-            status = dataclasses.replace(status, origin=obj.origin)
-        out.append(status.with_findings(tuple(by_ref.get(status.ref, ()))))
+        own = tuple(by_ref.get(status.ref, ()))
+        hit = folded.get(status)
+        if hit is None or hit[0] is not obj or hit[1] != own:
+            origin = obj is not None and status.origin is None
+            done = dataclasses.replace(status, origin=obj.origin) if origin and obj else status
+            hit = folded.put(status, (obj, own, done.with_findings(own)))
+        out.append(hit[2])
     return tuple(out)
+
+
+FoldMemo = IdentityMemo[ObjectStatus, tuple[KubeObject | None, tuple[Finding, ...], ObjectStatus]]
 
 
 def _limit_findings(problems: Iterable[GraphProblem]) -> list[Finding]:
@@ -540,56 +724,97 @@ def _limit_findings(problems: Iterable[GraphProblem]) -> list[Finding]:
 
 
 def endpoint_findings(
-    forbidden: Sequence[ForbiddenEndpoint], graph: RoutingGraph
+    forbidden: Sequence[ForbiddenEndpoint],
+    graph: RoutingGraph,
+    memo: CompileMemo | None = None,
 ) -> tuple[Finding, ...]:
     """A refused endpoint, on every object whose routes send to its cluster (the Service has no
     status of its own)."""
     if not forbidden:
         return ()
-    users = cluster_writers(graph)
+    writers: IdentityMemo[VirtualHost, Writers] | None = None
+    if memo is not None:
+        writers = memo.stage("writers", IdentityMemo)
+    users = cluster_writers(graph, writers, {f.cluster.name for f in forbidden})
+    kept: RefusalFindings = (CompileMemo() if memo is None else memo).stage(
+        "refusal-findings", IdentityMemo
+    )
     out: dict[Finding, None] = {}
     for f in forbidden:
-        ep = f.endpoint
-        message = (
-            f"endpoint {ep.address}:{ep.port} of Service {f.cluster.namespace}/"
-            f"{f.cluster.service}: {f.reason}; the endpoint is left out"
-        )
-        for source in users.get(f.cluster.name, ()):
-            out[Finding(source.object, source.field, ENDPOINT_REFUSED, message)] = None
+        sources = users.get(f.cluster.name, ())
+        hit = kept.get(f)
+        if hit is None or hit[0] != sources:
+            hit = kept.put(f, (sources, _refusal_findings(f, sources)))
+        out.update(dict.fromkeys(hit[1]))
     return tuple(out)
+
+
+RefusalFindings = IdentityMemo[
+    ForbiddenEndpoint, tuple[tuple[RouteSource, ...], tuple[Finding, ...]]
+]
+
+
+def _refusal_findings(f: ForbiddenEndpoint, sources: Iterable[RouteSource]) -> tuple[Finding, ...]:
+    ep = f.endpoint
+    message = (
+        f"endpoint {ep.address}:{ep.port} of Service {f.cluster.namespace}/"
+        f"{f.cluster.service}: {f.reason}; the endpoint is left out"
+    )
+    return tuple(Finding(s.object, s.field, ENDPOINT_REFUSED, message) for s in sources)
 
 
 def forbidden_problems(
     forbidden: Iterable[ForbiddenEndpoint],
     snapshot: Snapshot,
     slices: Mapping[tuple[str, str], Sequence[KubeObject]] | None = None,
+    memo: CompileMemo | None = None,
 ) -> tuple[SourceProblem, ...]:
     """One error per endpoint left out, on the Service (or the RouteGroup backend) whose
     cluster listed it, naming the EndpointSlices or Endpoints that wrote it (`slices`: the
-    snapshot's `index_endpoint_slices`, when the caller has it)."""
+    snapshot's `index_endpoint_slices`, when the caller has it). `memo`: each problem kept
+    while the refusal, the Service, its slices and its Endpoints are the very same objects."""
+    kept: ForbiddenProblems = (CompileMemo() if memo is None else memo).stage(
+        "forbidden-problems", IdentityMemo
+    )
     out: list[SourceProblem] = []
     for f in forbidden:
-        c, ep = f.cluster, f.endpoint
+        c = f.cluster
         service = snapshot.get("", "Service", c.namespace, c.service)
-        sources = endpoint_sources(snapshot, c.namespace, c.service, ep.address, slices)
-        via = f" (listed by {', '.join(sources)})" if sources and service is not None else ""
-        what = "Service" if service is not None else "backend"
-        out.append(
-            SourceProblem(
-                service.origin.source if service is not None else "<graph>",
-                service.origin.line if service is not None else None,
-                f"endpoint {ep.address}:{ep.port}{via}: {f.reason}; the endpoint is left out",
-                f"{what} {c.namespace}/{c.service}",
-            )
-        )
+        own = tuple(slices.get((c.namespace, c.service), ())) if slices is not None else None
+        endpoints = snapshot.get("", "Endpoints", c.namespace, c.service)
+        hit = kept.get(f)
+        if (
+            hit is None
+            or own is None
+            or hit[0] is not service
+            or hit[2] is not endpoints
+            or not _identical(hit[1], own)
+        ):
+            problem = _forbidden_problem(f, service, snapshot, slices)
+            hit = kept.put(f, (service, own or (), endpoints, problem))
+        out.append(hit[3])
     return tuple(out)
 
 
-def _used_ca_bundles(
-    listeners: Sequence[Listener], clusters: Sequence[Cluster], secrets: SecretResolver
-) -> tuple[CABundle, ...]:
-    """The CA bundles and CRLs that served clusters (upstream validation) and served TLS
-    virtual hosts and TLS-terminating TCP proxies (client validation) name; a bundle only a
-    dropped object named stays out."""
-    names = ca_bundle_names(listeners, clusters)
-    return tuple(b for b in secrets.ca_bundles.bundles() if b.name in names)
+ForbiddenProblems = IdentityMemo[
+    ForbiddenEndpoint,
+    tuple[KubeObject | None, tuple[KubeObject, ...], KubeObject | None, SourceProblem],
+]
+
+
+def _forbidden_problem(
+    f: ForbiddenEndpoint,
+    service: KubeObject | None,
+    snapshot: Snapshot,
+    slices: Mapping[tuple[str, str], Sequence[KubeObject]] | None,
+) -> SourceProblem:
+    c, ep = f.cluster, f.endpoint
+    sources = endpoint_sources(snapshot, c.namespace, c.service, ep.address, slices)
+    via = f" (listed by {', '.join(sources)})" if sources and service is not None else ""
+    what = "Service" if service is not None else "backend"
+    return SourceProblem(
+        service.origin.source if service is not None else "<graph>",
+        service.origin.line if service is not None else None,
+        f"endpoint {ep.address}:{ep.port}{via}: {f.reason}; the endpoint is left out",
+        f"{what} {c.namespace}/{c.service}",
+    )

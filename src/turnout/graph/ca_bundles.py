@@ -146,5 +146,9 @@ class CABundleResolver:
         (an incremental dialect replaying its work)."""
         self._used[bundle.name] = bundle
 
+    def used(self) -> Mapping[str, CABundle]:
+        """The bundles resolved during this compile, by name."""
+        return self._used
+
     def bundles(self) -> tuple[CABundle, ...]:
         return tuple(self._used[k] for k in sorted(self._used))

@@ -9,7 +9,8 @@ the object that uses it, not an Envoy NACK that would take other hosts down with
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import (
@@ -19,9 +20,11 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from turnout.graph.ca_bundles import CABundleResolver
-from turnout.graph.model import TLSSecret
+from turnout.graph.memo import IdentityMemo
+from turnout.graph.model import CABundle, TLSSecret
 from turnout.graph.secret_data import TLS_SECRET_TYPE, delegation_refusal, secret_field
 from turnout.graph.services import Unresolved
+from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
 
@@ -47,10 +50,9 @@ def _check_pair(cert_pem: str, key_pem: str) -> str | None:
 class SecretResolver:
     """Resolves TLS Secret references for one compile; collects the secrets used."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
-        # Imported here: ca_bundles builds on this module's delegation check.
-
+    def __init__(self, snapshot: Snapshot, book: SecretBook | None = None) -> None:
         self._snapshot = snapshot
+        self._book = SecretBook() if book is None else book
         self._secrets: dict[str, TLSSecret] = {}
         self._checked: dict[tuple[str, str], TLSSecret | Unresolved] = {}
         # CA bundles and CRLs (`ca.crt`, `crl.pem`), resolved with the same delegation rule.
@@ -73,6 +75,16 @@ class SecretResolver:
 
     def _load(self, namespace: str, name: str) -> TLSSecret | Unresolved:
         secret = self._snapshot.get("", "Secret", namespace, name)
+        if secret is None:
+            return Unresolved("SecretNotFound", f'Secret "{namespace}/{name}" not found')
+        # A pure function of the Secret object: the compile before's answer for the very same
+        # object is reused (the certificate is not parsed again, the record stays identical).
+        found = self._book.loaded.get(secret)
+        if found is None:
+            found = self._book.loaded.put(secret, self._read(secret, namespace, name))
+        return found
+
+    def _read(self, secret: KubeObject, namespace: str, name: str) -> TLSSecret | Unresolved:
         if secret is None:
             return Unresolved("SecretNotFound", f'Secret "{namespace}/{name}" not found')
         secret_type = secret.raw.get("type")
@@ -105,3 +117,42 @@ class SecretResolver:
 
     def secrets(self) -> tuple[TLSSecret, ...]:
         return tuple(self._secrets[k] for k in sorted(self._secrets))
+
+    def used_secrets(self, names: Iterable[str]) -> tuple[TLSSecret, ...]:
+        """The TLS secrets named `names`, in name order: those resolved during this compile and
+        those the compile before served (`SecretBook`) for pieces reused whole. A name holds the
+        digest of the certificate and key, so it says the whole record."""
+        found = _named(names, self._secrets, self._book.secrets)
+        self._book.secrets = found
+        self._book.loaded.age()
+        return tuple(found.values())
+
+    def used_ca_bundles(self, names: Iterable[str]) -> tuple[CABundle, ...]:
+        """The CA bundles and CRLs named `names`, as `used_secrets` (their names hold a digest
+        of the PEM too)."""
+        found = _named(names, self.ca_bundles.used(), self._book.ca_bundles)
+        self._book.ca_bundles = found
+        return tuple(found.values())
+
+
+class SecretBook:
+    """The TLS secrets and CA bundles the compile before served, by name."""
+
+    def __init__(self) -> None:
+        self.secrets: dict[str, TLSSecret] = {}
+        self.ca_bundles: dict[str, CABundle] = {}
+        self.loaded = IdentityMemo[KubeObject, TLSSecret | Unresolved]()
+
+
+T = TypeVar("T")
+
+
+def _named(names: Iterable[str], now: Mapping[str, T], before: Mapping[str, T]) -> dict[str, T]:
+    out: dict[str, T] = {}
+    for name in sorted(names):
+        found = now.get(name)
+        if found is None:
+            found = before.get(name)
+        if found is not None:
+            out[name] = found
+    return out

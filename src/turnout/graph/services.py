@@ -1,7 +1,10 @@
 """Core kinds every dialect consumes: Services, EndpointSlices and Endpoints become clusters.
 
 `BackendResolver` is created per compile. Dialects ask it for a Service port; it answers with a
-cluster (creating the record once) or with the reason the reference cannot be resolved.
+cluster (creating the record once) or with the reason the reference cannot be resolved. The
+graph serves the clusters its routes name (`BackendResolver.used`): those asked for during this
+compile, and those a piece reused from the compile before names, from the `ClusterBook` the
+compile memo carries (a record is a function of its name and its Service object).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import hashlib
 import ipaddress
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from turnout.graph.model import Cluster, Endpoint, UpstreamProtocol, UpstreamSettings
@@ -125,6 +128,47 @@ def index_endpoint_slices(
             key = (eps.namespace, service)
             if services is None or key in services:
                 index.setdefault(key, []).append(eps)
+    return index
+
+
+class SliceIndex:
+    """`index_endpoint_slices` of the compile before and which key lists each slice, for
+    `slice_index`."""
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[str, str], list[KubeObject]] | None = None
+        self.where: dict[tuple[str, str], tuple[str, str]] = {}
+
+
+def slice_index(
+    snapshot: Snapshot, changed: Iterable[tuple[str, str]] | None, kept: SliceIndex
+) -> dict[tuple[str, str], list[KubeObject]]:
+    """`index_endpoint_slices(snapshot)`, updated from the compile before's for the
+    EndpointSlices (namespace, name) `changed` since; None: built anew. A new dict, and new
+    lists where something changed: the compile before's result may still be read."""
+    if changed is None or kept.index is None:
+        kept.index = index_endpoint_slices(snapshot)
+        kept.where = {(e.namespace, e.name): k for k, lst in kept.index.items() for e in lst}
+        return kept.index
+    index, where = dict(kept.index), dict(kept.where)
+    touched: set[tuple[str, str]] = set()
+    for namespace, name in changed:
+        old = where.pop((namespace, name), None)
+        if old is not None:
+            index[old] = [e for e in index[old] if e.name != name]
+            touched.add(old)
+        eps = snapshot.get("discovery.k8s.io", "EndpointSlice", namespace, name)
+        service = eps.labels.get(SERVICE_NAME_LABEL) if eps is not None else None
+        if eps is not None and isinstance(service, str) and service:
+            key = where[(namespace, name)] = (namespace, service)
+            index[key] = [*index.get(key, ()), eps]
+            touched.add(key)
+    for key in touched:
+        if index[key]:
+            index[key].sort(key=lambda e: e.name)
+        else:
+            del index[key]
+    kept.index, kept.where = index, where
     return index
 
 
@@ -318,17 +362,37 @@ class BackendResolver:
     (`endpoint_dependent`): an EndpointSlice change of that Service recompiles everything.
     """
 
-    def __init__(self, snapshot: Snapshot, *, enable_external_name_service: bool = False) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        *,
+        enable_external_name_service: bool = False,
+        book: ClusterBook | None = None,
+        slices: dict[tuple[str, str], list[KubeObject]] | None = None,
+    ) -> None:
         self._snapshot = snapshot
+        self._book = ClusterBook() if book is None else book
         self._clusters: dict[str, Cluster] = {}
         self._backends: dict[str, ServiceBackend] = {}
+        self._services: dict[str, KubeObject | None] = {}
         self._resolved: dict[str, Cluster] = {}
         self._dependent: set[tuple[str, str]] = set()
-        self._slices = index_endpoint_slices(snapshot)
+        self._slices = index_endpoint_slices(snapshot) if slices is None else slices
         self._external_names = enable_external_name_service
         self._own: set[str] = set()
         self._ports: dict[tuple[str, str, int | str], tuple[KubeObject, ServicePort] | Unresolved]
         self._ports = {}
+        self._scope: ResolverUse | None = None
+
+    def record(self, use: ResolverUse | None) -> None:
+        """Notes what the following calls decide that no cluster name says (the Services whose
+        endpoints were read, turnout's own clusters) in `use` as well; None: stop."""
+        self._scope = use
+
+    def replay(self, use: ResolverUse) -> None:
+        """What a reused piece of the compile before decided (`record`), as if asked again."""
+        self._dependent |= use.dependent
+        self._own |= use.own
 
     def refusal(self, service: KubeObject) -> Unresolved | None:
         """Why `service` cannot be routed to as such (today: an ExternalName Service that is not
@@ -414,6 +478,13 @@ class BackendResolver:
                 )
         cname = cluster_name(namespace, name, sp.port, settings)
         cluster = self._clusters.get(cname)
+        entry = self._book.entries.get(cname) if cluster is None else None
+        if entry is not None and entry.service is svc:
+            # The record is a function of its name and the Service: the very same object.
+            cluster = self._clusters[cname] = entry.cluster
+            self._services[cname] = svc
+            if entry.backend is not None:
+                self._backends[cname] = entry.backend
         if cluster is None:
             dns_name = external_name(svc)
             cluster = _cluster(
@@ -427,6 +498,7 @@ class BackendResolver:
                 health_port=None if health is None else health.port,
             )
             self._clusters[cname] = cluster
+            self._services[cname] = svc
             # An ExternalName Service has no endpoints: Envoy resolves the name and connects
             # to the Service port, as Contour does.
             if dns_name is None:
@@ -440,7 +512,12 @@ class BackendResolver:
     def adopt(self, cluster: Cluster, backend: ServiceBackend | None) -> None:
         """Collects a cluster an earlier compile's `service` made from inputs that did not change
         since (an incremental dialect replaying its work), as `service` would have."""
-        if self._clusters.setdefault(cluster.name, cluster) is cluster and backend is not None:
+        if self._clusters.setdefault(cluster.name, cluster) is not cluster:
+            return
+        # The replayed reads say its Service is unchanged: the current one made it.
+        service = self._snapshot.get("", "Service", cluster.namespace, cluster.service)
+        self._services.setdefault(cluster.name, service)
+        if backend is not None:
             self._backends.setdefault(cluster.name, backend)
 
     def endpoints(self, cluster: Cluster) -> tuple[Endpoint, ...]:
@@ -449,9 +526,18 @@ class BackendResolver:
         endpoint-dependent. Endpoints turnout refuses are still counted here: they are
         dropped after the dialects, and the cluster then answers 503."""
         backend = self._backends.get(cluster.name)
+        if backend is None and cluster.name not in self._clusters:
+            # A cluster a reused piece kept from the compile before: its book entry, while valid.
+            entry = self._entry(cluster.name)
+            if entry is not None and entry.backend is not None:
+                self._clusters[cluster.name] = entry.cluster
+                self._services[cluster.name] = entry.service
+                backend = self._backends[cluster.name] = entry.backend
         if backend is None:
             return cluster.endpoints
         self._dependent.add(backend.service)
+        if self._scope is not None:
+            self._scope.dependent.add(backend.service)
         return self._resolve(cluster.name).endpoints
 
     def endpoint_dependent(self) -> frozenset[tuple[str, str]]:
@@ -500,6 +586,10 @@ class BackendResolver:
         digest = hashlib.sha1(repr(identity).encode()).hexdigest()[:10]
         cname = f"{namespace}/{name}/{port}/{digest}"
         cluster = self._clusters.get(cname)
+        entry = self._book.entries.get(cname) if cluster is None else None
+        if entry is not None and entry.service is None:
+            cluster = self._clusters[cname] = entry.cluster
+            self._services[cname] = None
         if cluster is None:
             cluster = _cluster(
                 cname, namespace, name, port, settings, endpoints=endpoints, dns_name=dns_name
@@ -507,8 +597,11 @@ class BackendResolver:
             if source_address is not None:
                 cluster = replace(cluster, source_address=source_address)
             self._clusters[cname] = cluster
+            self._services[cname] = None
         if own:
             self._own.add(cname)
+            if self._scope is not None:
+                self._scope.own.add(cname)
         return cluster
 
     def clusters(self) -> tuple[Cluster, ...]:
@@ -519,9 +612,64 @@ class BackendResolver:
             for k in sorted(self._clusters)
         )
 
+    def used(self, names: Collection[str]) -> tuple[tuple[Cluster, ServiceBackend | None], ...]:
+        """The clusters named `names` (in name order) with their Service backends, endpoints
+        not resolved: those made during this compile, and those the compile before made for
+        pieces reused whole (`ClusterBook`: valid while their Service is the same object).
+        Keeps them in the book for the next compile."""
+        out: list[tuple[Cluster, ServiceBackend | None]] = []
+        kept: dict[str, BookEntry] = {}
+        for name in sorted(names):
+            entry = self._entry(name)
+            if entry is not None:
+                kept[name] = entry
+                out.append((entry.cluster, entry.backend))
+        self._book.entries = kept
+        return tuple(out)
+
+    def _entry(self, name: str) -> BookEntry | None:
+        cluster = self._clusters.get(name)
+        if cluster is not None:
+            return BookEntry(cluster, self._backends.get(name), self._services[name])
+        entry = self._book.entries.get(name)
+        if entry is None or entry.service is None:
+            return entry
+        c = entry.cluster
+        # Equal counts as the same: a store may hand over an equal object for an unchanged one
+        # (`changed_objects`), and the record reads nothing but the Service.
+        now = self._snapshot.get("", "Service", c.namespace, c.service)
+        return entry if now is entry.service or now == entry.service else None
+
     def own_clusters(self) -> frozenset[str]:
         """The names of turnout's own clusters (see `static`)."""
         return frozenset(self._own)
+
+
+@dataclass(frozen=True, slots=True)
+class BookEntry:
+    """A cluster as a resolver made it (without endpoints), its Service backend, and the
+    Service object it was read from (None: a static cluster, a pure function of its name)."""
+
+    cluster: Cluster
+    backend: ServiceBackend | None
+    service: KubeObject | None
+
+
+class ClusterBook:
+    """The clusters the compile before served, by name: what a piece reused whole (a dialect's
+    output, a virtual host) names without asking the resolver again (`BackendResolver.used`)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, BookEntry] = {}
+
+
+@dataclass(slots=True)
+class ResolverUse:
+    """What one piece of a compile decided through the resolver that no cluster name records:
+    the Services whose endpoints it read, turnout's own clusters it asked for."""
+
+    dependent: set[tuple[str, str]] = field(default_factory=set)
+    own: set[str] = field(default_factory=set)
 
 
 def _cluster(

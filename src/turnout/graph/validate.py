@@ -69,7 +69,7 @@ import dataclasses
 import ipaddress
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -77,6 +77,7 @@ from turnout.graph.evaluate import (
     effective_forward,
     wildcard_authority_regex,
 )
+from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import (
     COMPRESSIBLE_TYPES,
     INVALID_BACKEND,
@@ -456,7 +457,7 @@ def match_problem(match: RouteMatch) -> str | None:
     return None
 
 
-def _forward_problem(action: Forward, clusters: frozenset[str]) -> str | None:
+def _forward_problem(action: Forward, clusters: Container[str]) -> str | None:
     for i, wc in enumerate(action.clusters):
         problem = None if type(wc.weight) is int else _integer(wc.weight)
         if problem is not None:
@@ -766,7 +767,7 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-def policies_problem(p: RoutePolicies, clusters: frozenset[str]) -> str | None:
+def policies_problem(p: RoutePolicies, clusters: Container[str]) -> str | None:
     """Why Envoy would refuse the route's policies, or None."""
     problem = _flags(p.websockets)
     if problem is not None:
@@ -840,7 +841,7 @@ def policies_problem(p: RoutePolicies, clusters: frozenset[str]) -> str | None:
     )
 
 
-def action_problem(route: Route, clusters: frozenset[str]) -> str | None:
+def action_problem(route: Route, clusters: Container[str]) -> str | None:
     action = route.action
     if isinstance(action, Forward):
         problem = _forward_problem(action, clusters)
@@ -916,7 +917,7 @@ def _cors_problem(cors: CorsPolicy | None) -> str | None:
     return None
 
 
-def _vhost_policies_problem(p: VirtualHostPolicies, clusters: frozenset[str]) -> str | None:
+def _vhost_policies_problem(p: VirtualHostPolicies, clusters: Container[str]) -> str | None:
     return (
         _cors_problem(p.cors)
         or _ip_filter_problem(p.ip_filter)
@@ -926,7 +927,7 @@ def _vhost_policies_problem(p: VirtualHostPolicies, clusters: frozenset[str]) ->
     )
 
 
-def _authorization_problem(a: ExternalAuthorization | None, clusters: frozenset[str]) -> str | None:
+def _authorization_problem(a: ExternalAuthorization | None, clusters: Container[str]) -> str | None:
     """The gRPC service's cluster must exist (or every request of the host fails), its timeout
     is a duration, and `BufferSettings.max_request_bytes` a uint32 above 0."""
     if a is None:
@@ -1165,22 +1166,89 @@ def cluster_problem(c: Cluster) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class _Context:
-    clusters: frozenset[str]  # usable cluster names
-    secrets: frozenset[str]
+    clusters: Container[str]  # usable cluster names
+    secrets: Container[str]
+
+
+class _Asked:
+    """A set of names that records the names looked up in it: what a virtual host's check read
+    of the graph's clusters and secrets, so that its memo stays valid while those answers do."""
+
+    __slots__ = ("asked", "names")
+
+    def __init__(self, names: frozenset[str], asked: set[str]) -> None:
+        self.names = names
+        self.asked = asked
+
+    def __contains__(self, name: object) -> bool:
+        if isinstance(name, str):
+            self.asked.add(name)
+        return name in self.names
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterCheck:
+    """`cluster_problem` of a cluster, or the cluster without the endpoints Envoy refuses and a
+    problem for each: a pure function of the cluster."""
+
+    problem: str | None
+    cluster: Cluster
+    problems: tuple[GraphProblem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualHostCheck:
+    """A virtual host's own problem, or the host with its routes checked and their problems;
+    `asked`: the cluster and secret names the check looked up."""
+
+    problem: str | None
+    vhost: VirtualHost
+    problems: tuple[GraphProblem, ...]
+    asked: frozenset[str]
+
+
+class LimitsMemo:
+    """What `enforce_envoy_limits` keeps across compiles: checks by the identity of the cluster
+    or virtual host, and the usable names they were made against."""
+
+    def __init__(self) -> None:
+        self.clusters = IdentityMemo[Cluster, ClusterCheck]()
+        self.vhosts = IdentityMemo[VirtualHost, VirtualHostCheck]()
+        self.names: frozenset[str] = frozenset()
 
 
 def _service_ref(c: Cluster) -> ObjectRef:
     return ObjectRef("", "Service", str(c.namespace), str(c.service))
 
 
+def check_cluster(c: Cluster) -> ClusterCheck:
+    problem = cluster_problem(c)
+    if problem is not None:
+        return ClusterCheck(problem, c, ())
+    problems: list[GraphProblem] = []
+    good = []
+    for ep in c.endpoints:
+        ep_problem = endpoint_problem(ep)
+        if ep_problem is None:
+            good.append(ep)
+        else:
+            problems.append(GraphProblem(_service_ref(c), "endpoints", f"{ep_problem}; left out"))
+    if len(good) != len(c.endpoints):
+        c = dataclasses.replace(c, endpoints=tuple(good))
+    return ClusterCheck(None, c, tuple(problems))
+
+
 def _check_clusters(
-    graph: RoutingGraph, problems: list[GraphProblem]
+    graph: RoutingGraph, problems: list[GraphProblem], memo: LimitsMemo
 ) -> tuple[tuple[Cluster, ...], bool]:
     kept: list[Cluster] = []
     seen: set[str] = set()
     changed = False
     for c in graph.clusters:
-        problem = cluster_problem(c)
+        check = memo.clusters.get(c)
+        if check is None:
+            check = memo.clusters.put(c, check_cluster(c))
+        problem = check.problem
         if problem is None and c.name in seen:
             problem = f"cluster {c.name!r} is listed twice (Envoy refuses duplicate clusters)"
         if problem is not None:
@@ -1191,43 +1259,35 @@ def _check_clusters(
             changed = True
             continue
         seen.add(c.name)
-        endpoints = c.endpoints
-        if endpoints:
-            good = []
-            for ep in endpoints:
-                problem = endpoint_problem(ep)
-                if problem is None:
-                    good.append(ep)
-                else:
-                    problems.append(
-                        GraphProblem(_service_ref(c), "endpoints", f"{problem}; left out")
-                    )
-            if len(good) != len(endpoints):
-                c = dataclasses.replace(c, endpoints=tuple(good))
-                changed = True
-        kept.append(c)
+        problems.extend(check.problems)
+        changed = changed or check.cluster is not c
+        kept.append(check.cluster)
     return tuple(kept), changed
 
 
 class _Routes:
-    """Checks routes once each: a Route object shared by several listeners is one check."""
+    """Checks routes once each: a Route object shared by several listeners is one check. The
+    names each check looked up go to `asked` every time the route is asked about."""
 
-    def __init__(self, ctx: _Context, problems: list[GraphProblem]) -> None:
-        self._ctx = ctx
-        self._problems = problems
-        self._done: dict[int, tuple[Route, Route | None]] = {}
+    def __init__(self, ctx: _Context, asked: set[str]) -> None:
+        self._clusters = _names(ctx.clusters)
+        self._asked = asked
+        self._done: dict[int, tuple[Route, _RouteCheck]] = {}
         # A match shared by several routes (a Gateway API route made once per listener port)
         # is checked once: by identity, as `_done`.
         self._matches: dict[int, tuple[RouteMatch, str | None]] = {}
 
-    def check(self, route: Route) -> Route | None:
-        """`route` itself, its 500 replacement, or None when it is left out."""
+    def check(self, route: Route, problems: list[GraphProblem]) -> Route | None:
+        """`route` itself, its 500 replacement, or None when it is left out; its problem goes
+        to `problems` (each time: a virtual host's problems stand on their own)."""
         hit = self._done.get(id(route))
-        if hit is not None and hit[0] is route:
-            return hit[1]
-        out = self._check(route)
-        self._done[id(route)] = (route, out)
-        return out
+        if hit is None or hit[0] is not route:
+            hit = self._done[id(route)] = (route, self._check(route))
+        found = hit[1]
+        self._asked.update(found.asked)
+        if found.problem is not None:
+            problems.append(found.problem)
+        return found.route
 
     def _match_problem(self, match: RouteMatch) -> str | None:
         hit = self._matches.get(id(match))
@@ -1237,32 +1297,74 @@ class _Routes:
         self._matches[id(match)] = (match, problem)
         return problem
 
-    def _check(self, route: Route) -> Route | None:
+    def _check(self, route: Route) -> _RouteCheck:
         source = route.source
         problem = _route_name_problem(route) or self._match_problem(route.match)
         if problem is not None:
-            self._problems.append(
-                GraphProblem(source.object, source.field, f"{problem}; the route is left out")
-            )
-            return None
-        problem = action_problem(route, self._ctx.clusters)
+            reason = f"{problem}; the route is left out"
+            return _RouteCheck(None, GraphProblem(source.object, source.field, reason))
+        asked: set[str] = set()
+        problem = action_problem(route, _Asked(self._clusters, asked))
         if problem is None:
-            return route
-        self._problems.append(
-            GraphProblem(source.object, source.field, f"{problem}; the route answers "
-                         f"{INVALID_ROUTE_STATUS} instead")
-        )  # fmt: skip
-        return Route(route.match, DirectResponse(INVALID_ROUTE_STATUS), source)
+            return _RouteCheck(route, None, frozenset(asked))
+        reason = f"{problem}; the route answers {INVALID_ROUTE_STATUS} instead"
+        replaced = Route(route.match, DirectResponse(INVALID_ROUTE_STATUS), source)
+        return _RouteCheck(
+            replaced, GraphProblem(source.object, source.field, reason), frozenset(asked)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _RouteCheck:
+    route: Route | None
+    problem: GraphProblem | None
+    asked: frozenset[str] = frozenset()
+
+
+class _Hosts:
+    """Checks virtual hosts, by identity through the memo while the names a check looked up
+    are usable exactly as before (`changed`: the names usable then or now, not both)."""
+
+    def __init__(self, g: _Context, memo: LimitsMemo, changed: frozenset[str]) -> None:
+        self._asked: set[str] = set()
+        recording = _Context(
+            _Asked(_names(g.clusters), self._asked), _Asked(_names(g.secrets), self._asked)
+        )
+        self._g = recording
+        self._routes = _Routes(g, self._asked)
+        self._memo = memo.vhosts
+        self._changed = changed
+
+    def check(self, vh: VirtualHost) -> VirtualHostCheck:
+        hit = self._memo.get(vh)
+        if hit is not None and (not self._changed or hit.asked.isdisjoint(self._changed)):
+            return hit
+        self._asked.clear()
+        problem = virtual_host_problem(vh, self._g)
+        problems: list[GraphProblem] = []
+        out = vh
+        if problem is None:
+            checked = [self._routes.check(r, problems) for r in vh.routes]
+            if any(new is not old for new, old in zip(checked, vh.routes, strict=True)):
+                out = dataclasses.replace(vh, routes=tuple(r for r in checked if r is not None))
+        return self._memo.put(
+            vh, VirtualHostCheck(problem, out, tuple(problems), frozenset(self._asked))
+        )
+
+
+def _names(names: Container[str]) -> frozenset[str]:
+    return names if isinstance(names, frozenset) else frozenset()
 
 
 def _check_listener(
-    lst: Listener, ctx: _Context, routes: _Routes, problems: list[GraphProblem]
+    lst: Listener, ctx: _Context, hosts: _Hosts, problems: list[GraphProblem]
 ) -> Listener:
     vhosts: list[VirtualHost] = []
     domains: dict[str, VirtualHost] = {}
     changed = False
     for vh in lst.virtual_hosts:
-        problem = virtual_host_problem(vh, ctx)
+        check = hosts.check(vh)
+        problem = check.problem
         if problem is None:
             first = domains.get(vh.hostname.lower())
             if first is not None:
@@ -1278,13 +1380,21 @@ def _check_listener(
             changed = True
             continue
         domains[vh.hostname.lower()] = vh
-        checked = [routes.check(r) for r in vh.routes]
-        if any(new is not old for new, old in zip(checked, vh.routes, strict=True)):
-            vh = dataclasses.replace(vh, routes=tuple(r for r in checked if r is not None))
-            changed = True
-        vhosts.append(vh)
+        problems.extend(check.problems)
+        changed = changed or check.vhost is not vh
+        vhosts.append(check.vhost)
+    proxies, proxies_changed = _check_proxies(lst, ctx, problems)
+    if not changed and not proxies_changed:
+        return lst
+    return dataclasses.replace(lst, virtual_hosts=tuple(vhosts), tcp_proxies=proxies)
+
+
+def _check_proxies(
+    lst: Listener, ctx: _Context, problems: list[GraphProblem]
+) -> tuple[tuple[TCPProxy, ...], bool]:
     proxies: list[TCPProxy] = []
     snis: set[str] = set()
+    changed = False
     for proxy in lst.tcp_proxies:
         problem = _tcp_problem(proxy, ctx)
         if problem is None and proxy.hostname.lower() in snis:
@@ -1298,23 +1408,32 @@ def _check_listener(
             continue
         snis.add(proxy.hostname.lower())
         proxies.append(proxy)
-    if not changed:
-        return lst
-    return dataclasses.replace(lst, virtual_hosts=tuple(vhosts), tcp_proxies=tuple(proxies))
+    return tuple(proxies), changed
 
 
-def enforce_envoy_limits(graph: RoutingGraph) -> tuple[RoutingGraph, tuple[GraphProblem, ...]]:
+def enforce_envoy_limits(
+    graph: RoutingGraph, memo: LimitsMemo | None = None
+) -> tuple[RoutingGraph, tuple[GraphProblem, ...]]:
     """`graph` without the pieces Envoy would refuse, and a problem for each; see the module
     docstring. Pure: the same graph gives the same result, and an acceptable graph comes back
-    as the very same object."""
+    as the very same object. `memo`: the checks of the compile before, reused for the very
+    same clusters and virtual hosts (`LimitsMemo`)."""
+    memo = LimitsMemo() if memo is None else memo
+    # One call per compile: what the compile before did not use is forgotten.
+    memo.clusters.age()
+    memo.vhosts.age()
     problems: list[GraphProblem] = []
-    clusters, clusters_changed = _check_clusters(graph, problems)
+    clusters, clusters_changed = _check_clusters(graph, problems, memo)
     ctx = _Context(
         clusters=frozenset(c.name for c in clusters),
         secrets=frozenset(s.name for s in graph.secrets),
     )
-    routes = _Routes(ctx, problems)
-    listeners = tuple(_check_listener(lst, ctx, routes, problems) for lst in graph.listeners)
+    names = frozenset((*_names(ctx.clusters), *_names(ctx.secrets)))
+    # Made anew: a symmetric difference keeps the table of its 10,000-name operand, and
+    # `isdisjoint` walks that table whole for every host.
+    hosts = _Hosts(ctx, memo, frozenset(list(memo.names ^ names)))
+    memo.names = names
+    listeners = tuple(_check_listener(lst, ctx, hosts, problems) for lst in graph.listeners)
     listeners_changed = any(
         new is not old for new, old in zip(listeners, graph.listeners, strict=True)
     )
