@@ -57,7 +57,7 @@ def ingress_text(extra: int) -> str:
 def load(shape: shapes.Shape) -> Store:
     files: dict[str, str] = {"ingress.yaml": ingress_text(0)}
     for i in range(shape.n):
-        files.update(shapes.service_files(i, 8080))
+        files.update(shapes.service_files(i, 18080))  # not --http-port: served
         files[f"proxy-{i}.yaml"] = shapes.proxy_text(shape, i, 0)
     if shape.name == "one-host":
         files.update(shapes.one_host_roots(shape.n))
