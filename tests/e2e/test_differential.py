@@ -487,6 +487,19 @@ def expected(decision: Decision) -> tuple[int, str | None]:
     return decision.status, None
 
 
+def disagrees(envoy: EnvoyUnderTest, p: Probe, decision: Decision) -> str | None:
+    """What Envoy answered to probe `p` if it is not what the evaluator's `decision` says."""
+    want_status, want_body = expected(decision)
+    status, body = envoy.request(p.host, p.target, p.method, p.headers)
+    if status == want_status and (want_body is None or body == want_body):
+        return None
+    chosen = decision.route.source if decision.route is not None else None
+    return (
+        f"{p}: envoy {status} {body[:40]!r}, evaluator {want_status} {want_body!r} "
+        f"(route {chosen}, {decision.rejected_reason or 'routed'})"
+    )
+
+
 @settings(
     max_examples=100,
     derandomize=True,
@@ -505,14 +518,9 @@ def test_envoy_routes_generated_requests_as_the_evaluator_decides(
     for p in probes:
         decision = evaluate(served, make_request(p.host, p.target, p.method, p.headers))
         _cover(decision, p.target)
-        want_status, want_body = expected(decision)
-        status, body = envoy.request(p.host, p.target, p.method, p.headers)
-        if status != want_status or (want_body is not None and body != want_body):
-            chosen = decision.route.source if decision.route is not None else None
-            disagreements.append(
-                f"{p}: envoy {status} {body[:40]!r}, evaluator {want_status} {want_body!r} "
-                f"(route {chosen}, {decision.rejected_reason or 'routed'})"
-            )
+        disagreement = disagrees(envoy, p, decision)
+        if disagreement is not None:
+            disagreements.append(disagreement)
     assert not disagreements, "\n".join(disagreements)
 
 
@@ -633,14 +641,9 @@ def test_matcher_tree_hosts_route_generated_requests_as_the_evaluator_decides(
         if decision.route is not None:
             TREE_COVERAGE[decision.route.match.path.kind.value] += 1
             TREE_COVERAGE["query string"] += "?" in p.target
-        want_status, want_body = expected(decision)
-        status, body = envoy.request(p.host, p.target, p.method, p.headers)
-        if status != want_status or (want_body is not None and body != want_body):
-            chosen = decision.route.source if decision.route is not None else None
-            disagreements.append(
-                f"{p}: envoy {status} {body[:40]!r}, evaluator {want_status} {want_body!r} "
-                f"(route {chosen}, {decision.rejected_reason or 'routed'})"
-            )
+        disagreement = disagrees(envoy, p, decision)
+        if disagreement is not None:
+            disagreements.append(disagreement)
     assert not disagreements, "\n".join(disagreements)
 
 
@@ -808,14 +811,9 @@ def test_scoped_listeners_route_generated_requests_as_the_evaluator_decides(
         SCOPED_COVERAGE["upper-case host"] += p.host != p.host.lower()
         SCOPED_COVERAGE["port"] += ":" in p.host.rpartition("]")[2]
         SCOPED_COVERAGE["ipv6 literal"] += p.host.startswith("[")
-        want_status, want_body = expected(decision)
-        status, body = envoy.request(p.host, p.target, p.method, p.headers)
-        if status != want_status or (want_body is not None and body != want_body):
-            chosen = decision.route.source if decision.route is not None else None
-            disagreements.append(
-                f"{p}: envoy {status} {body[:40]!r}, evaluator {want_status} {want_body!r} "
-                f"(route {chosen}, {decision.rejected_reason or 'routed'})"
-            )
+        disagreement = disagrees(envoy, p, decision)
+        if disagreement is not None:
+            disagreements.append(disagreement)
     assert not disagreements, "\n".join(disagreements)
 
 
