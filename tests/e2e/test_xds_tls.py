@@ -103,6 +103,8 @@ class Envoy:
             )
 
     def stat(self, name: str) -> int:
+        # A port taken between `free_port` and Envoy's bind would make another process answer.
+        assert self.proc.poll() is None, f"Envoy exited: {self.log.read_text()[-2000:]}"
         r = httpx.get(f"http://127.0.0.1:{self.admin_port}/stats?filter=^{name}$", timeout=2)
         for line in r.text.splitlines():
             key, _, value = line.partition(": ")
