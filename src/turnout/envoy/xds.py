@@ -261,6 +261,11 @@ class _Snapshot:
     type_versions: Mapping[str, str]
     # EDS/RDS names that the snapshot's clusters/listeners reference and that exist.
     referenced: Mapping[str, frozenset[str]]
+    # The seq of the snapshot this one was built from (-1: none) and, per type, the names whose
+    # resource is not the very same object there (changed, added or removed): a stream switching
+    # from that snapshot looks at these names only.
+    base: int = -1
+    changes: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @staticmethod
     def build(seq: int, envoy_resources: EnvoyResources, previous: _Snapshot | None) -> _Snapshot:
@@ -270,10 +275,12 @@ class _Snapshot:
         changes, plus one identity check per resource."""
         resources: dict[str, Mapping[str, _Resource]] = {}
         changed: set[str] = set()
+        changes: dict[str, frozenset[str]] = {}
         for type_url, messages in envoy_resources.by_type().items():
             reusable = previous.resources[type_url] if previous is not None else {}
             by_name = _pack_type(type_url, messages, reusable, envoy_resources)
-            if previous is not None and _same_resources(by_name, reusable):
+            changes[type_url] = _changed_names(by_name, reusable)
+            if previous is not None and not changes[type_url]:
                 resources[type_url] = reusable
             else:
                 resources[type_url] = by_name
@@ -297,7 +304,8 @@ class _Snapshot:
             else previous.referenced[child]
             for child, parents in _PARENT_TYPES.items()
         }
-        return _Snapshot(seq, overall, resources, type_versions, referenced)
+        base = -1 if previous is None else previous.seq
+        return _Snapshot(seq, overall, resources, type_versions, referenced, base, changes)
 
 
 def _pack_type(
@@ -321,9 +329,13 @@ def _pack_type(
     return by_name
 
 
-def _same_resources(a: Mapping[str, _Resource], b: Mapping[str, _Resource]) -> bool:
-    """Whether two mappings hold the very same resource objects under the same names."""
-    return len(a) == len(b) and all(b.get(name) is res for name, res in a.items())
+def _changed_names(new: Mapping[str, _Resource], old: Mapping[str, _Resource]) -> frozenset[str]:
+    """The names whose resource is not the very same object in both mappings (changed, added or
+    removed); empty when they hold the very same resources under the same names."""
+    changed = {name for name, res in new.items() if old.get(name) is not res}
+    if len(new) - len(changed) != len(old):
+        changed.update(old.keys() - new.keys())
+    return frozenset(changed)
 
 
 def _referenced(
@@ -413,6 +425,15 @@ class _TypeState:
     delta: bool = False
     inflight_removed: tuple[str, ...] = ()
     sent_at: float = 0.0  # time.monotonic() of the last response: Envoy's apply time
+    # The names whose plan may differ from "nothing to send" (None: unknown, check every name):
+    # every other name is, if wanted, sent in its target content and, under a wildcard, not
+    # sent unless targeted. Grown by whatever changes a name's target, sent content or
+    # subscription; emptied by planning, so a change costs what it touched.
+    dirty: set[str] | None = None
+
+    def touch(self, names: Iterable[str]) -> None:
+        if self.dirty is not None:
+            self.dirty.update(names)
 
     def subscribed(self, available: Iterable[str]) -> set[str]:
         if self.wildcard:
@@ -495,18 +516,28 @@ class _Stream:
     def switch_snapshot(self, snapshot: _Snapshot | None) -> None:
         if snapshot is None or snapshot is self.snapshot:
             return
-        first = self.snapshot is None
-        self.snapshot = snapshot
-        if first:
+        old, self.snapshot = self.snapshot, snapshot
+        if old is None:
             return
+        for type_url, st in self.types.items():
+            if snapshot.base == old.seq:
+                st.touch(snapshot.changes.get(type_url, ()))
+            else:
+                st.dirty = None
         for type_url, retained in self.retained.items():
             current = snapshot.resources[type_url]
             st = self.types[type_url]
-            for name, res in (*st.acked.items(), *st.sent.items()):
-                if name not in current:
-                    retained[name] = res
-            for name in [n for n in retained if n in current]:
+            # Set operations over the key views: the names are walked in C, the loops below
+            # only see what the snapshot dropped.
+            for name in st.acked.keys() - current.keys():
+                retained[name] = st.acked[name]
+            for name in st.sent.keys() - current.keys():
+                retained[name] = st.sent[name]
+            back = retained.keys() & current.keys()
+            for name in back:
                 del retained[name]
+            st.touch(retained.keys())
+            st.touch(back)
 
     def _type_of(self, request: Any) -> _TypeState | None:
         if request.HasField("node") and request.node.id:
@@ -610,13 +641,18 @@ class _Stream:
             st.in_effect = {name: res.digest for name, res in target.items()}
             st.sent_version = st.acked_version = version
             st.last_outcome = _Outcome.ACK
+            st.dirty = None
 
     def _update_subscription(self, st: _TypeState, resource_names: Iterable[str]) -> None:
         names = set(resource_names)
         if names:
             st.ever_named = True
+        was_wildcard = st.wildcard
         st.wildcard = "*" in names or (not names and not st.ever_named)
         names.discard("*")
+        if st.wildcard and not was_wildcard:
+            st.dirty = None
+        st.touch(names - st.names)
         if st.type_url in FULL_STATE_TYPES or st.wildcard:
             st.names = names
             return
@@ -653,6 +689,7 @@ class _Stream:
             st.requested = True
             # The legacy wildcard: a first request naming nothing asks for everything.
             st.wildcard = not request.resource_names_subscribe
+            st.dirty = None
             resumed = dict(request.initial_resource_versions)
             self._resume_delta(st, resumed)
         self._update_delta_subscription(
@@ -665,6 +702,7 @@ class _Stream:
         clusters and endpoints among them only after the routes stop naming them."""
         if not versions:
             return
+        st.dirty = None
         target = self._target(st.type_url) if self.snapshot is not None else {}
         for name, version in versions.items():
             res = target.get(name)
@@ -691,14 +729,18 @@ class _Stream:
             if name == "*":
                 st.wildcard = False
                 continue
+            st.touch((name,))
             st.names.discard(name)
             if not st.wildcard:
                 # Envoy drops what it unsubscribed; a later subscription needs it sent again.
                 self._forget(st, name)
         for name in subscribe:
             if name == "*":
+                if not st.wildcard:
+                    st.dirty = None
                 st.wildcard = True
                 continue
+            st.touch((name,))
             st.names.add(name)
             st.ever_named = True
             # A subscribed name is sent even if Envoy should have it (xDS protocol: "the server
@@ -708,6 +750,7 @@ class _Stream:
 
     @staticmethod
     def _forget(st: _TypeState, name: str) -> None:
+        st.touch((name,))
         st.sent.pop(name, None)
         st.acked.pop(name, None)
         st.forced.discard(name)
@@ -838,16 +881,33 @@ class _Stream:
             if version == st.sent_version:
                 return None
             return version, [target[name] for name in sorted(target)]
-        st.forced.intersection_update(target)
-        wanted = target.keys() if st.wildcard else st.names.intersection(target)
-        send = sorted(
-            name
-            for name in wanted
-            if name in st.forced or not _has(st.sent.get(name), target[name])
-        )
+        send = sorted(name for name in self._candidates(st, target) if name in target)
+        st.dirty = set()
         if not send:
             return None
         return version, [target[name] for name in send]
+
+    @staticmethod
+    def _candidates(st: _TypeState, target: Mapping[str, _Resource]) -> set[str]:
+        """The names to look at for a plan: the wanted names that are forced or whose sent
+        content differs from the target, and under a wildcard the sent names the target lacks.
+        Only the dirty names can be either (every name when that is not known)."""
+        st.forced = {name for name in st.forced if name in target}
+        if st.dirty is None:
+            names: Iterable[str] = target.keys() | st.sent.keys()
+        else:
+            names = st.dirty | st.forced
+        out = set()
+        for name in names:
+            res = target.get(name)
+            if res is None:
+                if st.wildcard and name in st.sent:
+                    out.add(name)
+            elif (st.wildcard or name in st.names) and (
+                name in st.forced or not _has(st.sent.get(name), res)
+            ):
+                out.add(name)
+        return out
 
     def _plan_delta(self, type_url: str) -> tuple[str, list[_Resource], list[str]] | None:
         """The delta response this type needs now: the subscribed resources whose content the
@@ -856,21 +916,19 @@ class _Stream:
         if not st.requested or st.pending:
             return None
         target = self._target(type_url)
-        st.forced.intersection_update(target)
+        candidates = self._candidates(st, target)
         send = [
             target[name]
-            for name in sorted(
-                name
-                for name in (target.keys() if st.wildcard else st.names.intersection(target))
-                if name in st.forced or not _has(st.sent.get(name), target[name])
-            )
+            for name in sorted(name for name in candidates if name in target)
             # A stand-in for what a reconnected Envoy has (`_resume_delta`) has no content.
             if target[name].packed.type_url
         ]
-        # Only a wildcard subscription hears of removals: Envoy drops an explicitly subscribed
-        # CLA, route configuration or secret itself once nothing names it (and a removal would
-        # empty a CLA a draining cluster still uses).
-        removed = sorted(name for name in st.sent if name not in target) if st.wildcard else []
+        # Only a wildcard subscription hears of removals (`_candidates`): Envoy drops an
+        # explicitly subscribed CLA, route configuration or secret itself once nothing names it
+        # (and a removal would empty a CLA a draining cluster still uses).
+        removed = sorted(name for name in candidates if name not in target)
+        # What is not sent now (a stand-in) stays to be looked at again.
+        st.dirty = candidates - {res.name for res in send} - set(removed)
         if not send and not removed:
             return None
         if type_url in FULL_STATE_TYPES:
@@ -919,6 +977,7 @@ class _Stream:
                         len(retained),
                         SHORT_TYPE_NAMES[type_url],
                     )
+                self.types[type_url].touch(retained.keys())
                 retained.clear()
 
     def responses(self) -> list[Any]:
