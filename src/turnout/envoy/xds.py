@@ -430,10 +430,22 @@ class _TypeState:
     # sent unless targeted. Grown by whatever changes a name's target, sent content or
     # subscription; emptied by planning, so a change costs what it touched.
     dirty: set[str] | None = None
+    # The same for what Envoy acknowledged: `unacked` holds the names whose acknowledged content
+    # differs from the target (or that only one of them has), up to date but for the names in
+    # `ack_dirty` (None: every name).
+    ack_dirty: set[str] | None = None
+    unacked: set[str] = field(default_factory=set)
+    names_dropped: int = 0  # counts the requests that may have dropped names from `names`
 
     def touch(self, names: Iterable[str]) -> None:
         if self.dirty is not None:
             self.dirty.update(names)
+        if self.ack_dirty is not None:
+            self.ack_dirty.update(names)
+
+    def forget_dirty(self) -> None:
+        """Something changed that the dirty sets do not follow: look at every name next time."""
+        self.dirty = self.ack_dirty = None
 
     def subscribed(self, available: Iterable[str]) -> set[str]:
         if self.wildcard:
@@ -502,6 +514,9 @@ class _Stream:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.snapshot: _Snapshot | None = None
         self.types = {t: _TypeState(t, delta=delta) for t in TYPE_ORDER}
+        # (acked cluster refs, EDS target, EDS `names_dropped`) when every acked cluster's CLA was
+        # last found subscribed: until one of them changes, it still is.
+        self._endpoints_subscribed: tuple[Any, ...] | None = None
         # Resources the current snapshot dropped but Envoy may still use until it has the new
         # listeners and routes (make-before-break).
         self.retained: dict[str, dict[str, _Resource]] = {CLUSTER_TYPE: {}, ENDPOINT_TYPE: {}}
@@ -523,7 +538,7 @@ class _Stream:
             if snapshot.base == old.seq:
                 st.touch(snapshot.changes.get(type_url, ()))
             else:
-                st.dirty = None
+                st.forget_dirty()
         for type_url, retained in self.retained.items():
             current = snapshot.resources[type_url]
             st = self.types[type_url]
@@ -586,7 +601,10 @@ class _Stream:
             st.acked = dict(st.inflight)
             st.in_effect = {name: res.digest for name, res in st.inflight.items()}
             st.refused.clear()
+            st.ack_dirty = None
         else:
+            if st.ack_dirty is not None:
+                st.ack_dirty.update(st.inflight, st.inflight_removed)
             st.acked.update(st.inflight)
             for name, res in st.inflight.items():
                 st.in_effect[name] = res.digest
@@ -625,6 +643,7 @@ class _Stream:
             # failing or not; the removal is not announced again.
             for name in st.inflight_removed:
                 st.acked.pop(name, None)
+            st.touch(st.inflight_removed)
         # Only Envoy's message is logged, never resource contents: a Secret's bytes must not leak.
         log.warning("%s", nack.describe())
 
@@ -641,7 +660,7 @@ class _Stream:
             st.in_effect = {name: res.digest for name, res in target.items()}
             st.sent_version = st.acked_version = version
             st.last_outcome = _Outcome.ACK
-            st.dirty = None
+            st.forget_dirty()
 
     def _update_subscription(self, st: _TypeState, resource_names: Iterable[str]) -> None:
         names = set(resource_names)
@@ -651,8 +670,9 @@ class _Stream:
         st.wildcard = "*" in names or (not names and not st.ever_named)
         names.discard("*")
         if st.wildcard and not was_wildcard:
-            st.dirty = None
+            st.forget_dirty()
         st.touch(names - st.names)
+        st.names_dropped += 1
         if st.type_url in FULL_STATE_TYPES or st.wildcard:
             st.names = names
             return
@@ -689,7 +709,7 @@ class _Stream:
             st.requested = True
             # The legacy wildcard: a first request naming nothing asks for everything.
             st.wildcard = not request.resource_names_subscribe
-            st.dirty = None
+            st.forget_dirty()
             resumed = dict(request.initial_resource_versions)
             self._resume_delta(st, resumed)
         self._update_delta_subscription(
@@ -702,7 +722,7 @@ class _Stream:
         clusters and endpoints among them only after the routes stop naming them."""
         if not versions:
             return
-        st.dirty = None
+        st.forget_dirty()
         target = self._target(st.type_url) if self.snapshot is not None else {}
         for name, version in versions.items():
             res = target.get(name)
@@ -731,13 +751,14 @@ class _Stream:
                 continue
             st.touch((name,))
             st.names.discard(name)
+            st.names_dropped += 1
             if not st.wildcard:
                 # Envoy drops what it unsubscribed; a later subscription needs it sent again.
                 self._forget(st, name)
         for name in subscribe:
             if name == "*":
                 if not st.wildcard:
-                    st.dirty = None
+                    st.forget_dirty()
                 st.wildcard = True
                 continue
             st.touch((name,))
@@ -802,10 +823,22 @@ class _Stream:
             if excused and type_url == LISTENER_TYPE:
                 return True
             if st.delta:
-                return st.acked.keys() == target.keys() and all(
-                    st.acked[name].digest == res.digest for name, res in target.items()
-                )
+                return not self._unacked(st, target)
             return st.acked_version == self._target_version(type_url, target)
+        parents = _PARENT_TYPES.get(type_url, ())
+        if (
+            st.requested
+            and not excused
+            and not self.retained.get(type_url)
+            and not any(self.retained.get(p) for p in parents)
+        ):
+            # Only a name whose acknowledged content differs can be one that is not synced.
+            assert self.snapshot is not None
+            referenced = self.snapshot.referenced.get(type_url, frozenset())
+            return not any(
+                name in target and (st.wildcard or name in st.names or name in referenced)
+                for name in self._unacked(st, target)
+            )
         counted = self._counted_names(type_url, target)
         if excused and LISTENER_TYPE in _PARENT_TYPES.get(type_url, ()):
             listeners = self._target(LISTENER_TYPE)
@@ -819,6 +852,28 @@ class _Stream:
         if not st.requested:
             return not counted
         return all(_has(st.acked.get(name), target[name]) for name in counted)
+
+    @staticmethod
+    def _unacked(st: _TypeState, target: Mapping[str, _Resource]) -> set[str]:
+        """The names whose acknowledged content is not the target's (or that only one of the
+        two has), brought up to date for the names touched since the last look."""
+
+        def differs(name: str) -> bool:
+            res = target.get(name)
+            if res is None:
+                return name in st.acked
+            return not _has(st.acked.get(name), res)
+
+        if st.ack_dirty is None:
+            st.unacked = {name for name in target.keys() | st.acked.keys() if differs(name)}
+        else:
+            for name in st.ack_dirty:
+                if differs(name):
+                    st.unacked.add(name)
+                else:
+                    st.unacked.discard(name)
+        st.ack_dirty = set()
+        return st.unacked
 
     def fully_synced(self, excused: frozenset[str] = frozenset()) -> bool:
         return (
@@ -952,7 +1007,13 @@ class _Stream:
             # After a NACK we cannot tell which clusters Envoy took; do not wait for them.
             return True
         target = self._target(ENDPOINT_TYPE)
-        return all(name in eds.names for name in cds.acked_refs if name in target)
+        key = (cds.acked_refs, target, eds.names_dropped)
+        known = self._endpoints_subscribed
+        if known is not None and known[0] is key[0] and known[1] is key[1] and known[2] == key[2]:
+            return True
+        subscribed = all(name in eds.names for name in cds.acked_refs if name in target)
+        self._endpoints_subscribed = key if subscribed else None
+        return subscribed
 
     def _maybe_finish_transition(self) -> None:
         """Drop the retained clusters once nothing Envoy holds can still route to them."""
