@@ -266,6 +266,9 @@ class _Snapshot:
     # from that snapshot looks at these names only.
     base: int = -1
     changes: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Per type, the tuple of messages this was built from: handed the very same tuple again (a
+    # type the translator left alone), the next snapshot reuses the type without a look.
+    sources: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
     @staticmethod
     def build(seq: int, envoy_resources: EnvoyResources, previous: _Snapshot | None) -> _Snapshot:
@@ -276,11 +279,18 @@ class _Snapshot:
         resources: dict[str, Mapping[str, _Resource]] = {}
         changed: set[str] = set()
         changes: dict[str, frozenset[str]] = {}
-        for type_url, messages in envoy_resources.by_type().items():
-            reusable = previous.resources[type_url] if previous is not None else {}
-            by_name = _pack_type(type_url, messages, reusable, envoy_resources)
-            changes[type_url] = _changed_names(by_name, reusable)
-            if previous is not None and not changes[type_url]:
+        sources = envoy_resources.by_type()
+        for type_url, messages in sources.items():
+            if previous is None:
+                resources[type_url] = _pack_type(type_url, messages, {}, envoy_resources)[0]
+                changed.add(type_url)
+                continue
+            reusable = previous.resources[type_url]
+            if previous.sources.get(type_url) is messages:
+                resources[type_url], changes[type_url] = reusable, frozenset()
+                continue
+            by_name, changes[type_url] = _pack_type(type_url, messages, reusable, envoy_resources)
+            if not changes[type_url]:
                 resources[type_url] = reusable
             else:
                 resources[type_url] = by_name
@@ -305,7 +315,7 @@ class _Snapshot:
             for child, parents in _PARENT_TYPES.items()
         }
         base = -1 if previous is None else previous.seq
-        return _Snapshot(seq, overall, resources, type_versions, referenced, base, changes)
+        return _Snapshot(seq, overall, resources, type_versions, referenced, base, changes, sources)
 
 
 def _pack_type(
@@ -313,8 +323,11 @@ def _pack_type(
     messages: Iterable[Any],
     reusable: Mapping[str, _Resource],
     source: EnvoyResources,
-) -> dict[str, _Resource]:
+) -> tuple[dict[str, _Resource], frozenset[str]]:
+    """The resources of `messages` by name, and the names whose resource is not the very same
+    object in `reusable` (changed, added or removed): none when it can be kept as it is."""
     by_name: dict[str, _Resource] = {}
+    changed: set[str] = set()
     # The translator keeps an unchanged piece's message the very same object: found by identity
     # (cheaper than reading its name), there is nothing to serialize or hash.
     known = {id(res.message): res for res in reusable.values()} if reusable else {}
@@ -322,20 +335,16 @@ def _pack_type(
         res = known.get(id(message))
         if res is None or res.message is not message:
             res = _pack(type_url, message, reusable, source)
+            changed.add(res.name)
         if res.name in by_name:
             # Envoy NACKs a response with duplicate names; this is a translator bug.
             raise ValueError(f"duplicate {SHORT_TYPE_NAMES[type_url]} resource name {res.name!r}")
         by_name[res.name] = res
-    return by_name
-
-
-def _changed_names(new: Mapping[str, _Resource], old: Mapping[str, _Resource]) -> frozenset[str]:
-    """The names whose resource is not the very same object in both mappings (changed, added or
-    removed); empty when they hold the very same resources under the same names."""
-    changed = {name for name, res in new.items() if old.get(name) is not res}
-    if len(new) - len(changed) != len(old):
-        changed.update(old.keys() - new.keys())
-    return frozenset(changed)
+    # The others were found in `reusable` under their own names: unless they are all of it,
+    # some of its names are gone.
+    if len(by_name) - len(changed) != len(reusable):
+        changed.update(reusable.keys() - by_name.keys())
+    return by_name, frozenset(changed)
 
 
 def _referenced(
