@@ -45,6 +45,13 @@ reference. A reconnecting Envoy that reports the current CDS/LDS version is not 
 
 Each stream is served by its gRPC handler task, which owns all of the stream's state; a small reader
 task only moves incoming requests into the stream's queue, where snapshot changes also arrive.
+
+A change costs a stream what it touched, not the size of the configuration: a snapshot records,
+per type, the names that differ from the snapshot it was built from; a stream switching from that
+one marks only those names (and its retained ones) dirty, planning looks only at the dirty and
+forced names, and "synced" only at the names whose acknowledged content may differ. Whatever the
+bookkeeping does not follow (a skipped snapshot, a resumed stream, a new wildcard) makes the next
+look cover every name.
 """
 
 from __future__ import annotations
