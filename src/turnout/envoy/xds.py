@@ -45,6 +45,13 @@ reference. A reconnecting Envoy that reports the current CDS/LDS version is not 
 
 Each stream is served by its gRPC handler task, which owns all of the stream's state; a small reader
 task only moves incoming requests into the stream's queue, where snapshot changes also arrive.
+
+A change costs a stream what it touched, not the size of the configuration: a snapshot records,
+per type, the names that differ from the snapshot it was built from; a stream switching from that
+one marks only those names (and its retained ones) dirty, planning looks only at the dirty and
+forced names, and "synced" only at the names whose acknowledged content may differ. Whatever the
+bookkeeping does not follow (a skipped snapshot, a resumed stream, a new wildcard) makes the next
+look cover every name.
 """
 
 from __future__ import annotations
@@ -261,6 +268,14 @@ class _Snapshot:
     type_versions: Mapping[str, str]
     # EDS/RDS names that the snapshot's clusters/listeners reference and that exist.
     referenced: Mapping[str, frozenset[str]]
+    # The seq of the snapshot this one was built from (-1: none) and, per type, the names whose
+    # resource is not the very same object there (changed, added or removed): a stream switching
+    # from that snapshot looks at these names only.
+    base: int = -1
+    changes: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Per type, the tuple of messages this was built from: handed the very same tuple again (a
+    # type the translator left alone), the next snapshot reuses the type without a look.
+    sources: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
     @staticmethod
     def build(seq: int, envoy_resources: EnvoyResources, previous: _Snapshot | None) -> _Snapshot:
@@ -270,10 +285,19 @@ class _Snapshot:
         changes, plus one identity check per resource."""
         resources: dict[str, Mapping[str, _Resource]] = {}
         changed: set[str] = set()
-        for type_url, messages in envoy_resources.by_type().items():
-            reusable = previous.resources[type_url] if previous is not None else {}
-            by_name = _pack_type(type_url, messages, reusable, envoy_resources)
-            if previous is not None and _same_resources(by_name, reusable):
+        changes: dict[str, frozenset[str]] = {}
+        sources = envoy_resources.by_type()
+        for type_url, messages in sources.items():
+            if previous is None:
+                resources[type_url] = _pack_type(type_url, messages, {}, envoy_resources)[0]
+                changed.add(type_url)
+                continue
+            reusable = previous.resources[type_url]
+            if previous.sources.get(type_url) is messages:
+                resources[type_url], changes[type_url] = reusable, frozenset()
+                continue
+            by_name, changes[type_url] = _pack_type(type_url, messages, reusable, envoy_resources)
+            if not changes[type_url]:
                 resources[type_url] = reusable
             else:
                 resources[type_url] = by_name
@@ -297,7 +321,8 @@ class _Snapshot:
             else previous.referenced[child]
             for child, parents in _PARENT_TYPES.items()
         }
-        return _Snapshot(seq, overall, resources, type_versions, referenced)
+        base = -1 if previous is None else previous.seq
+        return _Snapshot(seq, overall, resources, type_versions, referenced, base, changes, sources)
 
 
 def _pack_type(
@@ -305,8 +330,11 @@ def _pack_type(
     messages: Iterable[Any],
     reusable: Mapping[str, _Resource],
     source: EnvoyResources,
-) -> dict[str, _Resource]:
+) -> tuple[dict[str, _Resource], frozenset[str]]:
+    """The resources of `messages` by name, and the names whose resource is not the very same
+    object in `reusable` (changed, added or removed): none when it can be kept as it is."""
     by_name: dict[str, _Resource] = {}
+    changed: set[str] = set()
     # The translator keeps an unchanged piece's message the very same object: found by identity
     # (cheaper than reading its name), there is nothing to serialize or hash.
     known = {id(res.message): res for res in reusable.values()} if reusable else {}
@@ -314,16 +342,16 @@ def _pack_type(
         res = known.get(id(message))
         if res is None or res.message is not message:
             res = _pack(type_url, message, reusable, source)
+            changed.add(res.name)
         if res.name in by_name:
             # Envoy NACKs a response with duplicate names; this is a translator bug.
             raise ValueError(f"duplicate {SHORT_TYPE_NAMES[type_url]} resource name {res.name!r}")
         by_name[res.name] = res
-    return by_name
-
-
-def _same_resources(a: Mapping[str, _Resource], b: Mapping[str, _Resource]) -> bool:
-    """Whether two mappings hold the very same resource objects under the same names."""
-    return len(a) == len(b) and all(b.get(name) is res for name, res in a.items())
+    # The others were found in `reusable` under their own names: unless they are all of it,
+    # some of its names are gone.
+    if len(by_name) - len(changed) != len(reusable):
+        changed.update(reusable.keys() - by_name.keys())
+    return by_name, frozenset(changed)
 
 
 def _referenced(
@@ -413,6 +441,27 @@ class _TypeState:
     delta: bool = False
     inflight_removed: tuple[str, ...] = ()
     sent_at: float = 0.0  # time.monotonic() of the last response: Envoy's apply time
+    # The names whose plan may differ from "nothing to send" (None: unknown, check every name):
+    # every other name is, if wanted, sent in its target content and, under a wildcard, not
+    # sent unless targeted. Grown by whatever changes a name's target, sent content or
+    # subscription; emptied by planning, so a change costs what it touched.
+    dirty: set[str] | None = None
+    # The same for what Envoy acknowledged: `unacked` holds the names whose acknowledged content
+    # differs from the target (or that only one of them has), up to date but for the names in
+    # `ack_dirty` (None: every name).
+    ack_dirty: set[str] | None = None
+    unacked: set[str] = field(default_factory=set)
+    names_dropped: int = 0  # counts the requests that may have dropped names from `names`
+
+    def touch(self, names: Iterable[str]) -> None:
+        if self.dirty is not None:
+            self.dirty.update(names)
+        if self.ack_dirty is not None:
+            self.ack_dirty.update(names)
+
+    def forget_dirty(self) -> None:
+        """Something changed that the dirty sets do not follow: look at every name next time."""
+        self.dirty = self.ack_dirty = None
 
     def subscribed(self, available: Iterable[str]) -> set[str]:
         if self.wildcard:
@@ -481,6 +530,9 @@ class _Stream:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.snapshot: _Snapshot | None = None
         self.types = {t: _TypeState(t, delta=delta) for t in TYPE_ORDER}
+        # (acked cluster refs, EDS target, EDS `names_dropped`) when every acked cluster's CLA was
+        # last found subscribed: until one of them changes, it still is.
+        self._endpoints_subscribed: tuple[Any, ...] | None = None
         # Resources the current snapshot dropped but Envoy may still use until it has the new
         # listeners and routes (make-before-break).
         self.retained: dict[str, dict[str, _Resource]] = {CLUSTER_TYPE: {}, ENDPOINT_TYPE: {}}
@@ -495,18 +547,28 @@ class _Stream:
     def switch_snapshot(self, snapshot: _Snapshot | None) -> None:
         if snapshot is None or snapshot is self.snapshot:
             return
-        first = self.snapshot is None
-        self.snapshot = snapshot
-        if first:
+        old, self.snapshot = self.snapshot, snapshot
+        if old is None:
             return
+        for type_url, st in self.types.items():
+            if snapshot.base == old.seq:
+                st.touch(snapshot.changes.get(type_url, ()))
+            else:
+                st.forget_dirty()
         for type_url, retained in self.retained.items():
             current = snapshot.resources[type_url]
             st = self.types[type_url]
-            for name, res in (*st.acked.items(), *st.sent.items()):
-                if name not in current:
-                    retained[name] = res
-            for name in [n for n in retained if n in current]:
+            # Set operations over the key views: the names are walked in C, the loops below
+            # only see what the snapshot dropped.
+            for name in st.acked.keys() - current.keys():
+                retained[name] = st.acked[name]
+            for name in st.sent.keys() - current.keys():
+                retained[name] = st.sent[name]
+            back = retained.keys() & current.keys()
+            for name in back:
                 del retained[name]
+            st.touch(retained.keys())
+            st.touch(back)
 
     def _type_of(self, request: Any) -> _TypeState | None:
         if request.HasField("node") and request.node.id:
@@ -555,7 +617,10 @@ class _Stream:
             st.acked = dict(st.inflight)
             st.in_effect = {name: res.digest for name, res in st.inflight.items()}
             st.refused.clear()
+            st.ack_dirty = None
         else:
+            if st.ack_dirty is not None:
+                st.ack_dirty.update(st.inflight, st.inflight_removed)
             st.acked.update(st.inflight)
             for name, res in st.inflight.items():
                 st.in_effect[name] = res.digest
@@ -594,6 +659,7 @@ class _Stream:
             # failing or not; the removal is not announced again.
             for name in st.inflight_removed:
                 st.acked.pop(name, None)
+            st.touch(st.inflight_removed)
         # Only Envoy's message is logged, never resource contents: a Secret's bytes must not leak.
         log.warning("%s", nack.describe())
 
@@ -610,13 +676,19 @@ class _Stream:
             st.in_effect = {name: res.digest for name, res in target.items()}
             st.sent_version = st.acked_version = version
             st.last_outcome = _Outcome.ACK
+            st.forget_dirty()
 
     def _update_subscription(self, st: _TypeState, resource_names: Iterable[str]) -> None:
         names = set(resource_names)
         if names:
             st.ever_named = True
+        was_wildcard = st.wildcard
         st.wildcard = "*" in names or (not names and not st.ever_named)
         names.discard("*")
+        if st.wildcard and not was_wildcard:
+            st.forget_dirty()
+        st.touch(names - st.names)
+        st.names_dropped += 1
         if st.type_url in FULL_STATE_TYPES or st.wildcard:
             st.names = names
             return
@@ -653,6 +725,7 @@ class _Stream:
             st.requested = True
             # The legacy wildcard: a first request naming nothing asks for everything.
             st.wildcard = not request.resource_names_subscribe
+            st.forget_dirty()
             resumed = dict(request.initial_resource_versions)
             self._resume_delta(st, resumed)
         self._update_delta_subscription(
@@ -665,6 +738,7 @@ class _Stream:
         clusters and endpoints among them only after the routes stop naming them."""
         if not versions:
             return
+        st.forget_dirty()
         target = self._target(st.type_url) if self.snapshot is not None else {}
         for name, version in versions.items():
             res = target.get(name)
@@ -691,14 +765,19 @@ class _Stream:
             if name == "*":
                 st.wildcard = False
                 continue
+            st.touch((name,))
             st.names.discard(name)
+            st.names_dropped += 1
             if not st.wildcard:
                 # Envoy drops what it unsubscribed; a later subscription needs it sent again.
                 self._forget(st, name)
         for name in subscribe:
             if name == "*":
+                if not st.wildcard:
+                    st.forget_dirty()
                 st.wildcard = True
                 continue
+            st.touch((name,))
             st.names.add(name)
             st.ever_named = True
             # A subscribed name is sent even if Envoy should have it (xDS protocol: "the server
@@ -708,6 +787,7 @@ class _Stream:
 
     @staticmethod
     def _forget(st: _TypeState, name: str) -> None:
+        st.touch((name,))
         st.sent.pop(name, None)
         st.acked.pop(name, None)
         st.forced.discard(name)
@@ -759,10 +839,22 @@ class _Stream:
             if excused and type_url == LISTENER_TYPE:
                 return True
             if st.delta:
-                return st.acked.keys() == target.keys() and all(
-                    st.acked[name].digest == res.digest for name, res in target.items()
-                )
+                return not self._unacked(st, target)
             return st.acked_version == self._target_version(type_url, target)
+        parents = _PARENT_TYPES.get(type_url, ())
+        if (
+            st.requested
+            and not excused
+            and not self.retained.get(type_url)
+            and not any(self.retained.get(p) for p in parents)
+        ):
+            # Only a name whose acknowledged content differs can be one that is not synced.
+            assert self.snapshot is not None
+            referenced = self.snapshot.referenced.get(type_url, frozenset())
+            return not any(
+                name in target and (st.wildcard or name in st.names or name in referenced)
+                for name in self._unacked(st, target)
+            )
         counted = self._counted_names(type_url, target)
         if excused and LISTENER_TYPE in _PARENT_TYPES.get(type_url, ()):
             listeners = self._target(LISTENER_TYPE)
@@ -776,6 +868,28 @@ class _Stream:
         if not st.requested:
             return not counted
         return all(_has(st.acked.get(name), target[name]) for name in counted)
+
+    @staticmethod
+    def _unacked(st: _TypeState, target: Mapping[str, _Resource]) -> set[str]:
+        """The names whose acknowledged content is not the target's (or that only one of the
+        two has), brought up to date for the names touched since the last look."""
+
+        def differs(name: str) -> bool:
+            res = target.get(name)
+            if res is None:
+                return name in st.acked
+            return not _has(st.acked.get(name), res)
+
+        if st.ack_dirty is None:
+            st.unacked = {name for name in target.keys() | st.acked.keys() if differs(name)}
+        else:
+            for name in st.ack_dirty:
+                if differs(name):
+                    st.unacked.add(name)
+                else:
+                    st.unacked.discard(name)
+        st.ack_dirty = set()
+        return st.unacked
 
     def fully_synced(self, excused: frozenset[str] = frozenset()) -> bool:
         return (
@@ -838,16 +952,33 @@ class _Stream:
             if version == st.sent_version:
                 return None
             return version, [target[name] for name in sorted(target)]
-        st.forced.intersection_update(target)
-        wanted = target.keys() if st.wildcard else st.names.intersection(target)
-        send = sorted(
-            name
-            for name in wanted
-            if name in st.forced or not _has(st.sent.get(name), target[name])
-        )
+        send = sorted(name for name in self._candidates(st, target) if name in target)
+        st.dirty = set()
         if not send:
             return None
         return version, [target[name] for name in send]
+
+    @staticmethod
+    def _candidates(st: _TypeState, target: Mapping[str, _Resource]) -> set[str]:
+        """The names to look at for a plan: the wanted names that are forced or whose sent
+        content differs from the target, and under a wildcard the sent names the target lacks.
+        Only the dirty names can be either (every name when that is not known)."""
+        st.forced = {name for name in st.forced if name in target}
+        if st.dirty is None:
+            names: Iterable[str] = target.keys() | st.sent.keys()
+        else:
+            names = st.dirty | st.forced
+        out = set()
+        for name in names:
+            res = target.get(name)
+            if res is None:
+                if st.wildcard and name in st.sent:
+                    out.add(name)
+            elif (st.wildcard or name in st.names) and (
+                name in st.forced or not _has(st.sent.get(name), res)
+            ):
+                out.add(name)
+        return out
 
     def _plan_delta(self, type_url: str) -> tuple[str, list[_Resource], list[str]] | None:
         """The delta response this type needs now: the subscribed resources whose content the
@@ -856,21 +987,19 @@ class _Stream:
         if not st.requested or st.pending:
             return None
         target = self._target(type_url)
-        st.forced.intersection_update(target)
+        candidates = self._candidates(st, target)
         send = [
             target[name]
-            for name in sorted(
-                name
-                for name in (target.keys() if st.wildcard else st.names.intersection(target))
-                if name in st.forced or not _has(st.sent.get(name), target[name])
-            )
+            for name in sorted(name for name in candidates if name in target)
             # A stand-in for what a reconnected Envoy has (`_resume_delta`) has no content.
             if target[name].packed.type_url
         ]
-        # Only a wildcard subscription hears of removals: Envoy drops an explicitly subscribed
-        # CLA, route configuration or secret itself once nothing names it (and a removal would
-        # empty a CLA a draining cluster still uses).
-        removed = sorted(name for name in st.sent if name not in target) if st.wildcard else []
+        # Only a wildcard subscription hears of removals (`_candidates`): Envoy drops an
+        # explicitly subscribed CLA, route configuration or secret itself once nothing names it
+        # (and a removal would empty a CLA a draining cluster still uses).
+        removed = sorted(name for name in candidates if name not in target)
+        # What is not sent now (a stand-in) stays to be looked at again.
+        st.dirty = candidates - {res.name for res in send} - set(removed)
         if not send and not removed:
             return None
         if type_url in FULL_STATE_TYPES:
@@ -894,7 +1023,13 @@ class _Stream:
             # After a NACK we cannot tell which clusters Envoy took; do not wait for them.
             return True
         target = self._target(ENDPOINT_TYPE)
-        return all(name in eds.names for name in cds.acked_refs if name in target)
+        key = (cds.acked_refs, target, eds.names_dropped)
+        known = self._endpoints_subscribed
+        if known is not None and known[0] is key[0] and known[1] is key[1] and known[2] == key[2]:
+            return True
+        subscribed = all(name in eds.names for name in cds.acked_refs if name in target)
+        self._endpoints_subscribed = key if subscribed else None
+        return subscribed
 
     def _maybe_finish_transition(self) -> None:
         """Drop the retained clusters once nothing Envoy holds can still route to them."""
@@ -919,6 +1054,7 @@ class _Stream:
                         len(retained),
                         SHORT_TYPE_NAMES[type_url],
                     )
+                self.types[type_url].touch(retained.keys())
                 retained.clear()
 
     def responses(self) -> list[Any]:
