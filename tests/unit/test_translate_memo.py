@@ -97,6 +97,15 @@ def _two_hosts_graph() -> RoutingGraph:
     return RoutingGraph(listeners=(listener,), clusters=clusters)
 
 
+def _with_b_changed(graph: RoutingGraph) -> tuple[RoutingGraph, VirtualHost]:
+    """`graph` of `_two_hosts_graph` with b.example.com given a second route `/c`."""
+    (listener,) = graph.listeners
+    changed_host = _host("b.example.com", ("/b", "/c"))
+    hosts = (listener.virtual_hosts[0], changed_host)
+    listeners = (dataclasses.replace(listener, virtual_hosts=hosts),)
+    return dataclasses.replace(graph, listeners=listeners), changed_host
+
+
 def test_unchanged_pieces_keep_their_messages_and_a_changed_host_is_translated_anew() -> None:
     memo = TranslateMemo()
     graph = _two_hosts_graph()
@@ -109,13 +118,7 @@ def test_unchanged_pieces_keep_their_messages_and_a_changed_host_is_translated_a
         for a, b in zip(messages, again.by_type()[type_url], strict=True)
     )
     (listener,) = graph.listeners
-    changed_host = _host("b.example.com", ("/b", "/c"))
-    changed = dataclasses.replace(
-        graph,
-        listeners=(
-            dataclasses.replace(listener, virtual_hosts=(listener.virtual_hosts[0], changed_host)),
-        ),
-    )
+    changed, changed_host = _with_b_changed(graph)
     after = translate(changed, None, memo)
     assert wire(after) == wire(translate(changed))
     assert after.clusters[0] is first.clusters[0]
@@ -238,14 +241,7 @@ def test_a_scoped_host_keeps_its_table_and_scope_while_another_host_changes() ->
     graph = _two_hosts_graph()
     first = translate(graph, SCOPED, memo)
     assert len(first.scoped_routes) == 2
-    (listener,) = graph.listeners
-    changed_host = _host("b.example.com", ("/b", "/c"))
-    changed = dataclasses.replace(
-        graph,
-        listeners=(
-            dataclasses.replace(listener, virtual_hosts=(listener.virtual_hosts[0], changed_host)),
-        ),
-    )
+    changed, _ = _with_b_changed(graph)
     after = translate(changed, SCOPED, memo)
     assert wire(after) == wire(translate(changed, SCOPED))
     # a.example.com is untouched: its table and scope are the very same messages.
