@@ -60,13 +60,11 @@ _LOAD_BALANCER = obj(
     string("strategy"),
 )
 
-# `conditions`, the same on an include and on a route.
-_CONDITIONS = objects(
-    "conditions",
-    string("cookie"),
-    string("exact"),
-    obj(
-        "header",
+
+def _header_match(*, regex: bool) -> tuple[Field, ...]:
+    """Contour's HeaderMatchCondition: in match conditions (where turnout reads `regex`) and in a
+    rate limit descriptor's `requestHeaderValueMatch` (where it does not)."""
+    return (
         string("contains"),
         string("exact"),
         boolean("ignoreCase"),
@@ -75,9 +73,17 @@ _CONDITIONS = objects(
         string("notexact"),
         boolean("notpresent"),
         boolean("present"),
-        string("regex"),
+        *((string("regex"),) if regex else ()),
         boolean("treatMissingAsEmpty"),
-    ),
+    )
+
+
+# `conditions`, the same on an include and on a route.
+_CONDITIONS = objects(
+    "conditions",
+    string("cookie"),
+    string("exact"),
+    obj("header", *_header_match(regex=True)),
     string("prefix"),
     obj(
         "queryParameter",
@@ -115,18 +121,7 @@ _RATE_LIMIT_POLICY = obj(
                 obj(
                     "requestHeaderValueMatch",
                     boolean("expectMatch"),
-                    objects(
-                        "headers",
-                        string("contains"),
-                        string("exact"),
-                        boolean("ignoreCase"),
-                        string("name", required=True),
-                        string("notcontains"),
-                        string("notexact"),
-                        boolean("notpresent"),
-                        boolean("present"),
-                        boolean("treatMissingAsEmpty"),
-                    ),
+                    objects("headers", *_header_match(regex=False)),
                     string("value", required=True),
                 ),
             ),
