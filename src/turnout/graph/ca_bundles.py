@@ -141,11 +141,6 @@ class CABundleResolver:
             crl=pem if key == CRL_KEY else None,
         )
 
-    def adopt(self, bundle: CABundle) -> None:
-        """Collects a bundle an earlier compile resolved from inputs that did not change since
-        (an incremental dialect replaying its work)."""
-        self._used[bundle.name] = bundle
-
     def used(self) -> Mapping[str, CABundle]:
         """The bundles resolved during this compile, by name."""
         return self._used

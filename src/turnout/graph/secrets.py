@@ -110,11 +110,6 @@ class SecretResolver:
             private_key=key,
         )
 
-    def adopt(self, secret: TLSSecret) -> None:
-        """Collects a Secret an earlier compile's `tls_secret` resolved from inputs that did not
-        change since (an incremental dialect replaying its work)."""
-        self._secrets[secret.name] = secret
-
     def secrets(self) -> tuple[TLSSecret, ...]:
         return tuple(self._secrets[k] for k in sorted(self._secrets))
 

@@ -505,21 +505,6 @@ class BackendResolver:
                 self._backends[cname] = ServiceBackend(cluster, sp, health)
         return cluster
 
-    def backend_of(self, name: str) -> ServiceBackend | None:
-        """The EDS backend of cluster `name` when `service` made it from a Service port."""
-        return self._backends.get(name)
-
-    def adopt(self, cluster: Cluster, backend: ServiceBackend | None) -> None:
-        """Collects a cluster an earlier compile's `service` made from inputs that did not change
-        since (an incremental dialect replaying its work), as `service` would have."""
-        if self._clusters.setdefault(cluster.name, cluster) is not cluster:
-            return
-        # The replayed reads say its Service is unchanged: the current one made it.
-        service = self._snapshot.get("", "Service", cluster.namespace, cluster.service)
-        self._services.setdefault(cluster.name, service)
-        if backend is not None:
-            self._backends.setdefault(cluster.name, backend)
-
     def endpoints(self, cluster: Cluster) -> tuple[Endpoint, ...]:
         """The ready endpoints of `cluster`, for a dialect whose routing depends on them
         (RouteGroup's answer for a Service without endpoints); records the Service as

@@ -74,7 +74,6 @@ from turnout.dialects.httpproxy.recording import (
     ServiceReads,
     SubKey,
     Trace,
-    adopt,
     replay_walks,
 )
 from turnout.dialects.httpproxy.spec import (
@@ -352,7 +351,6 @@ class _Compiler:
             self.status[key].apply(problem)
         if trace.reached:
             set.update(self.reached, trace.reached)
-        adopt(trace, self.real.backends, self.real.secrets)
         current = self.recorder.current
         if current is not None:
             current.merge(trace)

@@ -9,11 +9,12 @@ A `Trace` is kept per root (and per included subtree of a root's walk, `processo
   TLSCertificateDelegation or Namespace change recompiles such a part, a coarse but sound rule)
   and whether it read the ExtensionServices (recompiled when the valid ones change);
 - what it did: the status problems it added, in order, per proxy; the proxies it reached; the
-  clusters, TLS Secrets and CA bundles the shared resolvers collected for it; the proxies its walk
-  entered with their cost (the include revisit budget is replayed exactly).
+  proxies its walk entered with their cost (the include revisit budget is replayed exactly).
 
-Replaying a trace in the compile's order gives every accessor, resolver and budget the state a
-full compile would give them.
+Replaying a trace in the compile's order gives every accessor and the budget the state a full
+compile would give them. The clusters, TLS Secrets and CA bundles a replayed part uses need no
+replay: the graph builder keeps those of the compile before by name while their inputs are the
+same (`services.ClusterBook`, `secrets.SecretBook`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from turnout.graph.ca_bundles import CABundleResolver
 from turnout.graph.model import CABundle, Cluster, TLSSecret, UpstreamProtocol, UpstreamSettings
 from turnout.graph.secret_data import DELEGATION_KINDS
 from turnout.graph.secrets import SecretResolver
-from turnout.graph.services import BackendResolver, ServiceBackend, ServicePort, Unresolved
+from turnout.graph.services import BackendResolver, ServicePort, Unresolved
 from turnout.objects import KubeObject
 from turnout.store import Snapshot
 
@@ -53,9 +54,6 @@ class Trace:
 
     statuses: dict[tuple[Key, Problem], None] = field(default_factory=dict)
     reached: set[Key] = field(default_factory=set)
-    clusters: dict[str, tuple[Cluster, ServiceBackend | None]] = field(default_factory=dict)
-    secrets: dict[str, TLSSecret] = field(default_factory=dict)
-    bundles: dict[str, CABundle] = field(default_factory=dict)
     proxies: set[Key] = field(default_factory=set)
     services: set[Key] = field(default_factory=set)
     owners: dict[tuple[str, str], KubeObject | None] = field(default_factory=dict)
@@ -68,9 +66,6 @@ class Trace:
         """`other`, a part of this trace's work, done (or replayed) after what this one holds."""
         self.statuses.update(other.statuses)
         self.reached |= other.reached
-        self.clusters.update(other.clusters)
-        self.secrets.update(other.secrets)
-        self.bundles.update(other.bundles)
         self.proxies |= other.proxies
         self.services |= other.services
         self.owners.update(other.owners)
@@ -214,7 +209,7 @@ class ServiceReads:
 
 class RecordingBackends:
     """The `BackendResolver` calls the dialect makes, recorded in the current trace: the Service
-    read and the cluster collected (re-adopted on replay)."""
+    read."""
 
     def __init__(self, real: BackendResolver, recorder: Recorder) -> None:
         self.real = real
@@ -243,8 +238,6 @@ class RecordingBackends:
         trace = self.recorder.current
         if trace is not None:
             trace.services.add((namespace, name))
-            if isinstance(result, Cluster):
-                trace.clusters[result.name] = (result, self.real.backend_of(result.name))
         return result
 
 
@@ -259,8 +252,6 @@ class RecordingBundles:
         trace = self.recorder.current
         if trace is not None:
             trace.secret_reads = True
-            if isinstance(result, CABundle):
-                trace.bundles[result.name] = result
         return result
 
     def ca_bundle(self, namespace: str, name: str, *, for_namespace: str) -> CABundle | Unresolved:
@@ -288,20 +279,7 @@ class RecordingSecrets:
         trace = self.recorder.current
         if trace is not None:
             trace.secret_reads = True
-            if isinstance(result, TLSSecret):
-                trace.secrets[result.name] = result
         return result
-
-
-def adopt(trace: Trace, backends: BackendResolver, secrets: SecretResolver) -> None:
-    """What the resolvers collected for `trace`'s work, collected again for this compile."""
-    for cluster, backend in trace.clusters.values():
-        backends.adopt(cluster, backend)
-    if trace.secret_reads:  # else there is nothing of theirs to collect
-        for secret in trace.secrets.values():
-            secrets.adopt(secret)
-        for bundle in trace.bundles.values():
-            secrets.ca_bundles.adopt(bundle)
 
 
 @dataclass(frozen=True, slots=True)
