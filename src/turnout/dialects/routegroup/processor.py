@@ -41,6 +41,7 @@ from turnout.dialects.routegroup.filters import (
 )
 from turnout.dialects.routegroup.predicates import (
     CallProblem,
+    MatchTranslation,
     translate_predicates,
     wildcard_path_regex,
 )
@@ -252,26 +253,9 @@ class _Compiler:
         return out
 
     def _route(self, rg: ParsedRouteGroup, route: RouteSpec, position: int) -> list[_Candidate]:
-        st = self.status[rg.key]
-        builtin: list[tuple[Call, str]] = []
-        if route.path:
-            builtin.append((Call("Path", (route.path,), _BUILTIN), f"{route.field}.path"))
-        elif route.path_subtree:
-            builtin.append(
-                (Call("PathSubtree", (route.path_subtree,), _BUILTIN), f"{route.field}.pathSubtree")
-            )
-        if route.path_regexp:
-            builtin.append(
-                (Call("PathRegexp", (route.path_regexp,), _BUILTIN), f"{route.field}.pathRegexp")
-            )
-        user: list[tuple[Call, str]] = []
-        for j, text in enumerate(route.predicates):
-            for call in parse_predicates(text):
-                user.append((call, f"{route.field}.predicates[{j}]"))
-        filter_calls: list[tuple[Call, str]] = []
-        for j, text in enumerate(route.filters):
-            for call in parse_filters(text):
-                filter_calls.append((call, f"{route.field}.filters[{j}]"))
+        builtin = _builtin_predicates(route)
+        user = _sourced_calls(route.predicates, parse_predicates, f"{route.field}.predicates")
+        filter_calls = _sourced_calls(route.filters, parse_filters, f"{route.field}.filters")
 
         refs = route.backends or rg.spec.default_backends
         backends = [b for b in (rg.spec.backend(ref.name) for ref in refs) if b is not None]
@@ -282,6 +266,40 @@ class _Compiler:
             discovery=self.ctx.options.discovery,
             rate_limit_service=self.ctx.options.rate_limit_service is not None,
         )
+        refused = self._refused(rg, route, backends, filter_calls, filters)
+
+        methods: Sequence[str | None] = route.methods or (None,)
+        out: list[_Candidate] = []
+        action: RouteAction | None = None
+        policies = filters.policies
+        for k, method in enumerate(methods):
+            calls = list(builtin)
+            if method is not None:
+                calls.append((Call("Method", (method,), _BUILTIN), f"{route.field}.methods[{k}]"))
+            calls.extend(user)
+            match = translate_predicates([c for c, _ in calls])
+            if match.problems:
+                if k == 0:
+                    self._predicate_problems(rg, route, calls, match)
+                return []
+            if match.never:
+                continue  # False(): Skipper keeps the route, and it never matches
+            if action is None:
+                action, policies = self._route_action(rg, route, filters, refused)
+            out.extend(_candidates(rg, route, position, k, match, action, policies))
+        return out
+
+    def _refused(
+        self,
+        rg: ParsedRouteGroup,
+        route: RouteSpec,
+        backends: Sequence[BackendSpec],
+        filter_calls: Sequence[tuple[Call, str]],
+        filters: FilterTranslation,
+    ) -> bool:
+        """Report the route's unavailable and unsupported filters and a loopback it may not
+        have; whether the route is refused (answers REFUSED_STATUS)."""
+        st = self.status[rg.key]
         refused = False
         for u in filters.unavailable:
             # Never unauthenticated: the route answers 503 until its issuer's keys are known.
@@ -303,82 +321,36 @@ class _Compiler:
         if shared is not None:
             st.error(ACCEPTED, "BackendNotSupported", f"{route.field}: {shared}")
             refused = True
+        return refused
 
-        methods: Sequence[str | None] = route.methods or (None,)
-        out: list[_Candidate] = []
-        action: RouteAction | None = None
-        policies = filters.policies
-        for k, method in enumerate(methods):
-            calls = list(builtin)
-            if method is not None:
-                calls.append((Call("Method", (method,), _BUILTIN), f"{route.field}.methods[{k}]"))
-            calls.extend(user)
-            match = translate_predicates([c for c, _ in calls])
-            if match.problems:
-                if k == 0:
-                    for p in match.problems:
-                        where = _field_of(calls, p.index, route.field)
-                        st.error(
-                            ACCEPTED,
-                            (
-                                "PredicateNotValid"
-                                if _not_valid(p.message)
-                                else "PredicateNotSupported"
-                            ),
-                            f"{where}: {p.message}; the route is not served",
-                        )
-                return []
-            if match.never:
-                continue  # False(): Skipper keeps the route, and it never matches
-            if action is None:
-                if refused:
-                    action = DirectResponse(REFUSED_STATUS)
-                elif filters.unavailable:
-                    action = DirectResponse(503)
-                else:
-                    action, policies = self._action(rg, route, filters)
-            nodes: tuple[tuple[Node | None, tuple[Segment, ...] | None], ...] = ((None, None),)
-            base = ""
-            if match.tree_path is not None:
-                nodes = tree_nodes(match.tree_path, match.tree_subtree)
-                base = subtree_base(match.tree_path) if match.tree_subtree else ""
-            source = RouteSource(rg.obj.ref, route.field)
-            drawn = match.drawn_anew()
-            for v, route_match in enumerate(match.route_matches()):
-                graph_routes: list[Route] = []
-                if _loops(action):
-                    # A request this route already sent round once: Skipper's "max loopbacks".
-                    looped = dataclasses.replace(
-                        route_match,
-                        headers=(
-                            *route_match.headers,
-                            HeaderMatch(rg_backends.LOOPBACK_HEADER, StringMatchKind.PRESENT),
-                        ),
-                    )
-                    limit = DirectResponse(
-                        rg_backends.LOOPBACK_LIMIT_STATUS, "max loopbacks reached"
-                    )
-                    graph_routes.append(Route(looped, limit, source, policies))
-                graph_routes.append(Route(route_match, action, source, policies))
-                for n, graph_route in enumerate(graph_routes):
-                    group = (position, route.index, k, v, n)
-                    for node, key in nodes:
-                        order = priority(
-                            key, match.weight, (position, route.index, k), match.segment_start
-                        )
-                        out.append(
-                            _Candidate(
-                                graph_route,
-                                order,
-                                rg,
-                                group,
-                                node,
-                                base,
-                                drawn[v],
-                                match.segment_start,
-                            )
-                        )
-        return out
+    def _predicate_problems(
+        self,
+        rg: ParsedRouteGroup,
+        route: RouteSpec,
+        calls: Sequence[tuple[Call, str]],
+        match: MatchTranslation,
+    ) -> None:
+        st = self.status[rg.key]
+        for p in match.problems:
+            where = _field_of(calls, p.index, route.field)
+            st.error(
+                ACCEPTED,
+                "PredicateNotValid" if _not_valid(p.message) else "PredicateNotSupported",
+                f"{where}: {p.message}; the route is not served",
+            )
+
+    def _route_action(
+        self,
+        rg: ParsedRouteGroup,
+        route: RouteSpec,
+        filters: FilterTranslation,
+        refused: bool,
+    ) -> tuple[RouteAction, RoutePolicies]:
+        if refused:
+            return DirectResponse(REFUSED_STATUS), filters.policies
+        if filters.unavailable:
+            return DirectResponse(503), filters.policies
+        return self._action(rg, route, filters)
 
     def _shared_loop_host(
         self, rg: ParsedRouteGroup, backends: Sequence[BackendSpec]
@@ -667,6 +639,92 @@ _SLOW_START_STRATEGIES = (
     LoadBalancerStrategy.ROUND_ROBIN,
     LoadBalancerStrategy.WEIGHTED_LEAST_REQUEST,
 )
+
+
+def _builtin_predicates(route: RouteSpec) -> list[tuple[Call, str]]:
+    """The predicates of a route's `path`, `pathSubtree` and `pathRegexp`, in Skipper's order."""
+    builtin: list[tuple[Call, str]] = []
+    if route.path:
+        builtin.append((Call("Path", (route.path,), _BUILTIN), f"{route.field}.path"))
+    elif route.path_subtree:
+        builtin.append(
+            (Call("PathSubtree", (route.path_subtree,), _BUILTIN), f"{route.field}.pathSubtree")
+        )
+    if route.path_regexp:
+        builtin.append(
+            (Call("PathRegexp", (route.path_regexp,), _BUILTIN), f"{route.field}.pathRegexp")
+        )
+    return builtin
+
+
+def _sourced_calls(
+    texts: Sequence[str], parse: Callable[[str], tuple[Call, ...]], field: str
+) -> list[tuple[Call, str]]:
+    """The calls of each of `texts`, each with the field it was written in (`field[j]`)."""
+    calls: list[tuple[Call, str]] = []
+    for j, text in enumerate(texts):
+        for call in parse(text):
+            calls.append((call, f"{field}[{j}]"))
+    return calls
+
+
+def _candidates(
+    rg: ParsedRouteGroup,
+    route: RouteSpec,
+    position: int,
+    k: int,
+    match: MatchTranslation,
+    action: RouteAction,
+    policies: RoutePolicies,
+) -> list[_Candidate]:
+    """The registrations of one method's route (`k`) on the nodes of Skipper's path tree."""
+    nodes: tuple[tuple[Node | None, tuple[Segment, ...] | None], ...] = ((None, None),)
+    base = ""
+    if match.tree_path is not None:
+        nodes = tree_nodes(match.tree_path, match.tree_subtree)
+        base = subtree_base(match.tree_path) if match.tree_subtree else ""
+    source = RouteSource(rg.obj.ref, route.field)
+    drawn = match.drawn_anew()
+    out: list[_Candidate] = []
+    for v, route_match in enumerate(match.route_matches()):
+        graph_routes = _graph_routes(route_match, action, source, policies)
+        for n, graph_route in enumerate(graph_routes):
+            group = (position, route.index, k, v, n)
+            for node, key in nodes:
+                order = priority(key, match.weight, (position, route.index, k), match.segment_start)
+                out.append(
+                    _Candidate(
+                        graph_route,
+                        order,
+                        rg,
+                        group,
+                        node,
+                        base,
+                        drawn[v],
+                        match.segment_start,
+                    )
+                )
+    return out
+
+
+def _graph_routes(
+    route_match: RouteMatch, action: RouteAction, source: RouteSource, policies: RoutePolicies
+) -> list[Route]:
+    """A route match's graph routes: a looping one's "max loopbacks" route, then the route."""
+    graph_routes: list[Route] = []
+    if _loops(action):
+        # A request this route already sent round once: Skipper's "max loopbacks".
+        looped = dataclasses.replace(
+            route_match,
+            headers=(
+                *route_match.headers,
+                HeaderMatch(rg_backends.LOOPBACK_HEADER, StringMatchKind.PRESENT),
+            ),
+        )
+        limit = DirectResponse(rg_backends.LOOPBACK_LIMIT_STATUS, "max loopbacks reached")
+        graph_routes.append(Route(looped, limit, source, policies))
+    graph_routes.append(Route(route_match, action, source, policies))
+    return graph_routes
 
 
 def _uninstallable(
