@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from turnout.compile_inputs import CompileOptions, ListenerDecl, ListenerProtocol
 from turnout.dialects.gatewayapi.attachment import (
     Attachment,
+    ParentRef,
     attach,
     parent_refs,
     route_hostname_list,
@@ -253,12 +254,7 @@ class GatewayAPIDialect(Dialect):
         grants: ReferenceGrants,
     ) -> ObjectStatus | None:
         outcomes: list[ParentOutcome] = []
-        compiled: dict[ListenerInfo, CompiledRoute] = {}
-        read: list[ReadHTTPRoute | CompiledRoute] = []  # the route read once, for every port
-        # by whether the listener terminates TLS (a TLSRoute's BackendTLSPolicies apply)
-        streams: dict[bool, CompiledStream] = {}
-        contributed: set[_ListenerKey] = set()
-        counted: set[_ListenerKey] = set()
+        done = _RouteCompiled()
         invalid_hostnames = route_hostnames_problem(route)
         for parent in parent_refs(route):
             if parent.group != GROUP or parent.kind != GATEWAY:
@@ -272,92 +268,161 @@ class GatewayAPIDialect(Dialect):
                 continue
             why_refused = refused.get(gateway.ref)
             if why_refused is not None:
-                # A Gateway that is not accepted serves nothing: nothing attaches to it.
-                problem = RouteProblem(
-                    ACCEPTED,
-                    "NoMatchingParent",
-                    f"{parent.field}: Gateway {gateway.namespace}/{gateway.name} is not accepted "
-                    f"({why_refused[0]}: {why_refused[1]})",
-                )
-                outcomes.append(ParentOutcome(Attachment(parent, gateway, (), problem)))
+                outcomes.append(_refused_gateway(parent, gateway, why_refused))
                 continue
             attachment = attach(route, parent, gateway, listeners, namespace_labels)
-            foreign_notes: tuple[str, ...] = ()
-            if attachment.problem is None:
-                attachment, foreign_notes = _without_foreign_hostnames(
-                    route, attachment, ctx.ownership
-                )
-            if attachment.problem is not None:
-                outcomes.append(ParentOutcome(attachment))
-                continue
-            problems: dict[RouteProblem, None] = {}  # an ordered set: linear
-            notes: list[str] = list(foreign_notes)
-            rejected = False
-            streamed = route.kind in (TLS_ROUTE, TCP_ROUTE)
-            clash = None if streamed else _kind_clash(route, attachment, served)
-            if clash is not None:
-                outcomes.append(ParentOutcome(replace(attachment, problem=clash)))
-                continue
-            if streamed:
-                for listener, hostnames in attachment.listeners:
-                    terminate = listener.tls_mode == "Terminate"
-                    if terminate not in streams:
-                        streams[terminate] = _compile_stream(route, ctx, grants, terminate)
-                    stream = streams[terminate]
-                    problems.update(dict.fromkeys(stream.problems))
-                    # An invalid route serves nothing: it must not take a listener (or an SNI
-                    # name) from a valid route, even an older one.
-                    if not stream.accepted:
-                        rejected = True
-                        continue
-                    if _key(listener) in contributed:
-                        continue
-                    contributed.add(_key(listener))
-                    by_host = served.streams.setdefault(_key(listener), {})
-                    for hostname in hostnames if route.kind == TLS_ROUTE else ("",):
-                        holders = by_host.setdefault(hostname, [])
-                        if holders:
-                            notes.append(_not_served(listener, hostname, holders[0][0]))
-                        holders.append((route, stream.clusters))
-            else:
-                for listener, hostnames in attachment.listeners:
-                    info = ListenerInfo(port=listener.port, scheme=listener.scheme)
-                    if info not in compiled:
-                        compiled[info] = _compile_http(route, info, ctx, grants, read)
-                    result = compiled[info]
-                    problems.update(dict.fromkeys(result.problems))
-                    if not result.accepted:
-                        rejected = True
-                        continue
-                    if _key(listener) in contributed:
-                        continue
-                    contributed.add(_key(listener))
-                    by_host_http = served.http.setdefault(_key(listener), {})
-                    kinds = served.http_kinds.setdefault(_key(listener), ServedKinds[KubeObject]())
-                    for hostname in hostnames:
-                        by_host_http.setdefault(hostname, []).extend(result.routes)
-                        kinds.add(route.kind, hostname, route)
-            idle = [lst for lst, _ in attachment.listeners if not lst.ready]
-            if idle and len(idle) == len(attachment.listeners):
-                notes.append(_not_ready(gateway, idle))
-            outcome = ParentOutcome(attachment, tuple(problems), rejected, tuple(notes))
-            outcomes.append(outcome)
-            if outcome.accepted:
-                passthrough = route.kind == TLS_ROUTE and all(
-                    lst.tls_mode == "Passthrough" for lst, _ in attachment.listeners
-                )
-                by_route = served.gateways_by_route
-                if passthrough:
-                    by_route = served.passthrough_gateways_by_route
-                by_route.setdefault(route.ref, set()).add(gateway.ref)
-                # attachedRoutes counts routes: several parentRefs of one route to one
-                # listener attach it once.
-                for listener, _ in attachment.listeners:
-                    if _key(listener) in counted:
-                        continue
-                    counted.add(_key(listener))
-                    served.attached[_key(listener)] = served.attached.get(_key(listener), 0) + 1
+            outcomes.append(_serve_attachment(route, attachment, served, done, ctx, grants))
         return route_status(route, outcomes, ctx.options.gateway_controller_name)
+
+
+@dataclass(slots=True)
+class _RouteCompiled:
+    """What one route's compile keeps across its parentRefs."""
+
+    compiled: dict[ListenerInfo, CompiledRoute] = field(default_factory=dict)
+    # the route read once, for every port
+    read: list[ReadHTTPRoute | CompiledRoute] = field(default_factory=list)
+    # by whether the listener terminates TLS (a TLSRoute's BackendTLSPolicies apply)
+    streams: dict[bool, CompiledStream] = field(default_factory=dict)
+    contributed: set[_ListenerKey] = field(default_factory=set)
+    counted: set[_ListenerKey] = field(default_factory=set)
+
+
+def _refused_gateway(
+    parent: ParentRef, gateway: KubeObject, why_refused: tuple[str, str]
+) -> ParentOutcome:
+    """A Gateway that is not accepted serves nothing: nothing attaches to it."""
+    problem = RouteProblem(
+        ACCEPTED,
+        "NoMatchingParent",
+        f"{parent.field}: Gateway {gateway.namespace}/{gateway.name} is not accepted "
+        f"({why_refused[0]}: {why_refused[1]})",
+    )
+    return ParentOutcome(Attachment(parent, gateway, (), problem))
+
+
+def _serve_attachment(
+    route: KubeObject,
+    attachment: Attachment,
+    served: _Served,
+    done: _RouteCompiled,
+    ctx: CompileContext,
+    grants: ReferenceGrants,
+) -> ParentOutcome:
+    """The outcome of `route` through one parentRef's `attachment`; what it serves there goes
+    into `served`."""
+    foreign_notes: tuple[str, ...] = ()
+    if attachment.problem is None:
+        attachment, foreign_notes = _without_foreign_hostnames(route, attachment, ctx.ownership)
+    if attachment.problem is not None:
+        return ParentOutcome(attachment)
+    problems: dict[RouteProblem, None] = {}  # an ordered set: linear
+    notes: list[str] = list(foreign_notes)
+    streamed = route.kind in (TLS_ROUTE, TCP_ROUTE)
+    clash = None if streamed else _kind_clash(route, attachment, served)
+    if clash is not None:
+        return ParentOutcome(replace(attachment, problem=clash))
+    if streamed:
+        rejected = _serve_streams(route, attachment, served, done, ctx, grants, problems, notes)
+    else:
+        rejected = _serve_http(route, attachment, served, done, ctx, grants, problems)
+    idle = [lst for lst, _ in attachment.listeners if not lst.ready]
+    if idle and len(idle) == len(attachment.listeners):
+        notes.append(_not_ready(attachment.gateway, idle))
+    outcome = ParentOutcome(attachment, tuple(problems), rejected, tuple(notes))
+    if outcome.accepted:
+        _count_accepted(route, attachment, served, done.counted)
+    return outcome
+
+
+def _serve_streams(
+    route: KubeObject,
+    attachment: Attachment,
+    served: _Served,
+    done: _RouteCompiled,
+    ctx: CompileContext,
+    grants: ReferenceGrants,
+    problems: dict[RouteProblem, None],
+    notes: list[str],
+) -> bool:
+    """A TLSRoute or TCPRoute into `served.streams` on the attachment's listeners, its problems
+    into `problems` and a note for each name an older route holds into `notes`; whether it is
+    rejected."""
+    rejected = False
+    for listener, hostnames in attachment.listeners:
+        terminate = listener.tls_mode == "Terminate"
+        if terminate not in done.streams:
+            done.streams[terminate] = _compile_stream(route, ctx, grants, terminate)
+        stream = done.streams[terminate]
+        problems.update(dict.fromkeys(stream.problems))
+        # An invalid route serves nothing: it must not take a listener (or an SNI
+        # name) from a valid route, even an older one.
+        if not stream.accepted:
+            rejected = True
+            continue
+        if _key(listener) in done.contributed:
+            continue
+        done.contributed.add(_key(listener))
+        by_host = served.streams.setdefault(_key(listener), {})
+        for hostname in hostnames if route.kind == TLS_ROUTE else ("",):
+            holders = by_host.setdefault(hostname, [])
+            if holders:
+                notes.append(_not_served(listener, hostname, holders[0][0]))
+            holders.append((route, stream.clusters))
+    return rejected
+
+
+def _serve_http(
+    route: KubeObject,
+    attachment: Attachment,
+    served: _Served,
+    done: _RouteCompiled,
+    ctx: CompileContext,
+    grants: ReferenceGrants,
+    problems: dict[RouteProblem, None],
+) -> bool:
+    """An HTTPRoute or GRPCRoute into `served.http` on the attachment's listeners, its problems
+    into `problems`; whether it is rejected."""
+    rejected = False
+    for listener, hostnames in attachment.listeners:
+        info = ListenerInfo(port=listener.port, scheme=listener.scheme)
+        if info not in done.compiled:
+            done.compiled[info] = _compile_http(route, info, ctx, grants, done.read)
+        result = done.compiled[info]
+        problems.update(dict.fromkeys(result.problems))
+        if not result.accepted:
+            rejected = True
+            continue
+        if _key(listener) in done.contributed:
+            continue
+        done.contributed.add(_key(listener))
+        by_host_http = served.http.setdefault(_key(listener), {})
+        kinds = served.http_kinds.setdefault(_key(listener), ServedKinds[KubeObject]())
+        for hostname in hostnames:
+            by_host_http.setdefault(hostname, []).extend(result.routes)
+            kinds.add(route.kind, hostname, route)
+    return rejected
+
+
+def _count_accepted(
+    route: KubeObject, attachment: Attachment, served: _Served, counted: set[_ListenerKey]
+) -> None:
+    """An accepted attachment: the Gateway among the route's (BackendTLSPolicy ancestors), the
+    route counted in attachedRoutes of its listeners."""
+    passthrough = route.kind == TLS_ROUTE and all(
+        lst.tls_mode == "Passthrough" for lst, _ in attachment.listeners
+    )
+    by_route = served.gateways_by_route
+    if passthrough:
+        by_route = served.passthrough_gateways_by_route
+    by_route.setdefault(route.ref, set()).add(attachment.gateway.ref)
+    # attachedRoutes counts routes: several parentRefs of one route to one
+    # listener attach it once.
+    for listener, _ in attachment.listeners:
+        if _key(listener) in counted:
+            continue
+        counted.add(_key(listener))
+        served.attached[_key(listener)] = served.attached.get(_key(listener), 0) + 1
 
 
 def _foreign_hostname_conflicts(
