@@ -75,6 +75,7 @@ from turnout.graph.services import (
     EXTERNAL_NAME_INVALID,
     EXTERNAL_NAME_LOCALHOST,
     EXTERNAL_NAME_NOT_ENABLED,
+    ServicePort,
     Unresolved,
     external_name_phrase,
 )
@@ -176,6 +177,34 @@ def resolve_backend_ref(
     weight = _weight(ref)
     if isinstance(weight, str):
         return _invalid(1, ACCEPTED, UNSUPPORTED_VALUE, f"{field}.weight: {weight}")
+    target = _service_target(route, ref, field, grants, weight)
+    if isinstance(target, ResolvedBackendRef):
+        return target
+    namespace, name = target
+    port = _port(ref, field, weight)
+    if isinstance(port, ResolvedBackendRef):
+        return port
+    found = _tcp_service_port(ctx, namespace, name, port, field, weight)
+    if isinstance(found, ResolvedBackendRef):
+        return found
+    service, service_port = found
+    tls = _upstream_tls(route, ctx, grants, service, service_port, app=app)
+    if isinstance(tls, RouteProblem):
+        return _invalid(weight, tls.condition, tls.reason, f"{field}: {tls.message}")
+    shown = f"{field}: Service {namespace}/{name} port {port}"
+    chosen = _upstream_protocol(route, service_port, tls, shown, weight, app=app)
+    if isinstance(chosen, ResolvedBackendRef):
+        return chosen
+    protocol, websockets = chosen
+    settings = UpstreamSettings(protocol=protocol, validation=tls)
+    cluster = ctx.backends.service(namespace, name, port, settings=settings)
+    if isinstance(cluster, Unresolved):  # the Service was just found: only a resolver change
+        return _invalid(weight, RESOLVED_REFS, BACKEND_NOT_FOUND, f"{field}: {cluster.message}")
+    return ResolvedBackendRef(weight, cluster.name, None, websockets)
+
+
+def _kind_problem(ref: Mapping[str, object], field: str, weight: int) -> ResolvedBackendRef | None:
+    """The invalid ref when `group` and `kind` do not name a core Service, else None."""
     group = _string(ref, "group", "")
     kind = _string(ref, "kind", "Service")
     if group is None or kind is None:
@@ -191,6 +220,21 @@ def resolve_backend_ref(
             INVALID_KIND,
             f"{field}: kind {shown} is not supported; backendRefs must be core Services",
         )
+    return None
+
+
+def _service_target(
+    route: KubeObject,
+    ref: Mapping[str, object],
+    field: str,
+    grants: ReferenceGrants,
+    weight: int,
+) -> tuple[str, str] | ResolvedBackendRef:
+    """The Service's (namespace, name), checked in the module's order (kind, name, namespace,
+    ReferenceGrant), or the invalid ref."""
+    wrong_kind = _kind_problem(ref, field, weight)
+    if wrong_kind is not None:
+        return wrong_kind
     name = _string(ref, "name", "")
     if not name:
         return _invalid(weight, RESOLVED_REFS, BACKEND_NOT_FOUND, f"{field}: name is required")
@@ -216,6 +260,11 @@ def resolve_backend_ref(
             f"{field}: Service {namespace}/{name} is in another namespace and no ReferenceGrant "
             f"in {namespace} allows {route.kind} references from namespace {route.namespace}",
         )
+    return namespace, name
+
+
+def _port(ref: Mapping[str, object], field: str, weight: int) -> int | ResolvedBackendRef:
+    """The port number, or the invalid ref when it is missing or malformed."""
     # The CRD refuses both (`PortNumber`, and the rule "Must have port for Service
     # reference"): like every value it refuses, they make the route invalid.
     port = ref.get("port")
@@ -233,6 +282,14 @@ def resolve_backend_ref(
             UNSUPPORTED_VALUE,
             f"{field}.port: {port!r} is not a port number (1 to 65535)",
         )
+    return port
+
+
+def _tcp_service_port(
+    ctx: CompileContext, namespace: str, name: str, port: int, field: str, weight: int
+) -> tuple[KubeObject, ServicePort] | ResolvedBackendRef:
+    """The Service and its TCP port, or the invalid ref when either is missing, the Service is
+    refused (ExternalName) or the port is not TCP."""
     found = ctx.backends.service_port(namespace, name, port)
     if isinstance(found, Unresolved):
         return _invalid(
@@ -254,6 +311,20 @@ def resolve_backend_ref(
             f"{field}: Service {namespace}/{name} port {port} is {service_port.protocol}; "
             "turnout proxies TCP only",
         )
+    return service, service_port
+
+
+def _upstream_tls(
+    route: KubeObject,
+    ctx: CompileContext,
+    grants: ReferenceGrants,
+    service: KubeObject,
+    service_port: ServicePort,
+    *,
+    app: str,
+) -> UpstreamValidation | RouteProblem | None:
+    """The upstream TLS validation a BackendTLSPolicy asks for, None for none, or the problem
+    when the policy cannot be honoured."""
     # The gateway originates TLS wherever it holds the plain bytes: HTTP, gRPC and the streams
     # of TLS listeners that terminate. A TCPRoute's stream is the client's own (turnout's TCP
     # listeners do not terminate TLS), and a passthrough stream is already the client's TLS
@@ -263,8 +334,20 @@ def resolve_backend_ref(
         tls = grants.backend_tls.validation(service, service_port, ctx, used_by=route.ref)
     elif app == "tls":
         grants.backend_tls.note_passthrough(service, service_port, route.ref)
-    if isinstance(tls, RouteProblem):
-        return _invalid(weight, tls.condition, tls.reason, f"{field}: {tls.message}")
+    return tls
+
+
+def _upstream_protocol(
+    route: KubeObject,
+    service_port: ServicePort,
+    tls: UpstreamValidation | None,
+    shown: str,
+    weight: int,
+    *,
+    app: str,
+) -> tuple[UpstreamProtocol, bool] | ResolvedBackendRef:
+    """The upstream protocol and whether the port speaks WebSocket, or the invalid ref when the
+    port's appProtocol does not suit `app` (`shown`: the ref's field, Service and port)."""
     app_protocol = service_port.app_protocol
     websockets = False
     # TCP and TLS routes stream bytes, whatever the protocol; over TLS when a policy says so.
@@ -277,8 +360,8 @@ def resolve_backend_ref(
                 weight,
                 RESOLVED_REFS,
                 UNSUPPORTED_PROTOCOL,
-                f"{field}: Service {namespace}/{name} port {port} has appProtocol "
-                f"{app_protocol!r}, which turnout cannot send {route.kind} traffic to",
+                f"{shown} has appProtocol {app_protocol!r}, "
+                f"which turnout cannot send {route.kind} traffic to",
             )
         plain, secure, websockets = choice
         if tls is not None:
@@ -290,14 +373,10 @@ def resolve_backend_ref(
                 weight,
                 RESOLVED_REFS,
                 UNSUPPORTED_PROTOCOL,
-                f"{field}: Service {namespace}/{name} port {port} has appProtocol "
-                f"{app_protocol!r}, which needs a BackendTLSPolicy for the Service",
+                f"{shown} has appProtocol {app_protocol!r}, "
+                "which needs a BackendTLSPolicy for the Service",
             )
-    settings = UpstreamSettings(protocol=protocol, validation=tls)
-    cluster = ctx.backends.service(namespace, name, port, settings=settings)
-    if isinstance(cluster, Unresolved):  # the Service was just found: only a resolver change
-        return _invalid(weight, RESOLVED_REFS, BACKEND_NOT_FOUND, f"{field}: {cluster.message}")
-    return ResolvedBackendRef(weight, cluster.name, None, websockets)
+    return protocol, websockets
 
 
 def _refusal(field: str, service: KubeObject, refused: Unresolved) -> str:
