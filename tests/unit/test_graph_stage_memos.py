@@ -14,7 +14,7 @@ from turnout.app import default_dialects
 from turnout.compile_inputs import CompileOptions
 from turnout.graph.attribution import Writers, cluster_writers
 from turnout.graph.build import CompileResult, build_graph, fold_findings
-from turnout.graph.memo import CompileMemo, IdentityMemo
+from turnout.graph.memo import CompileMemo, IdentityMemo, replaced_keys
 from turnout.graph.model import (
     Cluster,
     DirectResponse,
@@ -402,3 +402,12 @@ def test_a_refused_endpoint_is_reported_on_every_object_that_sends_to_it() -> No
     assert {f.ref.name for f in one.endpoint_basis.endpoint_findings} == {"p"}
     assert {f.ref.name for f in two.endpoint_basis.endpoint_findings} == {"p", "q"}
     assert two == _fresh(second)
+
+
+def test_replaced_keys_are_those_not_the_very_same_object() -> None:
+    kept, old_value, equal_copy = object(), [1], [1]
+    old = {"kept": kept, "replaced": old_value, "removed": object()}
+    new = {"kept": kept, "replaced": equal_copy, "added": object()}
+    assert replaced_keys(old, new) == {"replaced", "removed", "added"}
+    assert replaced_keys(old, old) == set()
+    assert replaced_keys(old, dict(old)) == set()
