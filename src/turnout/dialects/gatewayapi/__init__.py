@@ -166,53 +166,13 @@ class GatewayAPIDialect(Dialect):
         grants = ReferenceGrants.from_snapshot(snapshot)
         classes = our_classes(snapshot, options.gateway_controller_name)
         statuses: list[ObjectStatus] = [gateway_class_status(c) for c in classes.values()]
-
-        gateways = sorted(
-            (
-                g
-                for g in snapshot.kind(GROUP, GATEWAY)
-                if text(mapping(g.spec).get("gatewayClassName")) in classes
-            ),
-            key=lambda g: g.age_key,
-        )
-        refused: dict[ObjectRef, tuple[str, str]] = {}
-        for g in gateways:
-            problem = gateway_problem(g, classes, options)
-            if problem is not None:
-                refused[g.ref] = problem
-        read = [
-            read_listeners(g, options=options, secrets=ctx.secrets, grants=grants) for g in gateways
-        ]
-        # A Gateway that is not accepted serves nothing and holds no port.
-        serving = [i for i, g in enumerate(gateways) if g.ref not in refused]
-        # Before the port conflicts: a listener refused for a foreign hostname binds nothing
-        # and so keeps no port from younger Gateways.
-        for i in serving:
-            read[i] = _foreign_hostname_conflicts(read[i], ctx.ownership)
-        settled = resolve_conflicts([read[i] for i in serving])
-        for i, listeners in zip(serving, settled, strict=True):
-            read[i] = listeners
+        gateways, refused = _our_gateways(snapshot, classes, options)
+        read = _settled_listeners(gateways, refused, grants, ctx)
         by_gateway: dict[tuple[str, str], tuple[KubeObject, list[GatewayListener]]] = {
             (g.namespace, g.name): (g, read[i]) for i, g in enumerate(gateways)
         }
-        namespace_labels = {
-            ns.name: {str(k): str(v) for k, v in ns.labels.items()}
-            for ns in snapshot.kind("", "Namespace")
-        }
-
         served = _Served()
-        # HTTPRoutes and GRPCRoutes oldest first, together: of two that would share a hostname
-        # on a listener, the older one is accepted.
-        http_like = [*snapshot.kind(GROUP, HTTP_ROUTE), *snapshot.kind(GROUP, GRPC_ROUTE)]
-        streams = [*snapshot.kind(GROUP, TLS_ROUTE), *snapshot.kind(GROUP, TCP_ROUTE)]
-        for group in (http_like, streams):
-            for route in sorted(group, key=lambda r: (r.age_key, r.kind)):
-                status = self._route(
-                    route, by_gateway, refused, namespace_labels, served, ctx, grants
-                )
-                if status is not None:
-                    statuses.append(status)
-
+        statuses.extend(self._routes(snapshot, by_gateway, refused, served, ctx, grants))
         statuses.extend(
             grants.backend_tls.statuses(
                 served.gateways_by_route,
@@ -221,11 +181,17 @@ class GatewayAPIDialect(Dialect):
                 served.passthrough_gateways_by_route,
             )
         )
-        ready = [lst for i in serving for lst in read[i] if lst.ready and lst.port > 0]
+        ready = [
+            lst
+            for i, g in enumerate(gateways)
+            if g.ref not in refused
+            for lst in read[i]
+            if lst.ready and lst.port > 0
+        ]
         decls, vhosts, proxies = _assemble(ready, served)
         busy = {name for name, _ in vhosts} | {name for name, _ in proxies}
         idle_ports = {d.port for d in decls if d.name not in busy}
-        for g, listeners in ((g, read[i]) for i, g in enumerate(gateways)):
+        for g, listeners in zip(gateways, read, strict=True):
             statuses.append(
                 gateway_status(
                     g,
@@ -242,6 +208,34 @@ class GatewayAPIDialect(Dialect):
             tcp_proxies=tuple(proxies),
             listeners=tuple(decls),
         )
+
+    def _routes(
+        self,
+        snapshot: Snapshot,
+        by_gateway: Mapping[tuple[str, str], tuple[KubeObject, list[GatewayListener]]],
+        refused: Mapping[ObjectRef, tuple[str, str]],
+        served: _Served,
+        ctx: CompileContext,
+        grants: ReferenceGrants,
+    ) -> list[ObjectStatus]:
+        """Every route's status, attaching what it serves to `served`."""
+        namespace_labels = {
+            ns.name: {str(k): str(v) for k, v in ns.labels.items()}
+            for ns in snapshot.kind("", "Namespace")
+        }
+        statuses: list[ObjectStatus] = []
+        # HTTPRoutes and GRPCRoutes oldest first, together: of two that would share a hostname
+        # on a listener, the older one is accepted.
+        http_like = [*snapshot.kind(GROUP, HTTP_ROUTE), *snapshot.kind(GROUP, GRPC_ROUTE)]
+        streams = [*snapshot.kind(GROUP, TLS_ROUTE), *snapshot.kind(GROUP, TCP_ROUTE)]
+        for group in (http_like, streams):
+            for route in sorted(group, key=lambda r: (r.age_key, r.kind)):
+                status = self._route(
+                    route, by_gateway, refused, namespace_labels, served, ctx, grants
+                )
+                if status is not None:
+                    statuses.append(status)
+        return statuses
 
     def _route(
         self,
@@ -614,6 +608,48 @@ def _port_protocol(listeners: Sequence[GatewayListener]) -> ListenerProtocol:
     if "HTTPS" in protocols:
         return ListenerProtocol.HTTPS
     return ListenerProtocol.TLS_PASSTHROUGH
+
+
+def _our_gateways(
+    snapshot: Snapshot, classes: Mapping[str, GatewayClassInfo], options: CompileOptions
+) -> tuple[list[KubeObject], dict[ObjectRef, tuple[str, str]]]:
+    """The Gateways of our classes, oldest first, and those refused with (reason, message)."""
+    gateways = sorted(
+        (
+            g
+            for g in snapshot.kind(GROUP, GATEWAY)
+            if text(mapping(g.spec).get("gatewayClassName")) in classes
+        ),
+        key=lambda g: g.age_key,
+    )
+    refused: dict[ObjectRef, tuple[str, str]] = {}
+    for g in gateways:
+        problem = gateway_problem(g, classes, options)
+        if problem is not None:
+            refused[g.ref] = problem
+    return gateways, refused
+
+
+def _settled_listeners(
+    gateways: Sequence[KubeObject],
+    refused: Mapping[ObjectRef, tuple[str, str]],
+    grants: ReferenceGrants,
+    ctx: CompileContext,
+) -> list[list[GatewayListener]]:
+    """Each Gateway's listeners, with hostname and port conflicts between Gateways settled."""
+    read = [
+        read_listeners(g, options=ctx.options, secrets=ctx.secrets, grants=grants) for g in gateways
+    ]
+    # A Gateway that is not accepted serves nothing and holds no port.
+    serving = [i for i, g in enumerate(gateways) if g.ref not in refused]
+    # Before the port conflicts: a listener refused for a foreign hostname binds nothing
+    # and so keeps no port from younger Gateways.
+    for i in serving:
+        read[i] = _foreign_hostname_conflicts(read[i], ctx.ownership)
+    settled = resolve_conflicts([read[i] for i in serving])
+    for i, listeners in zip(serving, settled, strict=True):
+        read[i] = listeners
+    return read
 
 
 def _assemble(
