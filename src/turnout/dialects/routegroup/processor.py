@@ -419,7 +419,30 @@ class _Compiler:
                 )
                 return DirectResponse(REFUSED_STATUS), policies
             return DirectResponse(404), policies  # Skipper's <shunt> without a filter answering
-        all_zero = all(ref.weight == 0 for ref in refs)
+        weighted = self._weighted(rg, route, specs, filters)
+        if isinstance(weighted, DirectResponse):
+            return weighted, policies
+        clusters, empty, hashed = weighted
+        if clusters and empty == len(clusters):
+            # Skipper's route for a Service without endpoints: status(502) -> inlineContent.
+            return _NO_ENDPOINTS, policies
+        if hashed and not policies.hash_policies:
+            # Skipper hashes on the client address unless consistentHashKey says otherwise.
+            policies = dataclasses.replace(
+                policies, hash_policies=(HashPolicy(HashSource.SOURCE_IP),)
+            )
+        return Forward(tuple(clusters)), policies
+
+    def _weighted(
+        self,
+        rg: ParsedRouteGroup,
+        route: RouteSpec,
+        specs: Sequence[tuple[BackendRef, BackendSpec | None]],
+        filters: FilterTranslation,
+    ) -> DirectResponse | tuple[list[WeightedCluster], int, bool]:
+        """The route's weighted clusters, how many have no endpoints and whether one hashes;
+        or the answer of a backend that cannot be resolved."""
+        all_zero = all(ref.weight == 0 for ref, _ in specs)
         clusters: list[WeightedCluster] = []
         empty = 0
         hashed = False
@@ -437,40 +460,19 @@ class _Compiler:
                 self.ctx.options,
             )
             if isinstance(result, rg_backends.Failure):
-                st.error(result.type, result.reason, f"{route.field}: {result.message}")
-                return DirectResponse(result.status), policies
+                self.status[rg.key].error(
+                    result.type, result.reason, f"{route.field}: {result.message}"
+                )
+                return DirectResponse(result.status)
             if result is None:
                 continue
             empty += result.no_endpoints
             hashed |= result.cluster.lb_strategy is LoadBalancerStrategy.REQUEST_HASH
-            backend_policies = filters.backend_policies
-            if result.loopback:
-                backend_policies = _with_loopback_mark(backend_policies)
-            if result.no_endpoints:
-                # Skipper's route for this backend answers 502 itself; so does its share here
-                # (all shares empty: the whole route, below).
-                backend_policies = dataclasses.replace(
-                    backend_policies or BackendPolicies(), direct_response=_NO_ENDPOINTS
-                )
-            if result.host_rewrite is not None and not filters.preserve_host:
-                backend_policies = dataclasses.replace(
-                    backend_policies or BackendPolicies(),
-                    host_rewrite=HostRewrite(literal=result.host_rewrite),
-                )
+            weight = 1 if all_zero else ref.weight
             clusters.append(
-                WeightedCluster(
-                    result.cluster.name, 1 if all_zero else ref.weight, backend_policies
-                )
+                WeightedCluster(result.cluster.name, weight, _backend_policies(result, filters))
             )
-        if clusters and empty == len(clusters):
-            # Skipper's route for a Service without endpoints: status(502) -> inlineContent.
-            return _NO_ENDPOINTS, policies
-        if hashed and not policies.hash_policies:
-            # Skipper hashes on the client address unless consistentHashKey says otherwise.
-            policies = dataclasses.replace(
-                policies, hash_policies=(HashPolicy(HashSource.SOURCE_IP),)
-            )
-        return Forward(tuple(clusters)), policies
+        return clusters, empty, hashed
 
     # --- one host ------------------------------------------------------------------------------
 
@@ -727,6 +729,27 @@ def _graph_routes(
     return graph_routes
 
 
+def _backend_policies(
+    result: rg_backends.Upstream, filters: FilterTranslation
+) -> BackendPolicies | None:
+    """A resolved backend's own policies: the loop mark, its no-endpoints answer, its Host."""
+    backend_policies = filters.backend_policies
+    if result.loopback:
+        backend_policies = _with_loopback_mark(backend_policies)
+    if result.no_endpoints:
+        # Skipper's route for this backend answers 502 itself; so does its share here
+        # (all shares empty: the whole route, below).
+        backend_policies = dataclasses.replace(
+            backend_policies or BackendPolicies(), direct_response=_NO_ENDPOINTS
+        )
+    if result.host_rewrite is not None and not filters.preserve_host:
+        backend_policies = dataclasses.replace(
+            backend_policies or BackendPolicies(),
+            host_rewrite=HostRewrite(literal=result.host_rewrite),
+        )
+    return backend_policies
+
+
 def _uninstallable(
     rg: ParsedRouteGroup,
     backends: Sequence[BackendSpec],
@@ -735,20 +758,46 @@ def _uninstallable(
 ) -> list[CallProblem]:
     """Filters translated on their own that the route's backends or action leave with nothing
     to act on in Envoy: refused rather than silently dropped."""
-    answers: str | None = None
-    if backends and all(b.type is BackendType.SHUNT for b in backends):
-        answers = "its backend is <shunt>"
-    elif isinstance(filters.action, Redirect):
-        answers = "redirectTo"
-    elif isinstance(filters.action, DirectResponse):
-        answers = "status and inlineContent"
+    answers = _answers_itself(backends, filters)
     refused = {p.index for p in filters.problems}
+    out = _call_problems(backends, filter_calls, refused, answers)
+    if answers is not None:
+        return out
+    loopbacks = [b for b in backends if b.type is BackendType.LOOPBACK]
+    if loopbacks:
+        skipped = refused | {p.index for p in out}
+        out.extend(_loop_escapes(filter_calls, skipped, loopbacks[0]))
+    host_filter = _host_filter(filter_calls)
+    if loopbacks and host_filter >= 0 and host_filter not in refused:
+        out.extend(_foreign_loop_host(rg, loopbacks[0], filter_calls, host_filter, filters))
+    preserve = _preserve_host_problem(backends, filter_calls, filters)
+    if preserve is not None:
+        out.append(preserve)
+    return out
+
+
+def _answers_itself(backends: Sequence[BackendSpec], filters: FilterTranslation) -> str | None:
+    """What answers the route without a backend, if something does (for the refusals)."""
+    if backends and all(b.type is BackendType.SHUNT for b in backends):
+        return "its backend is <shunt>"
+    if isinstance(filters.action, Redirect):
+        return "redirectTo"
+    if isinstance(filters.action, DirectResponse):
+        return "status and inlineContent"
+    return None
+
+
+def _call_problems(
+    backends: Sequence[BackendSpec],
+    filter_calls: Sequence[tuple[Call, str]],
+    refused: set[int],
+    answers: str | None,
+) -> list[CallProblem]:
+    """Each filter not refused already that names the loop mark, acts upstream of a route
+    that answers itself, or has nothing to act on with the route's backends."""
     out: list[CallProblem] = []
-    preserve_false = -1
     for index, (call, _) in enumerate(filter_calls):
         name = call.name
-        if name == "preserveHost":
-            preserve_false = index if call.args == ("false",) else -1
         if index in refused:
             continue
         if _names_loop_mark(call):
@@ -776,28 +825,34 @@ def _uninstallable(
         problem = _backend_problem(name, index, backends)
         if problem is not None:
             out.append(problem)
-    loopbacks = [b for b in backends if b.type is BackendType.LOOPBACK]
-    if loopbacks and answers is None:
-        skipped = refused | {p.index for p in out}
-        out.extend(_loop_escapes(filter_calls, skipped, loopbacks[0]))
-    host_filter = _host_filter(filter_calls)
-    if loopbacks and answers is None and host_filter >= 0 and host_filter not in refused:
-        out.extend(_foreign_loop_host(rg, loopbacks[0], filter_calls, host_filter, filters))
-    if preserve_false >= 0 and answers is None and filters.policies.host_rewrite is None:
-        kept = [b for b in backends if b.type in (BackendType.SERVICE, BackendType.LB)]
-        if kept:
-            b = kept[0]
-            out.append(
-                CallProblem(
-                    "preserveHost",
-                    preserve_false,
-                    f'filter preserveHost("false") is not supported with the {b.type.value} '
-                    f'backend "{b.name}" ({b.field}): turnout sends the client\'s Host to '
-                    "Service and lb endpoints (Skipper's -proxy-preserve-host), and Envoy cannot "
-                    "send the chosen endpoint's address instead",
-                )
-            )
     return out
+
+
+def _preserve_host_problem(
+    backends: Sequence[BackendSpec],
+    filter_calls: Sequence[tuple[Call, str]],
+    filters: FilterTranslation,
+) -> CallProblem | None:
+    """The last `preserveHost("false")` (unless a later preserveHost undid it), which Envoy
+    cannot honour for Service and lb backends."""
+    preserve_false = -1
+    for index, (call, _) in enumerate(filter_calls):
+        if call.name == "preserveHost":
+            preserve_false = index if call.args == ("false",) else -1
+    if preserve_false < 0 or filters.policies.host_rewrite is not None:
+        return None
+    kept = [b for b in backends if b.type in (BackendType.SERVICE, BackendType.LB)]
+    if not kept:
+        return None
+    b = kept[0]
+    return CallProblem(
+        "preserveHost",
+        preserve_false,
+        f'filter preserveHost("false") is not supported with the {b.type.value} '
+        f'backend "{b.name}" ({b.field}): turnout sends the client\'s Host to '
+        "Service and lb endpoints (Skipper's -proxy-preserve-host), and Envoy cannot "
+        "send the chosen endpoint's address instead",
+    )
 
 
 def _backend_problem(name: str, index: int, backends: Sequence[BackendSpec]) -> CallProblem | None:
