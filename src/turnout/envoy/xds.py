@@ -250,9 +250,17 @@ def content_version(resources: Iterable[_Resource]) -> str:
     A hash of the sum (mod 2**256) of one hash per (name, digest): order does not matter, and
     each resource's term is computed once when it is packed, so a snapshot that changes one
     resource among 10,000 pays a few integer additions rather than hashing every name again."""
+    return _version_of(_total(resources))
+
+
+def _total(resources: Iterable[_Resource]) -> int:
     total = 0
     for res in resources:
         total += res.mark or _mark(res.name, res.digest)
+    return total
+
+
+def _version_of(total: int) -> str:
     digest = hashlib.sha256(b"%x" % (total % _MARK_MODULUS)).hexdigest()
     return digest[:_VERSION_LENGTH]
 
@@ -276,53 +284,149 @@ class _Snapshot:
     # Per type, the tuple of messages this was built from: handed the very same tuple again (a
     # type the translator left alone), the next snapshot reuses the type without a look.
     sources: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Per type, the sum of its resources' marks (its version before hashing), and per subset
+    # type how many parent resources name each name: what a patched type updates.
+    totals: Mapping[str, int] = field(default_factory=dict)
+    ref_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @staticmethod
     def build(seq: int, envoy_resources: EnvoyResources, previous: _Snapshot | None) -> _Snapshot:
         """The snapshot of `envoy_resources`. What `previous` already held as the very same
         message is reused as it was (no serialization, no hash), and a type none of whose
-        resources changed keeps its version, mapping and references: the work is in the
-        changes, plus one identity check per resource."""
+        resources changed keeps its version, mapping and references. A type the translator
+        patched from the very tuple `previous` was built from (`EnvoyResources.changes`) is
+        patched here too: the work is in the changes alone."""
         resources: dict[str, Mapping[str, _Resource]] = {}
-        changed: set[str] = set()
         changes: dict[str, frozenset[str]] = {}
+        totals: dict[str, int] = {}
         sources = envoy_resources.by_type()
         for type_url, messages in sources.items():
             if previous is None:
                 resources[type_url] = _pack_type(type_url, messages, {}, envoy_resources)[0]
-                changed.add(type_url)
+                totals[type_url] = _total(resources[type_url].values())
                 continue
             reusable = previous.resources[type_url]
+            resources[type_url], changes[type_url] = reusable, frozenset()
+            totals[type_url] = previous.totals[type_url]
             if previous.sources.get(type_url) is messages:
-                resources[type_url], changes[type_url] = reusable, frozenset()
                 continue
-            by_name, changes[type_url] = _pack_type(type_url, messages, reusable, envoy_resources)
-            if not changes[type_url]:
-                resources[type_url] = reusable
+            hint = envoy_resources.changes.get(type_url)
+            if hint is not None and previous.sources.get(type_url) is hint[0]:
+                by_name, changed = _patch_type(type_url, hint[1], reusable, envoy_resources)
+                total = totals[type_url] + _total(by_name[n] for n in changed if n in by_name)
+                total -= _total(reusable[n] for n in changed if n in reusable)
             else:
-                resources[type_url] = by_name
-                changed.add(type_url)
+                by_name, changed = _pack_type(type_url, messages, reusable, envoy_resources)
+                total = _total(by_name.values()) if changed else totals[type_url]
+            if changed:
+                resources[type_url], changes[type_url] = by_name, changed
+                totals[type_url] = total
+        return _Snapshot._finish(seq, resources, changes, sources, totals, previous)
+
+    @staticmethod
+    def _finish(
+        seq: int,
+        resources: Mapping[str, Mapping[str, _Resource]],
+        changes: Mapping[str, frozenset[str]],
+        sources: Mapping[str, tuple[Any, ...]],
+        totals: Mapping[str, int],
+        previous: _Snapshot | None,
+    ) -> _Snapshot:
         type_versions = {
-            t: content_version(resources[t].values())
-            if previous is None or t in changed
+            t: _version_of(totals[t])
+            if previous is None or changes[t]
             else previous.type_versions[t]
             for t in TYPE_ORDER
         }
         overall = hashlib.sha256(
             "\n".join(f"{t} {type_versions[t]}" for t in TYPE_ORDER).encode()
         ).hexdigest()[:_VERSION_LENGTH]
-        referenced = {
-            child: _referenced(
-                (res for parent in parents for res in resources[parent].values()),
-                resources[child],
-                child,
-            )
-            if previous is None or {child, *parents} & changed
-            else previous.referenced[child]
-            for child, parents in _PARENT_TYPES.items()
-        }
+        ref_counts: dict[str, Mapping[str, int]] = {}
+        referenced: dict[str, frozenset[str]] = {}
+        for child, parents in _PARENT_TYPES.items():
+            if previous is not None and not any(changes[t] for t in (child, *parents)):
+                ref_counts[child] = previous.ref_counts[child]
+                referenced[child] = previous.referenced[child]
+                continue
+            counts = _ref_counts(child, parents, resources, changes, previous)
+            ref_counts[child] = counts
+            referenced[child] = frozenset(counts.keys() & resources[child].keys())
         base = -1 if previous is None else previous.seq
-        return _Snapshot(seq, overall, resources, type_versions, referenced, base, changes, sources)
+        return _Snapshot(
+            seq,
+            overall,
+            resources,
+            type_versions,
+            referenced,
+            base,
+            changes,
+            sources,
+            totals,
+            ref_counts,
+        )
+
+
+def _ref_counts(
+    child: str,
+    parents: tuple[str, ...],
+    resources: Mapping[str, Mapping[str, _Resource]],
+    changes: Mapping[str, frozenset[str]],
+    previous: _Snapshot | None,
+) -> Mapping[str, int]:
+    """How many resources of the parent types name each name of `child`: the previous counts
+    patched for the parents' changed names, or counted afresh."""
+    if previous is None or sum(len(changes[p]) for p in parents) > _PATCH_LIMIT:
+        counts: dict[str, int] = {}
+        for parent in parents:
+            for res in resources[parent].values():
+                for name in res.refs_of(child):
+                    counts[name] = counts.get(name, 0) + 1
+        return counts
+    old_counts = previous.ref_counts[child]
+    if not any(changes[p] for p in parents):
+        return old_counts
+    counts = dict(old_counts)
+    for parent in parents:
+        before, after = previous.resources[parent], resources[parent]
+        for name in changes[parent]:
+            gone, new = before.get(name), after.get(name)
+            for ref in gone.refs_of(child) if gone is not None else ():
+                if counts[ref] == 1:
+                    del counts[ref]
+                else:
+                    counts[ref] -= 1
+            for ref in new.refs_of(child) if new is not None else ():
+                counts[ref] = counts.get(ref, 0) + 1
+    return counts
+
+
+# Beyond this many changed parents, counting afresh is as cheap as patching.
+_PATCH_LIMIT = 4096
+
+
+def _patch_type(
+    type_url: str,
+    updates: Mapping[str, Any],
+    reusable: Mapping[str, _Resource],
+    source: EnvoyResources,
+) -> tuple[dict[str, _Resource], frozenset[str]]:
+    """`reusable` with the translator's changes ({name: message, or None: gone}) applied, and
+    the names whose resource is not the very same object there."""
+    by_name = dict(reusable)
+    changed: set[str] = set()
+    for name, message in updates.items():
+        old = reusable.get(name)
+        if message is None:
+            if old is not None:
+                del by_name[name]
+                changed.add(name)
+        elif old is None or old.message is not message:
+            res = _pack(type_url, message, reusable, source)
+            if res.name != name:
+                raise ValueError(f"{SHORT_TYPE_NAMES[type_url]} {res.name!r} handed as {name!r}")
+            by_name[name] = res
+            changed.add(name)
+    return by_name, frozenset(changed)
 
 
 def _pack_type(

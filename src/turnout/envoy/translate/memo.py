@@ -74,6 +74,9 @@ class TranslateMemo:
         self.jwts: IdentityMemo[VirtualHost, frozenset[JwtValidation]] = IdentityMemo()
         # The serialized form of the messages assembled from bytes (route configurations).
         self.encoded: IdentityMemo[Any, bytes] = IdentityMemo()
+        # What the last translation was made of and made, for the next to patch
+        # (`translate.patch.LastTranslation`; None: translate everything).
+        self.last: Any = None
 
     @property
     def options(self) -> TranslateOptions | None:
@@ -93,6 +96,7 @@ class TranslateMemo:
             self.secrets,
             self.encoded,
         )
+        self.last = None  # a full translation records its own
         if options != self._options:
             self._options = options
             self.hosts, self.listeners = IdentityMemo(), IdentityMemo()
