@@ -108,12 +108,23 @@ def test_random_walks_give_the_bytes_of_a_fresh_translation() -> None:
         clusters = {i: cluster(i) for i in range(3)}
         secrets = {0: secret(0)}
         memo = TranslateMemo()
+        server = XdsServer()
         before = translate(graph(tuple(hosts.values()), tuple(clusters.values())), SCOPED, memo)
+        server.set_resources(before)
         for step in range(40):
             _mutate(rng, step, hosts, clusters, secrets)
             g = graph(tuple(hosts.values()), tuple(clusters.values()), tuple(secrets.values()))
             after = translate(g, SCOPED, memo)
-            assert wire(after) == wire(translate(g, SCOPED)), (seed, step)
+            fresh = translate(g, SCOPED)
+            assert wire(after) == wire(fresh), (seed, step)
+            # The server patching its snapshot with the changes has the fresh snapshot's
+            # content and references.
+            server.set_resources(after)
+            alone = XdsServer()
+            alone.set_resources(fresh)
+            assert server.version == alone.version, (seed, step)
+            assert server._snapshot is not None and alone._snapshot is not None
+            assert server._snapshot.referenced == alone._snapshot.referenced, (seed, step)
             if after.changes:  # a full translation has none
                 patches += 1
                 assert_changes_lead_from(before, after)
@@ -266,3 +277,29 @@ def test_a_hint_against_another_tuple_is_not_taken() -> None:
     fresh = XdsServer()
     fresh.set_resources(translate(g, SCOPED))
     assert server.version == fresh.version
+
+
+def test_a_patch_after_a_snapshot_of_equal_content_is_still_taken_whole() -> None:
+    memo = TranslateMemo()
+    hosts, first = _three_hosts()
+    server = XdsServer()
+    version = server.set_resources(translate(first, SCOPED, memo))
+    # An equal but new host: new messages, the same bytes, so the server keeps its snapshot.
+    hosts["h1.example.com"] = host("h1.example.com", cluster(0).name)
+    g = graph(tuple(hosts.values()), first.clusters, first.secrets)
+    assert server.set_resources(translate(g, SCOPED, memo)) == version
+    hosts["h2.example.com"] = host("h2.example.com", cluster(1).name, ("/", "/x"))
+    del hosts["h0.example.com"]
+    g = graph(tuple(hosts.values()), first.clusters, first.secrets)
+    patched = translate(g, SCOPED, memo)
+    assert patched.changes  # a patch of the tuples the server did not install
+    server.set_resources(patched)
+    fresh = XdsServer()
+    fresh.set_resources(translate(g, SCOPED))
+    assert server.version == fresh.version
+    assert server._snapshot is not None and fresh._snapshot is not None
+    assert server._snapshot.referenced == fresh._snapshot.referenced
+    assert server._snapshot.changes[ROUTE_TYPE] == {
+        "ingress_http/h0.example.com",
+        "ingress_http/h2.example.com",
+    }

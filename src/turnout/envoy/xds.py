@@ -290,12 +290,20 @@ class _Snapshot:
     ref_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @staticmethod
-    def build(seq: int, envoy_resources: EnvoyResources, previous: _Snapshot | None) -> _Snapshot:
+    def build(
+        seq: int,
+        envoy_resources: EnvoyResources,
+        previous: _Snapshot | None,
+        equal_sources: Mapping[str, tuple[Any, ...]] | None = None,
+    ) -> _Snapshot:
         """The snapshot of `envoy_resources`. What `previous` already held as the very same
         message is reused as it was (no serialization, no hash), and a type none of whose
         resources changed keeps its version, mapping and references. A type the translator
         patched from the very tuple `previous` was built from (`EnvoyResources.changes`) is
-        patched here too: the work is in the changes alone."""
+        patched here too: the work is in the changes alone. `equal_sources`: the tuples of a
+        later snapshot not installed because its content was `previous`'s, which stand for
+        `previous`'s own (the translator patches the last tuples it made)."""
+        aliases = equal_sources or {}
         resources: dict[str, Mapping[str, _Resource]] = {}
         changes: dict[str, frozenset[str]] = {}
         totals: dict[str, int] = {}
@@ -308,10 +316,11 @@ class _Snapshot:
             reusable = previous.resources[type_url]
             resources[type_url], changes[type_url] = reusable, frozenset()
             totals[type_url] = previous.totals[type_url]
-            if previous.sources.get(type_url) is messages:
+            based = (previous.sources.get(type_url), aliases.get(type_url))
+            if any(messages is b for b in based):
                 continue
             hint = envoy_resources.changes.get(type_url)
-            if hint is not None and previous.sources.get(type_url) is hint[0]:
+            if hint is not None and any(hint[0] is b for b in based):
                 by_name, changed = _patch_type(type_url, hint[1], reusable, envoy_resources)
                 total = totals[type_url] + _total(by_name[n] for n in changed if n in by_name)
                 total -= _total(reusable[n] for n in changed if n in reusable)
@@ -348,9 +357,18 @@ class _Snapshot:
                 ref_counts[child] = previous.ref_counts[child]
                 referenced[child] = previous.referenced[child]
                 continue
-            counts = _ref_counts(child, parents, resources, changes, previous)
+            counts, touched = _ref_counts(child, parents, resources, changes, previous)
             ref_counts[child] = counts
-            referenced[child] = frozenset(counts.keys() & resources[child].keys())
+            children = resources[child]
+            if previous is None or touched is None:
+                referenced[child] = frozenset(counts.keys() & children.keys())
+                continue
+            # Only the names a changed parent names or that changed themselves can move.
+            touched |= changes[child]
+            now = {name for name in touched if name in counts and name in children}
+            before = previous.referenced[child]
+            added, gone = now - before, (touched - now) & before
+            referenced[child] = (before - gone) | added if added or gone else before
         base = -1 if previous is None else previous.seq
         return _Snapshot(
             seq,
@@ -372,32 +390,36 @@ def _ref_counts(
     resources: Mapping[str, Mapping[str, _Resource]],
     changes: Mapping[str, frozenset[str]],
     previous: _Snapshot | None,
-) -> Mapping[str, int]:
-    """How many resources of the parent types name each name of `child`: the previous counts
-    patched for the parents' changed names, or counted afresh."""
+) -> tuple[Mapping[str, int], set[str] | None]:
+    """How many resources of the parent types name each name of `child`, and the names whose
+    count changed: the previous counts patched for the parents' changed names, or counted
+    afresh (None: every name may have changed)."""
     if previous is None or sum(len(changes[p]) for p in parents) > _PATCH_LIMIT:
         counts: dict[str, int] = {}
         for parent in parents:
             for res in resources[parent].values():
                 for name in res.refs_of(child):
                     counts[name] = counts.get(name, 0) + 1
-        return counts
+        return counts, None
     old_counts = previous.ref_counts[child]
+    touched: set[str] = set()
     if not any(changes[p] for p in parents):
-        return old_counts
+        return old_counts, touched
     counts = dict(old_counts)
     for parent in parents:
         before, after = previous.resources[parent], resources[parent]
         for name in changes[parent]:
             gone, new = before.get(name), after.get(name)
             for ref in gone.refs_of(child) if gone is not None else ():
+                touched.add(ref)
                 if counts[ref] == 1:
                     del counts[ref]
                 else:
                     counts[ref] -= 1
             for ref in new.refs_of(child) if new is not None else ():
+                touched.add(ref)
                 counts[ref] = counts.get(ref, 0) + 1
-    return counts
+    return counts, touched
 
 
 # Beyond this many changed parents, counting afresh is as cheap as patching.
@@ -1264,6 +1286,9 @@ class XdsServer:
         self._metrics = metrics
         self._on_state_change = on_state_change
         self._snapshot: _Snapshot | None = None
+        # The tuples of the last snapshot built but not installed (the same content as the
+        # installed one): a patch of them is a patch of it (`_Snapshot.build`).
+        self._equal_sources: Mapping[str, tuple[Any, ...]] | None = None
         self._seq = 0
         self._versions: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._streams: dict[int, _Stream] = {}
@@ -1323,9 +1348,11 @@ class XdsServer:
     def set_resources(self, resources: EnvoyResources) -> str:
         """Install a new snapshot and return its version. Identical content keeps the version and
         wakes nobody, so nothing is pushed."""
-        candidate = _Snapshot.build(self._seq + 1, resources, self._snapshot)
+        candidate = _Snapshot.build(self._seq + 1, resources, self._snapshot, self._equal_sources)
         if self._snapshot is not None and candidate.version == self._snapshot.version:
+            self._equal_sources = candidate.sources
             return self._snapshot.version
+        self._equal_sources = None
         self._seq += 1
         self._snapshot = candidate
         self._versions[candidate.version] = candidate.seq

@@ -70,7 +70,9 @@ def replaced(old: Sequence[T], new: Sequence[T]) -> tuple[list[T], list[T]]:
     """The items of `old` that are not in `new` and those of `new` not in `old`, by identity.
     Position by position when the lengths agree (the usual change replaces pieces in place),
     else by identity sets; C-speed passes either way."""
-    if old is new:
+    if old is new or (len(old) == len(new) and old == new):
+        # Tuples compare by identity first: where every piece is the very same object, this is
+        # a pass in C; an equal but new piece translates to the same bytes.
         return [], []
     if len(old) == len(new):
         positions = list(itertools.compress(range(len(new)), map(operator.is_not, old, new)))
@@ -92,12 +94,13 @@ def replaced(old: Sequence[T], new: Sequence[T]) -> tuple[list[T], list[T]]:
 
 @dataclass(slots=True)
 class TypeBook:
-    """One xDS type's messages by name, the names sorted, the tuple last handed out, and what a
-    patch did: the names it changed ({name: message, or None: gone}) and the messages it
-    dropped."""
+    """One xDS type's messages by name, the names sorted with their messages at the same
+    positions, the tuple last handed out, and what a patch did: the names it changed ({name:
+    message, or None: gone}) and the messages it dropped."""
 
     by_name: dict[str, Any]
     names: list[str]
+    messages: list[Any]
     out: tuple[Any, ...]
     changed: dict[str, Any] = field(default_factory=dict)
     dropped: dict[str, Any] = field(default_factory=dict)
@@ -107,18 +110,21 @@ class TypeBook:
         names = [name(m) for m in messages]
         if names != sorted(set(names)):
             raise Unpatchable("names repeat")
-        return TypeBook(dict(zip(names, messages, strict=True)), names, messages)
+        return TypeBook(dict(zip(names, messages, strict=True)), names, list(messages), messages)
 
     def drop(self, name: str) -> None:
         self.dropped.setdefault(name, self.by_name.pop(name))
-        del self.names[bisect.bisect_left(self.names, name)]
+        i = bisect.bisect_left(self.names, name)
+        del self.names[i], self.messages[i]
         self.changed[name] = None
 
     def put(self, name: str, message: Any) -> None:
         """Adds `name` (a name some other piece holds is a clash: see the module docstring)."""
         if name in self.by_name:
             raise Unpatchable(f"{name!r} is held twice")
-        bisect.insort(self.names, name)
+        i = bisect.bisect_left(self.names, name)
+        self.names.insert(i, name)
+        self.messages.insert(i, message)
         self.by_name[name] = message
         if self.dropped.get(name) is message:
             del self.changed[name]  # put back as it was
@@ -128,7 +134,7 @@ class TypeBook:
     def finish(self) -> tuple[Any, ...]:
         """The patched tuple (the very same one when nothing changed)."""
         if self.changed:
-            self.out = tuple(map(self.by_name.__getitem__, self.names))
+            self.out = tuple(self.messages)
         return self.out
 
 
