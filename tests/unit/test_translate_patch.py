@@ -21,7 +21,7 @@ from turnout.envoy.resources import (
     SECRET_TYPE,
     EnvoyResources,
 )
-from turnout.envoy.translate import TranslateMemo, translate
+from turnout.envoy.translate import TranslateMemo, retranslate_clusters, translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.xds import XdsServer
 from turnout.graph.model import (
@@ -303,3 +303,25 @@ def test_a_patch_after_a_snapshot_of_equal_content_is_still_taken_whole() -> Non
         "ingress_http/h0.example.com",
         "ingress_http/h2.example.com",
     }
+
+
+def test_the_endpoints_fast_path_hands_the_server_its_clusters_by_name() -> None:
+    memo = TranslateMemo()
+    _, first = _three_hosts()
+    resources = translate(first, SCOPED, memo)
+    server = XdsServer()
+    server.set_resources(resources)
+    moved = dataclasses.replace(first.clusters[1], endpoints=(Endpoint("10.0.0.9", 80),))
+    g = dataclasses.replace(first, clusters=(first.clusters[0], moved))
+    fast = retranslate_clusters(resources, g, [moved], SCOPED, memo)
+    assert fast.changes[CLUSTER_TYPE][0] is resources.clusters
+    assert fast.changes[ENDPOINT_TYPE][1].keys() == {moved.name}
+    server.set_resources(fast)
+    alone = XdsServer()
+    alone.set_resources(translate(g, SCOPED))
+    assert server.version == alone.version
+    assert server._snapshot is not None
+    assert server._snapshot.changes[ENDPOINT_TYPE] == {moved.name}
+    # The next translation patches on from the fast path's clusters.
+    after = translate(g, SCOPED, memo)
+    assert after.endpoints[1] is fast.endpoints[1]

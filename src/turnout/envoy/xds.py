@@ -662,6 +662,9 @@ class _Stream:
         # Resources the current snapshot dropped but Envoy may still use until it has the new
         # listeners and routes (make-before-break).
         self.retained: dict[str, dict[str, _Resource]] = {CLUSTER_TYPE: {}, ENDPOINT_TYPE: {}}
+        # Per retained type, the (resources, nonce, pending, requested) of the last switch that
+        # found nothing to retain (`switch_snapshot`).
+        self._clean: dict[str, tuple[Any, ...] | None] = {}
         self.synced_seq = -1  # seq of the latest snapshot this stream fully acknowledged
 
     @property
@@ -684,8 +687,15 @@ class _Stream:
         for type_url, retained in self.retained.items():
             current = snapshot.resources[type_url]
             st = self.types[type_url]
-            # Set operations over the key views: the names are walked in C, the loops below
-            # only see what the snapshot dropped.
+            # Names outside `current` enter what the stream was sent or acknowledged only by a
+            # response, an answer or a resumption, each of which moves nonce, pending or
+            # requested: with none of them since a look that found nothing to retain, and the
+            # very same resources, there is still nothing.
+            state = (current, st.nonce, st.pending, st.requested)
+            clean = self._clean.get(type_url)
+            if not retained and clean is not None and clean[0] is current and clean == state:
+                continue
+            self._clean[type_url] = None
             for name in st.acked.keys() - current.keys():
                 retained[name] = st.acked[name]
             for name in st.sent.keys() - current.keys():
@@ -695,6 +705,8 @@ class _Stream:
                 del retained[name]
             st.touch(retained.keys())
             st.touch(back)
+            if not retained:
+                self._clean[type_url] = state
 
     def _type_of(self, request: Any) -> _TypeState | None:
         if request.HasField("node") and request.node.id:
