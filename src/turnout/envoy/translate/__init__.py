@@ -117,7 +117,10 @@ def translate(
 
     `memo` (kept by the caller across translations) makes a translation cost what changed since
     the one before: every piece that is the very same object as then keeps its messages
-    (`TranslateMemo`); the resources are byte-identical to a translation without it."""
+    (`TranslateMemo`), and the common change (hosts of a scoped listener, clusters, Secrets) is
+    patched into the last result (`patch`), with the names it changed per type for the xDS
+    server (`EnvoyResources.changes`); the resources are byte-identical to a translation
+    without it."""
     opts = options if options is not None else TranslateOptions()
     memo = memo if memo is not None else TranslateMemo()
     patched = patch_translation(graph, opts, memo)

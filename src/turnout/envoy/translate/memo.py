@@ -12,6 +12,9 @@ every host of a listener is assembled from those bytes rather than by copying th
 messages, and the xDS server is handed the assembled bytes (`EnvoyResources.encoded`) instead of
 serializing the whole table again. `tests/unit/test_translate_memo.py` holds a carried memo to a
 fresh translation, byte for byte.
+
+`last` goes further: what the last translation was made of and made, per xDS type by name, so
+that the next one patches it (`patch`) instead of looking every piece up here.
 """
 
 from __future__ import annotations

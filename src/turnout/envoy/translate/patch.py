@@ -267,9 +267,7 @@ def _patch_scoped(
         _check_host(vh, memo)
     counts = book.key_count
     touched = {vh.hostname.lower() for vh in (*removed, *added)}
-    after = dict.fromkeys(touched, 0)
-    for key in touched:
-        after[key] = counts.get(key, 0)
+    after = {key: counts.get(key, 0) for key in touched}
     for vh in removed:
         after[vh.hostname.lower()] -= 1
     holder = {}
