@@ -10,7 +10,6 @@ import random
 from typing import Any
 
 from tests.cases.tcp_tls import CERT
-from tests.unit.test_translate_memo import wire
 from turnout.compile_inputs import ListenerProtocol
 from turnout.envoy.resources import (
     CLUSTER_TYPE,
@@ -46,6 +45,14 @@ SCOPED = TranslateOptions(scoped_routes_min_hosts=2)
 
 def _name(message: Any) -> str:
     return str(getattr(message, "name", "") or message.cluster_name)
+
+
+def wire(resources: EnvoyResources) -> dict[str, list[tuple[str, bytes]]]:
+    """Every resource's name and deterministic bytes, per type, in the translator's order."""
+    return {
+        type_url: [(_name(m), m.SerializeToString(deterministic=True)) for m in messages]
+        for type_url, messages in resources.by_type().items()
+    }
 
 
 def host(hostname: str, cluster: str, prefixes: tuple[str, ...] = ("/",)) -> VirtualHost:
