@@ -28,6 +28,7 @@ import pprint
 import random
 import types
 import typing
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -42,6 +43,7 @@ from turnout.compile_inputs import CompileOptions
 from turnout.dialects.httpproxy.recording import Changed
 from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate import translate
+from turnout.envoy.translate.options import TranslateOptions
 from turnout.graph.build import CompileResult, build_graph
 from turnout.graph.dialect import RecordedOwnership
 from turnout.graph.endpoint_update import endpoint_services, update_endpoints
@@ -472,6 +474,9 @@ class Compiler:
     memo_snapshot: Snapshot | None = None
     fast_paths: int = 0
     history: list[str] = field(default_factory=list)  # the walk's steps, to reproduce it
+    # Half of the walks translate every plain HTTP listener to scoped routes, whose hosts a
+    # carried translate memo patches one by one.
+    translate_options: TranslateOptions = field(default_factory=TranslateOptions)
 
     def __post_init__(self) -> None:
         if TRANSLATE_MEMO is not None:
@@ -504,8 +509,10 @@ class Compiler:
 
     def xds(self, result: CompileResult) -> dict[str, list[bytes]]:
         if self.translate_memo is None:
-            return _serialized(translate(result.graph))
-        return _serialized(translate(result.graph, memo=self.translate_memo))  # type: ignore[call-arg]
+            return _serialized(translate(result.graph, self.translate_options))
+        return _serialized(
+            translate(result.graph, self.translate_options, memo=self.translate_memo)  # type: ignore[call-arg]
+        )
 
 
 # -- the walk ---------------------------------------------------------------------------------
@@ -520,6 +527,8 @@ def walk(dialect: str, seed: str, steps: int) -> Compiler:
     world = World(rng, [c for c in CASES if c != start])
     world.add_case(start)
     compiler = Compiler(case_options(start), world.store)
+    if zlib.crc32(seed.encode()) % 2:
+        compiler.translate_options = TranslateOptions(scoped_routes_min_hosts=1)
     history = compiler.history
     history.append(f"start with {start.parent.name}/{start.name}")
     for n in range(steps + 1):
@@ -530,7 +539,8 @@ def walk(dialect: str, seed: str, steps: int) -> Compiler:
         full = build_graph(snapshot, compiler.options, DIALECTS)
         found = differences(carried, full)
         if not found:
-            found = xds_differences(compiler.xds(carried), _serialized(translate(full.graph)))
+            fresh = translate(full.graph, compiler.translate_options)
+            found = xds_differences(compiler.xds(carried), _serialized(fresh))
         if found:
             raise AssertionError(
                 f"seed {seed!r} (TURNOUT_EQUIVALENCE_SEED={seed} "

@@ -47,8 +47,10 @@ class Configs:
     """Random configurations whose unchanged resources are the very same message objects, as
     the incremental translator hands them over."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, hinted: bool = False) -> None:
         self.rng = random.Random(seed)
+        self.hinted = hinted
+        self.last: EnvoyResources | None = None
         self.made: dict[tuple[str, str, int], Any] = {}
         self.params = {name: 1 for name in POOL}
 
@@ -66,7 +68,7 @@ class Configs:
         target = rng.choice(names)
         timeout = rng.randint(10, 12)
         p = self.params
-        return EnvoyResources(
+        out = EnvoyResources(
             clusters=tuple(
                 self._message("c", n, p[n], lambda n=n: cluster(n, timeout=p[n])) for n in names
             ),
@@ -78,6 +80,37 @@ class Configs:
                 self._message("r", target, timeout, lambda: route("main", target, timeout=timeout)),
             ),
         )
+        if self.hinted:
+            out = self._with_changes(out)
+        self.last = out
+        return out
+
+    def _with_changes(self, out: EnvoyResources) -> EnvoyResources:
+        """`out` with what changed since the last configuration (`EnvoyResources.changes`), as
+        a translation that patched it hands them over; an unchanged type is its very tuple."""
+        if self.last is None:
+            return out
+        old, new = self.last.by_type(), out.by_type()
+        changes: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        kept: dict[str, tuple[Any, ...]] = {}
+        for type_url, messages in new.items():
+            key = "cluster_name" if type_url == ENDPOINT_TYPE else "name"
+            before = {getattr(m, key): m for m in old[type_url]}
+            after = {getattr(m, key): m for m in messages}
+            updates: dict[str, Any] = {n: None for n in before.keys() - after.keys()}
+            updates.update((n, m) for n, m in after.items() if before.get(n) is not m)
+            if updates:
+                changes[type_url] = (old[type_url], updates)
+                kept[type_url] = messages
+            else:
+                kept[type_url] = old[type_url]
+        return EnvoyResources(
+            clusters=kept[CLUSTER_TYPE],
+            endpoints=kept[ENDPOINT_TYPE],
+            listeners=kept[LISTENER_TYPE],
+            routes=kept[ROUTE_TYPE],
+            changes=changes,
+        )
 
 
 def digests(messages: tuple[Any, ...], key: str = "name") -> dict[str, str]:
@@ -87,9 +120,13 @@ def digests(messages: tuple[Any, ...], key: str = "name") -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-async def test_delta_envoy_holds_exactly_each_configuration(server: XdsServer, seed: int) -> None:
-    configs = Configs(seed)
+@pytest.mark.parametrize(("seed", "hinted"), [(1, False), (2, False), (3, False), (6, True)])
+async def test_delta_envoy_holds_exactly_each_configuration(
+    server: XdsServer, seed: int, hinted: bool
+) -> None:
+    """`hinted`: each configuration says what changed since the one before
+    (`EnvoyResources.changes`), which the server patches its snapshot with."""
+    configs = Configs(seed, hinted)
     fake = DeltaFakeEnvoy(DeltaClient(server.port)).start()  # type: ignore[attr-defined]
     try:
         for step in range(25):
@@ -112,9 +149,11 @@ async def test_delta_envoy_holds_exactly_each_configuration(server: XdsServer, s
         await fake.stop()
 
 
-@pytest.mark.parametrize("seed", [4, 5])
-async def test_sotw_envoy_holds_exactly_each_configuration(server: XdsServer, seed: int) -> None:
-    configs = Configs(seed)
+@pytest.mark.parametrize(("seed", "hinted"), [(4, False), (5, False), (7, True)])
+async def test_sotw_envoy_holds_exactly_each_configuration(
+    server: XdsServer, seed: int, hinted: bool
+) -> None:
+    configs = Configs(seed, hinted)
     fake = FakeEnvoy(AdsClient(server.port)).start()  # type: ignore[attr-defined]
     try:
         for step in range(25):

@@ -45,6 +45,13 @@ class EnvoyResources:
     encoded: Mapping[int, tuple[Any, bytes]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # Per type URL, what a translation that patched its last result knows it changed: (the
+    # tuple of that type it patched, {name: the new message, or None when the name is gone}).
+    # The xDS server that installed that very tuple looks at these names only, instead of
+    # diffing every resource; a type the translation left alone is the very same tuple.
+    changes: Mapping[str, tuple[tuple[Any, ...], Mapping[str, Any]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def serialized(self, message: Any) -> bytes:
         """`message.SerializeToString(deterministic=True)`, known or computed now."""

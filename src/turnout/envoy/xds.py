@@ -250,9 +250,17 @@ def content_version(resources: Iterable[_Resource]) -> str:
     A hash of the sum (mod 2**256) of one hash per (name, digest): order does not matter, and
     each resource's term is computed once when it is packed, so a snapshot that changes one
     resource among 10,000 pays a few integer additions rather than hashing every name again."""
+    return _version_of(_total(resources))
+
+
+def _total(resources: Iterable[_Resource]) -> int:
     total = 0
     for res in resources:
         total += res.mark or _mark(res.name, res.digest)
+    return total
+
+
+def _version_of(total: int) -> str:
     digest = hashlib.sha256(b"%x" % (total % _MARK_MODULUS)).hexdigest()
     return digest[:_VERSION_LENGTH]
 
@@ -276,53 +284,171 @@ class _Snapshot:
     # Per type, the tuple of messages this was built from: handed the very same tuple again (a
     # type the translator left alone), the next snapshot reuses the type without a look.
     sources: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Per type, the sum of its resources' marks (its version before hashing), and per subset
+    # type how many parent resources name each name: what a patched type updates.
+    totals: Mapping[str, int] = field(default_factory=dict)
+    ref_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @staticmethod
-    def build(seq: int, envoy_resources: EnvoyResources, previous: _Snapshot | None) -> _Snapshot:
+    def build(
+        seq: int,
+        envoy_resources: EnvoyResources,
+        previous: _Snapshot | None,
+        equal_sources: Mapping[str, tuple[Any, ...]] | None = None,
+    ) -> _Snapshot:
         """The snapshot of `envoy_resources`. What `previous` already held as the very same
         message is reused as it was (no serialization, no hash), and a type none of whose
-        resources changed keeps its version, mapping and references: the work is in the
-        changes, plus one identity check per resource."""
+        resources changed keeps its version, mapping and references. A type the translator
+        patched from the very tuple `previous` was built from (`EnvoyResources.changes`) is
+        patched here too: the work is in the changes alone. `equal_sources`: the tuples of a
+        later snapshot not installed because its content was `previous`'s, which stand for
+        `previous`'s own (the translator patches the last tuples it made)."""
+        aliases = equal_sources or {}
         resources: dict[str, Mapping[str, _Resource]] = {}
-        changed: set[str] = set()
         changes: dict[str, frozenset[str]] = {}
+        totals: dict[str, int] = {}
         sources = envoy_resources.by_type()
         for type_url, messages in sources.items():
             if previous is None:
                 resources[type_url] = _pack_type(type_url, messages, {}, envoy_resources)[0]
-                changed.add(type_url)
+                totals[type_url] = _total(resources[type_url].values())
                 continue
             reusable = previous.resources[type_url]
-            if previous.sources.get(type_url) is messages:
-                resources[type_url], changes[type_url] = reusable, frozenset()
+            resources[type_url], changes[type_url] = reusable, frozenset()
+            totals[type_url] = previous.totals[type_url]
+            based = (previous.sources.get(type_url), aliases.get(type_url))
+            if any(messages is b for b in based):
                 continue
-            by_name, changes[type_url] = _pack_type(type_url, messages, reusable, envoy_resources)
-            if not changes[type_url]:
-                resources[type_url] = reusable
+            hint = envoy_resources.changes.get(type_url)
+            if hint is not None and any(hint[0] is b for b in based):
+                by_name, changed = _patch_type(type_url, hint[1], reusable, envoy_resources)
+                total = totals[type_url] + _total(by_name[n] for n in changed if n in by_name)
+                total -= _total(reusable[n] for n in changed if n in reusable)
             else:
-                resources[type_url] = by_name
-                changed.add(type_url)
+                by_name, changed = _pack_type(type_url, messages, reusable, envoy_resources)
+                total = _total(by_name.values()) if changed else totals[type_url]
+            if changed:
+                resources[type_url], changes[type_url] = by_name, changed
+                totals[type_url] = total
+        return _Snapshot._finish(seq, resources, changes, sources, totals, previous)
+
+    @staticmethod
+    def _finish(
+        seq: int,
+        resources: Mapping[str, Mapping[str, _Resource]],
+        changes: Mapping[str, frozenset[str]],
+        sources: Mapping[str, tuple[Any, ...]],
+        totals: Mapping[str, int],
+        previous: _Snapshot | None,
+    ) -> _Snapshot:
         type_versions = {
-            t: content_version(resources[t].values())
-            if previous is None or t in changed
+            t: _version_of(totals[t])
+            if previous is None or changes[t]
             else previous.type_versions[t]
             for t in TYPE_ORDER
         }
         overall = hashlib.sha256(
             "\n".join(f"{t} {type_versions[t]}" for t in TYPE_ORDER).encode()
         ).hexdigest()[:_VERSION_LENGTH]
-        referenced = {
-            child: _referenced(
-                (res for parent in parents for res in resources[parent].values()),
-                resources[child],
-                child,
-            )
-            if previous is None or {child, *parents} & changed
-            else previous.referenced[child]
-            for child, parents in _PARENT_TYPES.items()
-        }
+        ref_counts: dict[str, Mapping[str, int]] = {}
+        referenced: dict[str, frozenset[str]] = {}
+        for child, parents in _PARENT_TYPES.items():
+            if previous is not None and not any(changes[t] for t in (child, *parents)):
+                ref_counts[child] = previous.ref_counts[child]
+                referenced[child] = previous.referenced[child]
+                continue
+            counts, touched = _ref_counts(child, parents, resources, changes, previous)
+            ref_counts[child] = counts
+            children = resources[child]
+            if previous is None or touched is None:
+                referenced[child] = frozenset(counts.keys() & children.keys())
+                continue
+            # Only the names a changed parent names or that changed themselves can move.
+            touched |= changes[child]
+            now = {name for name in touched if name in counts and name in children}
+            before = previous.referenced[child]
+            added, gone = now - before, (touched - now) & before
+            referenced[child] = (before - gone) | added if added or gone else before
         base = -1 if previous is None else previous.seq
-        return _Snapshot(seq, overall, resources, type_versions, referenced, base, changes, sources)
+        return _Snapshot(
+            seq,
+            overall,
+            resources,
+            type_versions,
+            referenced,
+            base,
+            changes,
+            sources,
+            totals,
+            ref_counts,
+        )
+
+
+def _ref_counts(
+    child: str,
+    parents: tuple[str, ...],
+    resources: Mapping[str, Mapping[str, _Resource]],
+    changes: Mapping[str, frozenset[str]],
+    previous: _Snapshot | None,
+) -> tuple[Mapping[str, int], set[str] | None]:
+    """How many resources of the parent types name each name of `child`, and the names whose
+    count changed: the previous counts patched for the parents' changed names, or counted
+    afresh (None: every name may have changed)."""
+    if previous is None or sum(len(changes[p]) for p in parents) > _PATCH_LIMIT:
+        counts: dict[str, int] = {}
+        for parent in parents:
+            for res in resources[parent].values():
+                for name in res.refs_of(child):
+                    counts[name] = counts.get(name, 0) + 1
+        return counts, None
+    old_counts = previous.ref_counts[child]
+    touched: set[str] = set()
+    if not any(changes[p] for p in parents):
+        return old_counts, touched
+    counts = dict(old_counts)
+    for parent in parents:
+        before, after = previous.resources[parent], resources[parent]
+        for name in changes[parent]:
+            gone, new = before.get(name), after.get(name)
+            for ref in gone.refs_of(child) if gone is not None else ():
+                touched.add(ref)
+                if counts[ref] == 1:
+                    del counts[ref]
+                else:
+                    counts[ref] -= 1
+            for ref in new.refs_of(child) if new is not None else ():
+                touched.add(ref)
+                counts[ref] = counts.get(ref, 0) + 1
+    return counts, touched
+
+
+# Beyond this many changed parents, counting afresh is as cheap as patching.
+_PATCH_LIMIT = 4096
+
+
+def _patch_type(
+    type_url: str,
+    updates: Mapping[str, Any],
+    reusable: Mapping[str, _Resource],
+    source: EnvoyResources,
+) -> tuple[dict[str, _Resource], frozenset[str]]:
+    """`reusable` with the translator's changes ({name: message, or None: gone}) applied, and
+    the names whose resource is not the very same object there."""
+    by_name = dict(reusable)
+    changed: set[str] = set()
+    for name, message in updates.items():
+        old = reusable.get(name)
+        if message is None:
+            if old is not None:
+                del by_name[name]
+                changed.add(name)
+        elif old is None or old.message is not message:
+            res = _pack(type_url, message, reusable, source)
+            if res.name != name:
+                raise ValueError(f"{SHORT_TYPE_NAMES[type_url]} {res.name!r} handed as {name!r}")
+            by_name[name] = res
+            changed.add(name)
+    return by_name, frozenset(changed)
 
 
 def _pack_type(
@@ -536,6 +662,9 @@ class _Stream:
         # Resources the current snapshot dropped but Envoy may still use until it has the new
         # listeners and routes (make-before-break).
         self.retained: dict[str, dict[str, _Resource]] = {CLUSTER_TYPE: {}, ENDPOINT_TYPE: {}}
+        # Per retained type, the (resources, nonce, pending, requested) of the last switch that
+        # found nothing to retain (`switch_snapshot`).
+        self._clean: dict[str, tuple[Any, ...] | None] = {}
         self.synced_seq = -1  # seq of the latest snapshot this stream fully acknowledged
 
     @property
@@ -558,8 +687,15 @@ class _Stream:
         for type_url, retained in self.retained.items():
             current = snapshot.resources[type_url]
             st = self.types[type_url]
-            # Set operations over the key views: the names are walked in C, the loops below
-            # only see what the snapshot dropped.
+            # Names outside `current` enter what the stream was sent or acknowledged only by a
+            # response, an answer or a resumption, each of which moves nonce, pending or
+            # requested: with none of them since a look that found nothing to retain, and the
+            # very same resources, there is still nothing.
+            state = (current, st.nonce, st.pending, st.requested)
+            clean = self._clean.get(type_url)
+            if not retained and clean is not None and clean[0] is current and clean == state:
+                continue
+            self._clean[type_url] = None
             for name in st.acked.keys() - current.keys():
                 retained[name] = st.acked[name]
             for name in st.sent.keys() - current.keys():
@@ -569,6 +705,8 @@ class _Stream:
                 del retained[name]
             st.touch(retained.keys())
             st.touch(back)
+            if not retained:
+                self._clean[type_url] = state
 
     def _type_of(self, request: Any) -> _TypeState | None:
         if request.HasField("node") and request.node.id:
@@ -1160,6 +1298,9 @@ class XdsServer:
         self._metrics = metrics
         self._on_state_change = on_state_change
         self._snapshot: _Snapshot | None = None
+        # The tuples of the last snapshot built but not installed (the same content as the
+        # installed one): a patch of them is a patch of it (`_Snapshot.build`).
+        self._equal_sources: Mapping[str, tuple[Any, ...]] | None = None
         self._seq = 0
         self._versions: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._streams: dict[int, _Stream] = {}
@@ -1219,9 +1360,11 @@ class XdsServer:
     def set_resources(self, resources: EnvoyResources) -> str:
         """Install a new snapshot and return its version. Identical content keeps the version and
         wakes nobody, so nothing is pushed."""
-        candidate = _Snapshot.build(self._seq + 1, resources, self._snapshot)
+        candidate = _Snapshot.build(self._seq + 1, resources, self._snapshot, self._equal_sources)
         if self._snapshot is not None and candidate.version == self._snapshot.version:
+            self._equal_sources = candidate.sources
             return self._snapshot.version
+        self._equal_sources = None
         self._seq += 1
         self._snapshot = candidate
         self._versions[candidate.version] = candidate.seq

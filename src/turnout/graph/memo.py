@@ -84,6 +84,14 @@ class IdentityMemo(Generic[K, V]):
         self._current[id(key)] = (key, value)
         return value
 
+    def discard(self, key: K) -> None:
+        """Forgets `key`'s value: for a stage that patches its last result without `age()`ing,
+        so a piece it dropped is not held until the next full pass."""
+        for generation in (self._current, self._previous):
+            entry = generation.get(id(key))
+            if entry is not None and entry[0] is key:
+                del generation[id(key)]
+
     def age(self) -> None:
         self._previous, self._current = self._current, {}
 

@@ -42,13 +42,12 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from turnout.envoy.resources import EnvoyResources
+from turnout.envoy.resources import CLUSTER_TYPE, ENDPOINT_TYPE, EnvoyResources
 from turnout.envoy.translate.client_validation import (
     client_validation_secrets,
     without_unvalidatable,
 )
 from turnout.envoy.translate.clusters import (
-    has_load_assignment,
     jwks_cluster,
     rate_limit_cluster,
     tracing_cluster,
@@ -69,6 +68,8 @@ from turnout.envoy.translate.listeners import (
 )
 from turnout.envoy.translate.memo import TranslateMemo
 from turnout.envoy.translate.options import TranslateOptions
+from turnout.envoy.translate.patch import patch_translation, record_translation
+from turnout.envoy.translate.pieces import cluster_resources, secret_message
 from turnout.envoy.translate.routes import (
     log_translation_failure,
     route_name,
@@ -85,7 +86,6 @@ from turnout.graph.model import (
     JwtValidation,
     Listener,
     RoutingGraph,
-    TLSSecret,
 )
 
 __all__ = [
@@ -117,17 +117,25 @@ def translate(
 
     `memo` (kept by the caller across translations) makes a translation cost what changed since
     the one before: every piece that is the very same object as then keeps its messages
-    (`TranslateMemo`); the resources are byte-identical to a translation without it."""
+    (`TranslateMemo`), and the common change (hosts of a scoped listener, clusters, Secrets) is
+    patched into the last result (`patch`), with the names it changed per type for the xDS
+    server (`EnvoyResources.changes`); the resources are byte-identical to a translation
+    without it."""
     opts = options if options is not None else TranslateOptions()
     memo = memo if memo is not None else TranslateMemo()
+    patched = patch_translation(graph, opts, memo)
+    if patched is not None:
+        return patched
+    given = graph
     graph = without_unvalidatable(graph)  # client validation fails closed
     opts = dataclasses.replace(opts, jwt_providers=_jwt_providers(graph, memo))
     memo.begin(opts)
     listeners: list[Any] = []
     routes: list[Any] = []
     scoped: list[Any] = []
+    outputs: dict[str, ListenerResources | None] = {}
     for lst in graph.listeners:
-        out = _listener(lst, opts, memo)
+        out = outputs[lst.name] = _listener(lst, opts, memo)
         if out is not None:
             listeners.append(out.listener)
             routes.extend(out.route_configurations)
@@ -135,14 +143,11 @@ def translate(
     ca_bundles = {b.name: b for b in graph.ca_bundles}
     clusters, endpoints = _clusters(graph, opts, ca_bundles, memo)
     clusters.extend(_extra_clusters(opts, ca_bundles))
-    secrets = [
-        message
-        for message in (_secret(s, memo) for s in sorted(graph.secrets, key=lambda s: str(s.name)))
-        if message is not None
-    ]
+    by_name = sorted(graph.secrets, key=lambda s: str(s.name))
+    secrets = [m for m in (secret_message(s, memo) for s in by_name) if m is not None]
     secrets.extend(client_validation_secrets(graph.listeners, ca_bundles))
     sorted_routes = _by_name(routes)
-    return EnvoyResources(
+    resources = EnvoyResources(
         clusters=_by_name(clusters),
         endpoints=tuple(endpoints),
         listeners=_by_name(listeners),
@@ -151,6 +156,9 @@ def translate(
         scoped_routes=_by_name(scoped),
         encoded=memo.encoded_of(sorted_routes),
     )
+    if graph is given:  # a graph without hosts dropped here: the patch need not drop them
+        record_translation(graph, resources, outputs, memo)
+    return resources
 
 
 def _listener(
@@ -220,19 +228,6 @@ def _extra_clusters(opts: TranslateOptions, ca_bundles: Mapping[str, CABundle]) 
     return clusters
 
 
-def _secret(secret: TLSSecret, memo: TranslateMemo) -> Any | None:
-    known = memo.secrets.get(secret)
-    if known is not None:
-        return known[0]
-    try:
-        message = translate_secret(secret)
-    except Exception as err:
-        # Only the exception type: the message could quote key material.
-        log_translation_failure(f"secret {secret.name!r}", TypeError(type(err).__name__))
-        message = None
-    return memo.secrets.put(secret, (message,))[0]
-
-
 def _listener_guarded(
     lst: Listener, opts: TranslateOptions, memo: TranslateMemo | None = None
 ) -> ListenerResources | None:
@@ -272,25 +267,6 @@ def _listener_guarded(
     return None
 
 
-def cluster_resources(
-    cluster: Cluster, opts: TranslateOptions, ca_bundles: Mapping[str, CABundle]
-) -> tuple[Any, Any] | None:
-    """The Envoy cluster and (EDS) load assignment of one graph cluster, as `translate` emits
-    them; None when even a bare cluster fails."""
-    try:
-        cla = translate_load_assignment(cluster) if has_load_assignment(cluster) else None
-        return translate_cluster(cluster, opts, ca_bundles), cla
-    except Exception as err:
-        log_translation_failure(f"cluster {cluster.name!r}", err)
-    # Routes may still name the cluster: a bare cluster without endpoints answers 503 for them
-    # instead of leaving Envoy with a reference to nothing.
-    try:
-        bare = Cluster(cluster.name, cluster.namespace, cluster.service, cluster.port)
-        return translate_cluster(bare, opts), translate_load_assignment(bare)
-    except Exception:
-        return None
-
-
 def retranslate_clusters(
     resources: EnvoyResources,
     graph: RoutingGraph,
@@ -318,7 +294,15 @@ def retranslate_clusters(
             memo.clusters.put(cluster, (fresh[str(cluster.name)],))
     out = _replaced(resources.clusters, fresh, lambda m: str(m.name), 0)
     endpoints = _replaced(resources.endpoints, fresh, lambda m: str(m.cluster_name), 1)
-    return dataclasses.replace(resources, clusters=out, endpoints=endpoints)
+    # `_replaced` placed every one by name: the xDS server looks at these names only.
+    changes = {
+        CLUSTER_TYPE: (resources.clusters, {k: p[0] for k, p in fresh.items() if p is not None}),
+        ENDPOINT_TYPE: (
+            resources.endpoints,
+            {k: p[1] for k, p in fresh.items() if p is not None},
+        ),
+    }
+    return dataclasses.replace(resources, clusters=out, endpoints=endpoints, changes=changes)
 
 
 def _same_options(memo: TranslateOptions | None, options: TranslateOptions) -> bool:

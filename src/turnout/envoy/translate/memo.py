@@ -12,6 +12,9 @@ every host of a listener is assembled from those bytes rather than by copying th
 messages, and the xDS server is handed the assembled bytes (`EnvoyResources.encoded`) instead of
 serializing the whole table again. `tests/unit/test_translate_memo.py` holds a carried memo to a
 fresh translation, byte for byte.
+
+`last` goes further: what the last translation was made of and made, per xDS type by name, so
+that the next one patches it (`patch`) instead of looking every piece up here.
 """
 
 from __future__ import annotations
@@ -74,6 +77,9 @@ class TranslateMemo:
         self.jwts: IdentityMemo[VirtualHost, frozenset[JwtValidation]] = IdentityMemo()
         # The serialized form of the messages assembled from bytes (route configurations).
         self.encoded: IdentityMemo[Any, bytes] = IdentityMemo()
+        # What the last translation was made of and made, for the next to patch
+        # (`translate.patch.LastTranslation`; None: translate everything).
+        self.last: Any = None
 
     @property
     def options(self) -> TranslateOptions | None:
@@ -93,6 +99,7 @@ class TranslateMemo:
             self.secrets,
             self.encoded,
         )
+        self.last = None  # a full translation records its own
         if options != self._options:
             self._options = options
             self.hosts, self.listeners = IdentityMemo(), IdentityMemo()

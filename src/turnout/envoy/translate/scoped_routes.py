@@ -56,8 +56,11 @@ from turnout.graph.model import Listener, VirtualHost
 __all__ = [
     "SCOPE_KEY_FILTER",
     "SCOPE_KEY_HEADER",
+    "host_scope",
+    "hosts_by_key",
     "scope_key",
     "scoped_http_listener",
+    "scoped_listener_message",
     "scoped_route_name",
     "uses_scoped_routes",
 ]
@@ -115,18 +118,22 @@ def scoped_http_listener(
     translation before keeps its messages, so only the changed hosts' tables are new."""
     scopes = []
     configs = []
-    for key, vh in _hosts_by_key(listener.virtual_hosts):
-        name = scoped_route_name(listener.name, key)
-        known = memo.scoped_hosts.get(vh) if memo is not None else None
-        if known is None or known[0] != name:
-            known = (name, _host_scope(name, key, vh, options))
-            if memo is not None:
-                memo.scoped_hosts.put(vh, known)
-        pair = known[1]
+    for key, vh in hosts_by_key(listener.virtual_hosts):
+        pair = host_scope(listener.name, key, vh, options, memo)
         if pair is None:
             return None
         configs.append(pair[0])
         scopes.append(pair[1])
+    return ListenerResources(
+        listener=scoped_listener_message(listener, options),
+        route_configurations=tuple(configs),
+        scoped_routes=tuple(scopes),
+    )
+
+
+def scoped_listener_message(listener: Listener, options: TranslateOptions) -> Any:
+    """The Listener of a scoped listener: a function of its name, address and the options only
+    (the hosts are in the scopes), so a patch keeps it while those are unchanged."""
     hcm = scoped_connection_manager(listener.name, options)
     out = listener_pb2.Listener(name=listener.name, address=socket_address(listener))
     out.filter_chains.append(
@@ -134,9 +141,26 @@ def scoped_http_listener(
             filters=[listener_components_pb2.Filter(name=HCM_FILTER, typed_config=pack(hcm))]
         )
     )
-    return ListenerResources(
-        listener=out, route_configurations=tuple(configs), scoped_routes=tuple(scopes)
-    )
+    return out
+
+
+def host_scope(
+    listener_name: str,
+    key: str,
+    vh: VirtualHost,
+    options: TranslateOptions,
+    memo: TranslateMemo | None = None,
+) -> tuple[Any, Any] | None:
+    """The RouteConfiguration and the scope of the host `vh` holding scope `key`, kept in
+    `memo` while `vh` is the very same object (and its name the same); None when its table
+    names the key header (see `scoped_http_listener`)."""
+    name = scoped_route_name(listener_name, key)
+    known = memo.scoped_hosts.get(vh) if memo is not None else None
+    if known is None or known[0] != name:
+        known = (name, _host_scope(name, key, vh, options))
+        if memo is not None:
+            memo.scoped_hosts.put(vh, known)
+    return known[1]
 
 
 def _host_scope(
@@ -179,7 +203,7 @@ def scoped_connection_manager(listener_name: str, options: TranslateOptions) -> 
     return hcm
 
 
-def _hosts_by_key(virtual_hosts: Sequence[VirtualHost]) -> list[tuple[str, VirtualHost]]:
+def hosts_by_key(virtual_hosts: Sequence[VirtualHost]) -> list[tuple[str, VirtualHost]]:
     """Each virtual host with its scope key, sorted by key; of hosts with one key (names that
     differ in case), the first."""
     out: dict[str, VirtualHost] = {}
