@@ -11,14 +11,18 @@ When it compiles:
 * not before every source has listed everything once (`synced`): a half-listed store would
   program Envoy with routes missing and report objects as orphaned. `/readyz` names the source
   it waits for.
-* a burst of changes is one compile: the first change opens a window, and the compile starts
-  once no change came for `ServeConfig.debounce_ms` (100 ms by default), but never later than
-  `MAX_DELAY_S` (1 s) after that first change, so a steady trickle cannot starve it.
+* a change that comes after a quiet window (no change for `ServeConfig.debounce_ms`, 20 ms by
+  default) compiles at once: a compile costs what the change touched, so waiting would be most
+  of its latency. A change that comes sooner (during that compile, or in a burst: a `kubectl
+  apply` of many objects, a `git checkout`) waits until no change came for `debounce_ms`, but
+  never longer than `MAX_DELAY_S` (1 s) after the first change not compiled yet, so a steady
+  trickle cannot starve it: a burst is one leading compile and one (or a few) more.
 * not at all when the store holds what the last good compile compiled (a file touched or
   rewritten with the same content), with the same discovery answers.
 * without the dialects when only EndpointSlices or Endpoints of Services no routing decision
   reads changed (`graph.endpoint_update`): the last result with those Services' endpoints
-  redone, exactly what a full compile gives; such a burst waits `ENDPOINT_DEBOUNCE_S`.
+  redone, exactly what a full compile gives; such a burst's quiet window is
+  `ENDPOINT_DEBOUNCE_S`.
 
 Statuses: what only Envoy's answer decides (a Gateway's `Programmed`) is settled when the xDS
 server reports that Envoy answered (ACK or NACK) and right after each compile, not when someone
@@ -33,6 +37,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -207,6 +212,12 @@ class Controller:
         self._unacked: collections.deque[tuple[str, float]] = collections.deque(
             maxlen=MAX_UNACKED_CHANGES
         )
+        # The burst being coalesced (`_coalesce`, monotonic times): when its first change not
+        # yet compiled came, whether that one came after a quiet window (compiled at once),
+        # and when the last change came.
+        self._burst_start: float | None = None
+        self._leading = False
+        self._last_change = -math.inf
         # The published statuses: compiled, settled by Envoy's answers, stamped with transition
         # times; and the settled-but-unstamped ones they came from, to skip unchanged work.
         self._published: tuple[ObjectStatus, ...] = ()
@@ -271,6 +282,7 @@ class Controller:
         async with self._compile_lock:
             started = time.perf_counter()
             change_seen, self._change_seen = self._change_seen, None
+            self._burst_start = None
             snapshot = self.store.snapshot()
             self.store.clear_pending()
             compiled = self._compiled
@@ -670,8 +682,14 @@ class Controller:
         return await self.recompile()
 
     def _changed(self) -> None:
+        now = time.monotonic()
         if self._change_seen is None and self._first_compile.is_set():
-            self._change_seen = time.monotonic()
+            self._change_seen = now
+        if self._burst_start is None:
+            self._burst_start = now
+            quiet = max(0, self.config.debounce_ms) / 1000
+            self._leading = now - self._last_change >= quiet
+        self._last_change = now
         self._dirty.set()
 
     def _source_synced(self, index: int) -> None:
@@ -710,23 +728,32 @@ class Controller:
             await self.recompile()
 
     async def _coalesce(self) -> None:
-        """Waits until no change came for `debounce_ms`, or `MAX_DELAY_S` after the first."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + MAX_DELAY_S
-        quiet = max(0, self.config.debounce_ms) / 1000
+        """Returns at once for a change that came after a quiet window (the first of a burst:
+        compiled on its leading edge); else waits until no change came for the window, or
+        `MAX_DELAY_S` after the first change not compiled yet."""
+        self._dirty.clear()
+        first = self._burst_start
+        if first is None or self._leading:
+            return
+        deadline = first + MAX_DELAY_S
         while True:
-            self._dirty.clear()
-            window = quiet
-            pending = self.store.pending_kinds()
-            if pending and pending <= ENDPOINT_KINDS:
-                window = min(quiet, ENDPOINT_DEBOUNCE_S)
-            remaining = min(window, deadline - loop.time())
+            remaining = min(self._last_change + self._window(), deadline) - time.monotonic()
             if remaining <= 0:
                 return
             try:
                 await asyncio.wait_for(self._dirty.wait(), remaining)
             except TimeoutError:
                 return
+            self._dirty.clear()
+
+    def _window(self) -> float:
+        """The quiet window of the pending changes: `debounce_ms`, or `ENDPOINT_DEBOUNCE_S`
+        when they are only EndpointSlices or Endpoints (the fast path costs milliseconds)."""
+        quiet = max(0, self.config.debounce_ms) / 1000
+        pending = self.store.pending_kinds()
+        if pending and pending <= ENDPOINT_KINDS:
+            return min(quiet, ENDPOINT_DEBOUNCE_S)
+        return quiet
 
     async def _start_demo_backends(self) -> None:
         from turnout.echo import demo_backends, start_echo

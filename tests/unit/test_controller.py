@@ -280,6 +280,28 @@ async def test_changes_within_the_debounce_window_join_one_compile_of_bounded_de
         await controller.stop()
 
 
+async def test_a_change_after_a_quiet_window_compiles_at_once_and_a_burst_waits() -> None:
+    source = ListSource("list", _objects(PROXY))
+    config = dataclasses.replace(_config(), debounce_ms=600)
+    controller = build_controller(config, sources=[source])
+    await controller.start()
+    try:
+        assert source.sink is not None and _compiles(controller) == 1
+        await asyncio.sleep(0.7)  # quiet for longer than the window
+        started = time.monotonic()
+        source.sink.replace_partition("list", _objects(PROXY.replace("ctl", "a")))
+        await until(lambda: _compiled(controller, "a.example.com"), 5.0)
+        assert time.monotonic() - started < 0.4  # its leading edge, not after the window
+        # A change within the window is part of a burst: it waits for the window's quiet.
+        started = time.monotonic()
+        source.sink.replace_partition("list", _objects(PROXY.replace("ctl", "b")))
+        await until(lambda: _compiled(controller, "b.example.com"), 5.0)
+        assert time.monotonic() - started >= 0.6
+        assert _compiles(controller) == 3
+    finally:
+        await controller.stop()
+
+
 async def test_a_file_rewritten_with_the_same_content_is_not_compiled(tmp_path: Path) -> None:
     path = tmp_path / "a.yaml"
     path.write_text(PROXY)
