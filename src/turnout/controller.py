@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from turnout.compile_inputs import CompileOptions, IssuerDiscovery, PathNormalization
 from turnout.config import ServeConfig
@@ -63,12 +63,12 @@ from turnout.envoy.xds import XdsServer
 from turnout.envoy.xds_tls import child_client_tls, server_credentials
 from turnout.graph.attribution import rejection_findings
 from turnout.graph.build import CompileResult, build_graph, fold_findings
-from turnout.graph.dialect import Dialects, EnvoyView
+from turnout.graph.dialect import Dialect, Dialects, EnvoyView
 from turnout.graph.endpoint_update import endpoint_services, update_endpoints
 from turnout.graph.load_balancer import service_addresses
 from turnout.graph.memo import CompileMemo
 from turnout.metrics import Metrics
-from turnout.objects import ObjectRef
+from turnout.objects import ObjectRef, group_of
 from turnout.sources.base import Source, StoreSink
 from turnout.sources.local_addresses import HostWatcher
 from turnout.sources.oidc import IssuerDiscoverer
@@ -154,6 +154,41 @@ def programmed_counts(statuses: Iterable[ObjectStatus]) -> dict[str, int]:
     return counts
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityDiff(Generic[T]):
+    """A sequence against the one before, by identity: the new one by `id`, and the items
+    that came (not in the one before) and went (not in the new one)."""
+
+    by_id: dict[int, T]
+    added: tuple[T, ...]
+    removed: tuple[T, ...]
+
+
+def identity_diff(before: dict[int, T], items: Sequence[T]) -> IdentityDiff[T]:
+    """`items` against `before` (the `by_id` of the last diff, which keeps those items alive,
+    so no `id` is reused meanwhile): a few C-speed passes, then work in what changed."""
+    by_id = dict(zip(map(id, items), items, strict=True))
+    if len(by_id) == len(before) and by_id.keys() == before.keys():
+        return IdentityDiff(by_id, (), ())
+    added = tuple(map(by_id.__getitem__, by_id.keys() - before.keys()))
+    removed = tuple(map(before.__getitem__, before.keys() - by_id.keys()))
+    return IdentityDiff(by_id, added, removed)
+
+
+def settled_kinds(dialects: Dialects) -> frozenset[tuple[str, str]]:
+    """The (group, kind)s of the dialects whose `settle` changes statuses (it is overridden):
+    only those statuses are settled again when Envoy answers."""
+    overriding = (d for d in dialects.all if type(d).settle is not Dialect.settle)
+    return frozenset((group_of(v), k) for d in overriding for v, k in d.kinds)
+
+
+def _by_ref(status: ObjectStatus) -> ObjectRef:
+    return status.ref
+
+
 def envoy_state_dir(config: ServeConfig) -> StateDir:
     """Where the Envoy child's bootstrap, pid file and admin socket live."""
     return StateDir(config.state_dir or default_state_dir(config.http_port))
@@ -197,6 +232,7 @@ class Controller:
         self._tasks: list[asyncio.Task[None]] = []
         self._demo: list[object] = []
         self.applied_problems: tuple[SourceProblem, ...] = ()
+        self._ignored: tuple[IgnoredObject, ...] = ()  # the last compile's, and as a set:
         self._last_ignored: frozenset[IgnoredObject] = frozenset()
         self.compile_error: str | None = None
         self._source_errors: dict[int, str] = {}  # a failed source until it listed again
@@ -220,12 +256,18 @@ class Controller:
         self._last_change = -math.inf
         # The published statuses: compiled, settled by Envoy's answers, stamped with transition
         # times; and the settled-but-unstamped ones they came from, to skip unchanged work.
+        # All by identity (`identity_diff`): an unchanged status is the very same object from
+        # one compile to the next, so the work per change is in the statuses that changed.
         self._published: tuple[ObjectStatus, ...] = ()
-        self._published_by_ref: dict[ObjectRef, ObjectStatus] = {}
-        self._settled_by_ref: dict[ObjectRef, ObjectStatus] = {}
-        # The compiled statuses `_publish` last saw, and their counts by (kind, state).
-        self._compiled_by_ref: dict[ObjectRef, ObjectStatus] = {}
+        self._settled: tuple[ObjectStatus, ...] = ()  # what `_published` was stamped from
+        self._settled_by_id: dict[int, ObjectStatus] = {}
+        self._published_of: dict[int, ObjectStatus] = {}  # id of a settled status -> published
+        # The compiled statuses `_publish` last saw, their counts by (kind, state), and those
+        # of the kinds some dialect settles with Envoy's answers (`settled_kinds`).
+        self._compiled_by_id: dict[int, ObjectStatus] = {}
         self._state_counts: Counter[tuple[str, str]] = Counter()
+        self._settled_kinds = settled_kinds(dialects)
+        self._to_settle: dict[int, ObjectStatus] = {}
         self._programmed: Counter[str] = Counter()  # programmed_counts of _published
         # What the compiles carry from one to the next (`graph.memo`, `envoy.translate.memo`),
         # and the snapshot the compile memo last compiled: an endpoints fast path in between
@@ -414,41 +456,46 @@ class Controller:
         """Status sinks: metrics, and a log line for every object whose state changed. The
         compile keeps an unchanged object's status the very same object, so the work per
         compile is in the statuses that changed."""
-        before = self._compiled_by_ref
-        current: dict[ObjectRef, ObjectStatus] = {}
+        diff = identity_diff(self._compiled_by_id, result.statuses)
+        self._compiled_by_id = diff.by_id
+        if diff.added or diff.removed:
+            self._count_and_log(diff)
+        for status in diff.removed:
+            self._to_settle.pop(id(status), None)
+        for status in diff.added:
+            if (status.ref.group, status.ref.kind) in self._settled_kinds:
+                self._to_settle[id(status)] = status
+        self.metrics.source_problems.set(len(result.problems))
+        # Parse problems are logged by the files source as they happen; the rest once per change.
+        if result.problems != self.applied_problems:
+            previous = set(self.applied_problems)
+            for problem in result.problems:
+                if problem not in previous and problem.severity != "unreadable":
+                    log.warning("input problem: %s", problem)
+        self.applied_problems = result.problems
+        # Another controller's objects are normal: info, once each, so nothing is ignored silently.
+        if result.ignored is not self._ignored:
+            for ignored in result.ignored:
+                if ignored not in self._last_ignored:
+                    log.info("%s: ignored: %s", ignored.ref, ignored.reason)
+            self._ignored, self._last_ignored = result.ignored, frozenset(result.ignored)
+
+    def _count_and_log(self, diff: IdentityDiff[ObjectStatus]) -> None:
+        """The object counts by (kind, state) and a log line per object whose state changed
+        (or that came or went), from the statuses that changed since the last compile."""
         counts = self._state_counts
-        changed = False
-        for status in result.statuses:
-            current[status.ref] = status
-            old = before.get(status.ref)
-            if old is status:
-                continue
-            changed = True
+        gone: dict[ObjectRef, ObjectStatus] = {s.ref: s for s in diff.removed}
+        for removed in diff.removed:
+            counts[(removed.ref.kind, removed.state.value)] -= 1
+        for status in sorted(diff.added, key=_by_ref):
             counts[(status.ref.kind, status.state.value)] += 1
-            if old is not None:
-                counts[(old.ref.kind, old.state.value)] -= 1
+            old = gone.pop(status.ref, None)
             if old is None or (old.state, old.summary) != (status.state, status.summary):
                 level = logging.INFO if status.state is State.VALID else logging.WARNING
                 log.log(level, "%s: %s: %s", status.ref, status.state.value, status.summary)
-        if len(current) != len(before) or changed:
-            for ref in before.keys() - current.keys():
-                old = before[ref]
-                counts[(old.ref.kind, old.state.value)] -= 1
-                log.info("%s: removed", ref)
-            self._set_object_metrics(counts)
-        self._compiled_by_ref = current
-        self.metrics.source_problems.set(len(result.problems))
-        # Parse problems are logged by the files source as they happen; the rest once per change.
-        previous = set(self.applied_problems)
-        for problem in result.problems:
-            if problem not in previous and problem.severity != "unreadable":
-                log.warning("input problem: %s", problem)
-        self.applied_problems = result.problems
-        # Another controller's objects are normal: info, once each, so nothing is ignored silently.
-        for ignored in result.ignored:
-            if ignored not in self._last_ignored:
-                log.info("%s: ignored: %s", ignored.ref, ignored.reason)
-        self._last_ignored = frozenset(result.ignored)
+        for ref in sorted(gone):
+            log.info("%s: removed", ref)
+        self._set_object_metrics(counts)
 
     def _set_object_metrics(self, counts: Counter[tuple[str, str]]) -> None:
         self.metrics.objects.clear()
@@ -485,7 +532,7 @@ class Controller:
             return ("programmed" if state.programmed else "rejected"), state.message
 
         objects = snapshot.get_ref if snapshot is not None else (lambda ref: None)
-        settled = self.dialects.settle(applied.result.statuses, EnvoyView(probe, objects))
+        settled = self._settled_statuses(applied.result.statuses, EnvoyView(probe, objects))
         refused = [(r.type, r.name, r.message) for r in self.xds.refused_resources()]
         rejections = rejection_findings(applied.result.graph, refused)
         if rejections and snapshot is not None:
@@ -506,33 +553,46 @@ class Controller:
             _, seen = self._unacked.popleft()
             self.metrics.change_to_ack_seconds.observe(now - seen)
 
-    def _publish_settled(self, settled: Sequence[ObjectStatus]) -> None:
+    def _settled_statuses(
+        self, statuses: tuple[ObjectStatus, ...], envoy: EnvoyView
+    ) -> tuple[ObjectStatus, ...]:
+        """`statuses` settled by the dialects: only those of the kinds a dialect settles are
+        given to them (`_publish` keeps them apart); the others are as compiled."""
+        if not self._to_settle:
+            return statuses
+        before = tuple(sorted(self._to_settle.values(), key=_by_ref))
+        after = self.dialects.settle(before, envoy)
+        swap = {id(a): b for a, b in zip(before, after, strict=True) if a is not b}
+        if not swap:
+            return statuses
+        # swap.get(id, status): the settled status, or the status itself; all in C.
+        return tuple(map(swap.get, map(id, statuses), statuses))
+
+    def _publish_settled(self, settled: tuple[ObjectStatus, ...]) -> None:
         """Stamps transition times on the settled statuses that changed (by identity: an
         unchanged one keeps its published status, times and all) and tells the sinks."""
-        before_settled, before_published = self._settled_by_ref, self._published_by_ref
-        if len(settled) == len(before_settled) and all(
-            before_settled.get(s.ref) is s for s in settled
-        ):
+        if settled is self._settled:
+            return
+        diff = identity_diff(self._settled_by_id, settled)
+        self._settled, self._settled_by_id = settled, diff.by_id
+        if not diff.added and not diff.removed:
             return
         now = now_rfc3339()
-        published: list[ObjectStatus] = []
-        programmed = self._programmed
-        for status in settled:
-            old = before_settled.get(status.ref)
-            previous = before_published.get(status.ref)
-            if previous is not None and (old is status or old == status):
-                published.append(previous)  # unchanged: keep its times without restamping
+        published_of, programmed = self._published_of, self._programmed
+        gone = {s.ref: published_of.pop(id(s)) for s in diff.removed}
+        olds = {s.ref: s for s in diff.removed}
+        for status in diff.added:
+            old, previous = olds.get(status.ref), gone.pop(status.ref, None)
+            if previous is not None and old == status:
+                published_of[id(status)] = previous  # unchanged: keep its times, not restamped
                 continue
-            stamped = stamp_transitions(status, previous, now)
-            published.append(stamped)
+            stamped = published_of[id(status)] = stamp_transitions(status, previous, now)
             if previous is not None:
                 programmed.subtract(programmed_counts((previous,)))
             programmed.update(programmed_counts((stamped,)))
-        self._settled_by_ref = {s.ref: s for s in settled}
-        self._published = tuple(published)
-        self._published_by_ref = {s.ref: s for s in published}
-        for ref in before_published.keys() - self._published_by_ref.keys():
-            programmed.subtract(programmed_counts((before_published[ref],)))
+        for previous in gone.values():
+            programmed.subtract(programmed_counts((previous,)))
+        self._published = tuple(map(published_of.__getitem__, map(id, settled)))
         # Programmed changes with Envoy's answers, so it is counted here, not per compile.
         for value in ("True", "False", "Unknown"):
             self.metrics.gateways.labels(programmed=value).set(programmed[value])

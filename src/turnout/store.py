@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import operator
+from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,19 +47,25 @@ class SourceProblem:
         }
 
 
+_Key = tuple[str, str]
+_Bucket = Mapping[_Key, KubeObject]
+_NO_BUCKET: _Bucket = {}
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """An immutable view of all objects, indexed by (group, kind) and by namespace/name."""
 
     objects: tuple[KubeObject, ...] = ()
     problems: tuple[SourceProblem, ...] = ()
-    _by_kind: Mapping[tuple[str, str], Mapping[tuple[str, str], KubeObject]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    _by_kind: Mapping[_Key, _Bucket] = field(default_factory=dict, repr=False, compare=False)
+    # Each bucket's keys in order, made on the first `kind` call (a cache: the snapshot does
+    # not change); a patched snapshot patches its base's lists for the buckets that changed.
+    _order: dict[_Key, list[_Key]] = field(default_factory=dict, repr=False, compare=False)
 
     @staticmethod
     def of(objects: Iterable[KubeObject], problems: Iterable[SourceProblem] = ()) -> Snapshot:
-        by_kind: dict[tuple[str, str], dict[tuple[str, str], KubeObject]] = {}
+        by_kind: dict[_Key, dict[_Key, KubeObject]] = {}
         dupes: list[SourceProblem] = []
         kept: list[KubeObject] = []
         for obj in objects:
@@ -81,15 +88,24 @@ class Snapshot:
 
     def kind(self, group: str, kind: str) -> Iterator[KubeObject]:
         """Objects of one kind, sorted by namespace/name so compiles are deterministic."""
-        bucket = self._by_kind.get((group, kind), {})
-        for key in sorted(bucket):
-            yield bucket[key]
+        bucket = self._by_kind.get((group, kind))
+        if not bucket:
+            return iter(())
+        return map(bucket.__getitem__, self.keys_of(group, kind))
+
+    def keys_of(self, group: str, kind: str) -> Sequence[_Key]:
+        """The (namespace, name)s of one kind's objects, sorted (do not modify)."""
+        order = self._order.get((group, kind))
+        if order is None:
+            # Sorted once per snapshot (a race between threads sorts twice, same result).
+            order = self._order[(group, kind)] = sorted(self._by_kind.get((group, kind), ()))
+        return order
 
     def get(self, group: str, kind: str, namespace: str, name: str) -> KubeObject | None:
-        return self._by_kind.get((group, kind), {}).get((namespace, name))
+        return self._by_kind.get((group, kind), _NO_BUCKET).get((namespace, name))
 
     def get_ref(self, ref: ObjectRef) -> KubeObject | None:
-        return self.get(ref.group, ref.kind, ref.namespace, ref.name)
+        return self._by_kind.get((ref.group, ref.kind), _NO_BUCKET).get((ref.namespace, ref.name))
 
 
 def _same_objects(a: tuple[KubeObject, ...], b: tuple[KubeObject, ...]) -> bool:
@@ -169,27 +185,46 @@ def _partition_changes(
 def _patched(
     base: Snapshot, changes: Iterable[Change], objects: tuple[KubeObject, ...]
 ) -> Snapshot | None:
-    """`base` with `changes` applied, sharing every bucket no change touched; None when a
-    change does not apply to what `base` shows (an object listed twice across partitions:
-    which one wins is for `Snapshot.of` to decide)."""
+    """`base` with `changes` applied, sharing every bucket no change touched (and its sorted
+    keys); None when a change does not apply to what `base` shows (an object listed twice
+    across partitions: which one wins is for `Snapshot.of` to decide)."""
     by_kind = dict(base._by_kind)
-    copied: set[tuple[str, str]] = set()
+    copied: dict[_Key, dict[_Key, KubeObject]] = {}
+    moved: dict[_Key, list[tuple[_Key, bool]]] = {}  # keys added (True) or removed, per kind
     for before, after in changes:
         obj = after if after is not None else before
         assert obj is not None
         kind, key = (obj.group, obj.kind), (obj.namespace, obj.name)
-        if kind not in copied:
-            by_kind[kind] = dict(by_kind.get(kind, {}))
-            copied.add(kind)
-        bucket = by_kind[kind]
-        assert isinstance(bucket, dict)
+        bucket = copied.get(kind)
+        if bucket is None:
+            bucket = copied[kind] = dict(by_kind.get(kind, _NO_BUCKET))
+            by_kind[kind] = bucket
         if bucket.get(key) is not before:
             return None
         if after is None:
             del bucket[key]
         else:
             bucket[key] = after
-    return Snapshot(objects, base.problems, by_kind)
+        if (before is None) != (after is None):
+            moved.setdefault(kind, []).append((key, after is not None))
+    # A copy first (one C call): a compile thread may be sorting another of base's buckets.
+    order = dict(base._order)
+    for kind, keys in moved.items():
+        sorted_keys = order.pop(kind, None)
+        if sorted_keys is not None and by_kind[kind]:
+            order[kind] = _moved_keys(sorted_keys, keys)
+    return Snapshot(objects, base.problems, by_kind, order)
+
+
+def _moved_keys(order: list[_Key], moves: list[tuple[_Key, bool]]) -> list[_Key]:
+    """A sorted key list with keys added and removed (in this order), by bisection."""
+    out = list(order)
+    for key, added in moves:
+        if added:
+            insort(out, key)
+        else:
+            del out[bisect_left(out, key)]
+    return out
 
 
 class Store:

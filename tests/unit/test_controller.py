@@ -18,7 +18,7 @@ from tests.xds_client import AdsClient, FakeEnvoy, until
 from turnout.app import build_controller, compile_snapshot
 from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
 from turnout.config import ServeConfig
-from turnout.controller import Controller
+from turnout.controller import Controller, identity_diff
 from turnout.envoy.translate import translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.graph.dialect import (
@@ -504,5 +504,72 @@ async def test_status_sinks_are_told_each_change_of_the_published_statuses() -> 
         told = len(sink.published)
         await controller.reload()  # nothing changed: nothing published again
         assert len(sink.published) == told
+    finally:
+        await controller.stop()
+
+
+# --- statuses published by identity ---------------------------------------------------------------
+
+
+def test_identity_diff_tells_the_items_that_came_and_went() -> None:
+    a, b, c, d = (object() for _ in range(4))
+    first = identity_diff({}, (a, b, c))
+    assert set(first.added) == {a, b, c} and first.removed == ()
+    same = identity_diff(first.by_id, (a, b, c))
+    assert same.added == () and same.removed == ()
+    # An equal item that is not the very same object counts as changed.
+    second = identity_diff(first.by_id, (a, d, c))
+    assert second.added == (d,) and second.removed == (b,)
+    assert identity_diff(second.by_id, ()).removed != ()
+
+
+SERVICE, ROOT = PROXY.split("---\n")
+
+
+def _proxy(name: str, service: str = "app") -> tuple[KubeObject, ...]:
+    text = ROOT.replace("name: root", f"name: {name}").replace("ctl.", f"{name}.")
+    return _objects(text.replace("name: app", f"name: {service}"))
+
+
+def _object_count(controller: Controller, kind: str) -> float:
+    sample = controller.metrics.objects.labels(kind=kind, state="valid")
+    return float(sample._value.get())
+
+
+async def test_statuses_published_follow_every_change_including_removals() -> None:
+    # Unchanged statuses are kept by identity; a changed, added or removed one must show.
+    names = [f"p{i}" for i in range(6)]
+    source = ListSource("list", _objects(SERVICE))
+    controller = build_controller(_config(), sources=[source])
+    await controller.start()
+    try:
+        assert source.sink is not None
+        sink = source.sink
+
+        def refs() -> list[str]:
+            return [s.ref.name for s in controller.statuses() if s.ref.kind == "HTTPProxy"]
+
+        for name in names:
+            sink.replace_partition(name, _proxy(name))
+        await until(lambda: refs() == names, 5.0)
+        assert _object_count(controller, "HTTPProxy") == 6
+        kept = {s.ref.name: s for s in controller.statuses()}
+        # p2 removed, p3 broken (a Service that does not exist), p9 added, in one compile.
+        sink.remove_partition("p2")
+        sink.replace_partition("p3", _proxy("p3", service="nothing"))
+        sink.replace_partition("p9", _proxy("p9"))
+        await until(lambda: "p9" in refs(), 5.0)
+        assert refs() == ["p0", "p1", "p3", "p4", "p5", "p9"]
+        now = {s.ref.name: s for s in controller.statuses()}
+        assert now["p3"].state is not State.VALID and kept["p3"].state is State.VALID
+        assert all(now[n] is kept[n] for n in ("p0", "p1", "p4", "p5"))
+        assert _object_count(controller, "HTTPProxy") == 5
+        # p3 fixed again, everything else removed: nothing of it stays published.
+        sink.replace_partition("p3", _proxy("p3"))
+        for name in ("p0", "p1", "p4", "p5", "p9"):
+            sink.remove_partition(name)
+        await until(lambda: refs() == ["p3"], 5.0)
+        assert controller.statuses()[-1].state is State.VALID
+        assert _object_count(controller, "HTTPProxy") == 1
     finally:
         await controller.stop()
