@@ -21,6 +21,8 @@ def _from_scratch(store: Store) -> Snapshot:
 
 def _same(a: Snapshot, b: Snapshot) -> None:
     assert a.objects == b.objects
+    # The very objects of the partitions, wherever the snapshot was patched from.
+    assert all(x is y for x, y in zip(a.objects, b.objects, strict=True))
     assert [o.origin for o in a.objects] == [o.origin for o in b.objects]
     assert a.problems == b.problems
     kinds = {(o.group, o.kind) for o in (*a.objects, *b.objects)}
