@@ -573,3 +573,25 @@ async def test_statuses_published_follow_every_change_including_removals() -> No
         assert _object_count(controller, "HTTPProxy") == 1
     finally:
         await controller.stop()
+
+
+async def test_the_heap_is_frozen_after_each_compile_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    frozen: list[float] = []
+    monkeypatch.setattr("turnout.controller.freeze_heap", lambda: frozen.append(1))
+    source = ListSource("list", _objects(PROXY))
+    controller = build_controller(_config(), sources=[source])
+    await controller.start()
+    try:
+        assert source.sink is not None and frozen == []
+        controller.freeze_heap = True  # what `turnout serve` of files sets after its cold start
+        source.sink.replace_partition("list", _objects(PROXY.replace("ctl", "a")))
+        await until(lambda: _compiles(controller) == 2, 5.0)
+        assert len(frozen) == 1
+        controller.freeze_heap = False
+        source.sink.replace_partition("list", _objects(PROXY.replace("ctl", "b")))
+        await until(lambda: _compiles(controller) == 3, 5.0)
+        assert len(frozen) == 1
+    finally:
+        await controller.stop()
