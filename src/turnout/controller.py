@@ -44,6 +44,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import filterfalse
 from typing import Any, Generic, TypeVar
 
 from turnout.compile_inputs import CompileOptions, IssuerDiscovery, PathNormalization
@@ -179,10 +180,11 @@ def identity_diff(before: dict[int, T], items: Sequence[T]) -> IdentityDiff[T]:
     """`items` against `before` (the `by_id` of the last diff, which keeps those items alive,
     so no `id` is reused meanwhile): a few C-speed passes, then work in what changed."""
     by_id = dict(zip(map(id, items), items, strict=True))
-    if len(by_id) == len(before) and by_id.keys() == before.keys():
-        return IdentityDiff(by_id, (), ())
-    added = tuple(map(by_id.__getitem__, by_id.keys() - before.keys()))
-    removed = tuple(map(before.__getitem__, before.keys() - by_id.keys()))
+    added = tuple(map(by_id.__getitem__, filterfalse(before.__contains__, by_id)))
+    # by_id is what both hold plus `added`, `before` what both hold plus what went.
+    if len(before) == len(by_id) - len(added):
+        return IdentityDiff(by_id, added, ())
+    removed = tuple(map(before.__getitem__, filterfalse(by_id.__contains__, before)))
     return IdentityDiff(by_id, added, removed)
 
 
@@ -285,6 +287,12 @@ class Controller:
         # The compiled statuses `_publish` last saw, their counts by (kind, state), and those
         # of the kinds some dialect settles with Envoy's answers (`settled_kinds`).
         self._compiled_by_id: dict[int, ObjectStatus] = {}
+        # The compiled statuses, and the last diff: from, to, and what changed (settled as
+        # compiled, they are what `_publish_settled` needs too).
+        self._compiled_statuses: tuple[ObjectStatus, ...] = ()
+        self._compiled_diff: tuple[
+            tuple[ObjectStatus, ...], tuple[ObjectStatus, ...], IdentityDiff[ObjectStatus]
+        ] = ((), (), IdentityDiff({}, (), ()))
         self._state_counts: Counter[tuple[str, str]] = Counter()
         self._settled_kinds = settled_kinds(dialects)
         self._to_settle: dict[int, ObjectStatus] = {}
@@ -483,6 +491,8 @@ class Controller:
         compile is in the statuses that changed."""
         diff = identity_diff(self._compiled_by_id, result.statuses)
         self._compiled_by_id = diff.by_id
+        self._compiled_diff = (self._compiled_statuses, result.statuses, diff)
+        self._compiled_statuses = result.statuses
         if diff.added or diff.removed:
             self._count_and_log(diff)
         for status in diff.removed:
@@ -598,7 +608,9 @@ class Controller:
         unchanged one keeps its published status, times and all) and tells the sinks."""
         if settled is self._settled:
             return
-        diff = identity_diff(self._settled_by_id, settled)
+        before, after, diff = self._compiled_diff
+        if before is not self._settled or after is not settled:
+            diff = identity_diff(self._settled_by_id, settled)
         self._settled, self._settled_by_id = settled, diff.by_id
         if not diff.added and not diff.removed:
             return
