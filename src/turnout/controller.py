@@ -97,6 +97,8 @@ MAX_UNACKED_CHANGES = 64
 # latency; a rolling update's writes arriving together still make one update.
 ENDPOINT_DEBOUNCE_S = 0.01
 ENDPOINT_KINDS = frozenset({("discovery.k8s.io", "EndpointSlice"), ("", "Endpoints")})
+# How long after a compile `freeze_heap` runs (`Controller.freeze_heap`): after the push.
+FREEZE_DELAY_S = 0.05
 # A cold start that takes longer than this says how far it got, every this often.
 PROGRESS_INTERVAL_S = 1.0
 
@@ -404,7 +406,8 @@ class Controller:
                 self._unacked.append((version, change_seen))
             self._applied(result, version, snapshot, time.perf_counter() - started, resources)
             if self.freeze_heap:
-                freeze_heap()
+                # Once the push to Envoy is out (its stream task runs next): not in its way.
+                asyncio.get_running_loop().call_later(FREEZE_DELAY_S, freeze_heap)
             return self.applied
 
     def _changes(self, snapshot: Snapshot) -> tuple[Change, ...] | None:

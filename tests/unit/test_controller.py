@@ -588,10 +588,11 @@ async def test_the_heap_is_frozen_after_each_compile_only_when_asked(
         controller.freeze_heap = True  # what `turnout serve` of files sets after its cold start
         source.sink.replace_partition("list", _objects(PROXY.replace("ctl", "a")))
         await until(lambda: _compiles(controller) == 2, 5.0)
-        assert len(frozen) == 1
+        await until(lambda: len(frozen) == 1, 5.0)
         controller.freeze_heap = False
         source.sink.replace_partition("list", _objects(PROXY.replace("ctl", "b")))
         await until(lambda: _compiles(controller) == 3, 5.0)
+        await asyncio.sleep(0.3)
         assert len(frozen) == 1
     finally:
         await controller.stop()
