@@ -1728,6 +1728,8 @@ async def _run(config: ServeConfig) -> None:
         pause = cold_start_gc() if config.kubernetes is None else contextlib.nullcontext()
         with pause:
             await controller.start()
+        # From now on, what each change's compile builds is frozen too (`freeze_heap`).
+        controller.freeze_heap = config.kubernetes is None
         if config.paths and not controller.statuses() and not controller.problems():
             log.warning("%s", _nothing_found(config.paths))
         log.info(

@@ -105,7 +105,10 @@ class ServeConfig:
     # The Envoy child's bootstrap, pid file and admin socket (`envoy.state`); None: the default
     # per-user directory for this HTTP port (`envoy.state.default_state_dir`).
     state_dir: Path | None = None
-    debounce_ms: int = 100
+    # The quiet window of a burst of changes (`Controller._coalesce`): a change that comes
+    # after this long without one compiles at once; one that comes sooner waits until no change
+    # came for this long (at most `controller.MAX_DELAY_S`).
+    debounce_ms: int = 20
     # A watched file that had objects and yields none keeps them this long (`--empty-file-grace`).
     empty_file_grace_s: float = DEFAULT_EMPTY_FILE_GRACE_S
     # The largest file the files source reads (--max-file-bytes); a larger one is a problem.

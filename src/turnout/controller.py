@@ -11,14 +11,18 @@ When it compiles:
 * not before every source has listed everything once (`synced`): a half-listed store would
   program Envoy with routes missing and report objects as orphaned. `/readyz` names the source
   it waits for.
-* a burst of changes is one compile: the first change opens a window, and the compile starts
-  once no change came for `ServeConfig.debounce_ms` (100 ms by default), but never later than
-  `MAX_DELAY_S` (1 s) after that first change, so a steady trickle cannot starve it.
+* a change that comes after a quiet window (no change for `ServeConfig.debounce_ms`, 20 ms by
+  default) compiles at once: a compile costs what the change touched, so waiting would be most
+  of its latency. A change that comes sooner (during that compile, or in a burst: a `kubectl
+  apply` of many objects, a `git checkout`) waits until no change came for `debounce_ms`, but
+  never longer than `MAX_DELAY_S` (1 s) after the first change not compiled yet, so a steady
+  trickle cannot starve it: a burst is one leading compile and one (or a few) more.
 * not at all when the store holds what the last good compile compiled (a file touched or
   rewritten with the same content), with the same discovery answers.
 * without the dialects when only EndpointSlices or Endpoints of Services no routing decision
   reads changed (`graph.endpoint_update`): the last result with those Services' endpoints
-  redone, exactly what a full compile gives; such a burst waits `ENDPOINT_DEBOUNCE_S`.
+  redone, exactly what a full compile gives; such a burst's quiet window is
+  `ENDPOINT_DEBOUNCE_S`.
 
 Statuses: what only Envoy's answer decides (a Gateway's `Programmed`) is settled when the xDS
 server reports that Envoy answered (ACK or NACK) and right after each compile, not when someone
@@ -32,13 +36,16 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import gc
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from itertools import filterfalse
+from typing import Any, Generic, TypeVar
 
 from turnout.compile_inputs import CompileOptions, IssuerDiscovery, PathNormalization
 from turnout.config import ServeConfig
@@ -58,12 +65,12 @@ from turnout.envoy.xds import XdsServer
 from turnout.envoy.xds_tls import child_client_tls, server_credentials
 from turnout.graph.attribution import rejection_findings
 from turnout.graph.build import CompileResult, build_graph, fold_findings
-from turnout.graph.dialect import Dialects, EnvoyView
+from turnout.graph.dialect import Dialect, Dialects, EnvoyView
 from turnout.graph.endpoint_update import endpoint_services, update_endpoints
 from turnout.graph.load_balancer import service_addresses
 from turnout.graph.memo import CompileMemo
 from turnout.metrics import Metrics
-from turnout.objects import ObjectRef
+from turnout.objects import ObjectRef, group_of
 from turnout.sources.base import Source, StoreSink
 from turnout.sources.local_addresses import HostWatcher
 from turnout.sources.oidc import IssuerDiscoverer
@@ -90,6 +97,8 @@ MAX_UNACKED_CHANGES = 64
 # latency; a rolling update's writes arriving together still make one update.
 ENDPOINT_DEBOUNCE_S = 0.01
 ENDPOINT_KINDS = frozenset({("discovery.k8s.io", "EndpointSlice"), ("", "Endpoints")})
+# How long after a compile `freeze_heap` runs (`Controller.freeze_heap`): after the push.
+FREEZE_DELAY_S = 0.05
 # A cold start that takes longer than this says how far it got, every this often.
 PROGRESS_INTERVAL_S = 1.0
 
@@ -114,10 +123,17 @@ class _Input:
     compile_options: CompileOptions
     translate_options: TranslateOptions
 
-    def same(self, other: _Input | None) -> bool:
+    def same(self, other: _Input | None, changes: Sequence[Change] | None = None) -> bool:
+        """`changes`: the objects changed from `other`'s snapshot to this one (the store's log,
+        which costs what changed), None: compare every object."""
+        if other is None:
+            return False
+        if changes is None:
+            same_objects = same_content(self.snapshot, other.snapshot)
+        else:
+            same_objects = not changes and self.snapshot.problems == other.snapshot.problems
         return (
-            other is not None
-            and same_content(self.snapshot, other.snapshot)
+            same_objects
             and self.discovery == other.discovery
             and self.compile_options == other.compile_options
             and self.translate_options == other.translate_options
@@ -147,6 +163,54 @@ def programmed_counts(statuses: Iterable[ObjectStatus]) -> dict[str, int]:
         if programmed is not None:
             counts[str(programmed.status)] += 1
     return counts
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityDiff(Generic[T]):
+    """A sequence against the one before, by identity: the new one by `id`, and the items
+    that came (not in the one before) and went (not in the new one)."""
+
+    by_id: dict[int, T]
+    added: tuple[T, ...]
+    removed: tuple[T, ...]
+
+
+def identity_diff(before: dict[int, T], items: Sequence[T]) -> IdentityDiff[T]:
+    """`items` against `before` (the `by_id` of the last diff, which keeps those items alive,
+    so no `id` is reused meanwhile): a few C-speed passes, then work in what changed."""
+    by_id = dict(zip(map(id, items), items, strict=True))
+    added = tuple(map(by_id.__getitem__, filterfalse(before.__contains__, by_id)))
+    # by_id is what both hold plus `added`, `before` what both hold plus what went.
+    if len(before) == len(by_id) - len(added):
+        return IdentityDiff(by_id, added, ())
+    removed = tuple(map(before.__getitem__, filterfalse(by_id.__contains__, before)))
+    return IdentityDiff(by_id, added, removed)
+
+
+def settled_kinds(dialects: Dialects) -> frozenset[tuple[str, str]]:
+    """The (group, kind)s of the dialects whose `settle` changes statuses (it is overridden):
+    only those statuses are settled again when Envoy answers."""
+    overriding = (d for d in dialects.all if type(d).settle is not Dialect.settle)
+    return frozenset((group_of(v), k) for d in overriding for v, k in d.kinds)
+
+
+def _by_ref(status: ObjectStatus) -> ObjectRef:
+    return status.ref
+
+
+def freeze_heap() -> None:
+    """Moves everything alive out of the cyclic collector's passes (`gc.freeze`, O(1)) after
+    the young generations were collected (so no cyclic garbage is frozen).
+
+    What a compile builds lives until a later change replaces it, and is freed then by
+    reference counting (its pieces hold no cycles: 200 changes frozen this way left no
+    unreachable object behind). Left to the collector, each change's survivors would pile up
+    until a full collection walks them all: pauses of 1-2 s at 10,000 objects."""
+    gc.collect(1)
+    gc.freeze()
 
 
 def envoy_state_dir(config: ServeConfig) -> StateDir:
@@ -192,6 +256,7 @@ class Controller:
         self._tasks: list[asyncio.Task[None]] = []
         self._demo: list[object] = []
         self.applied_problems: tuple[SourceProblem, ...] = ()
+        self._ignored: tuple[IgnoredObject, ...] = ()  # the last compile's, and as a set:
         self._last_ignored: frozenset[IgnoredObject] = frozenset()
         self.compile_error: str | None = None
         self._source_errors: dict[int, str] = {}  # a failed source until it listed again
@@ -207,14 +272,32 @@ class Controller:
         self._unacked: collections.deque[tuple[str, float]] = collections.deque(
             maxlen=MAX_UNACKED_CHANGES
         )
+        # The burst being coalesced (`_coalesce`, monotonic times): when its first change not
+        # yet compiled came, whether that one came after a quiet window (compiled at once),
+        # and when the last change came.
+        self._burst_start: float | None = None
+        self._leading = False
+        self._last_change = -math.inf
         # The published statuses: compiled, settled by Envoy's answers, stamped with transition
         # times; and the settled-but-unstamped ones they came from, to skip unchanged work.
+        # All by identity (`identity_diff`): an unchanged status is the very same object from
+        # one compile to the next, so the work per change is in the statuses that changed.
         self._published: tuple[ObjectStatus, ...] = ()
-        self._published_by_ref: dict[ObjectRef, ObjectStatus] = {}
-        self._settled_by_ref: dict[ObjectRef, ObjectStatus] = {}
-        # The compiled statuses `_publish` last saw, and their counts by (kind, state).
-        self._compiled_by_ref: dict[ObjectRef, ObjectStatus] = {}
+        self._settled: tuple[ObjectStatus, ...] = ()  # what `_published` was stamped from
+        self._settled_by_id: dict[int, ObjectStatus] = {}
+        self._published_of: dict[int, ObjectStatus] = {}  # id of a settled status -> published
+        # The compiled statuses `_publish` last saw, their counts by (kind, state), and those
+        # of the kinds some dialect settles with Envoy's answers (`settled_kinds`).
+        self._compiled_by_id: dict[int, ObjectStatus] = {}
+        # The compiled statuses, and the last diff: from, to, and what changed (settled as
+        # compiled, they are what `_publish_settled` needs too).
+        self._compiled_statuses: tuple[ObjectStatus, ...] = ()
+        self._compiled_diff: tuple[
+            tuple[ObjectStatus, ...], tuple[ObjectStatus, ...], IdentityDiff[ObjectStatus]
+        ] = ((), (), IdentityDiff({}, (), ()))
         self._state_counts: Counter[tuple[str, str]] = Counter()
+        self._settled_kinds = settled_kinds(dialects)
+        self._to_settle: dict[int, ObjectStatus] = {}
         self._programmed: Counter[str] = Counter()  # programmed_counts of _published
         # What the compiles carry from one to the next (`graph.memo`, `envoy.translate.memo`),
         # and the snapshot the compile memo last compiled: an endpoints fast path in between
@@ -222,6 +305,9 @@ class Controller:
         self._compile_memo = CompileMemo()
         self._translate_memo = TranslateMemo()
         self._memo_snapshot: Snapshot | None = None
+        # `freeze_heap` after every compile (`turnout serve` of files sets it, after its cold
+        # start froze the heap: `cli.cold_start_gc`).
+        self.freeze_heap = False
         # OpenID discovery for RouteGroups' jwtValidation: network calls stay out of the compile,
         # whose input the answers become; a changed answer recompiles.
         self.oidc = IssuerDiscoverer(self.recompile)
@@ -271,6 +357,7 @@ class Controller:
         async with self._compile_lock:
             started = time.perf_counter()
             change_seen, self._change_seen = self._change_seen, None
+            self._burst_start = None
             snapshot = self.store.snapshot()
             self.store.clear_pending()
             compiled = self._compiled
@@ -285,9 +372,9 @@ class Controller:
                 inputs = self.dialects.external_inputs(snapshot, self.compile_options)
                 self.oidc.track(tuple(sorted(inputs.oidc_issuers)))
                 compile_input = self._input(snapshot)
-                if compile_input.same(self._compiled):
-                    return self.applied
                 changes = self._changes(snapshot)
+                if compile_input.same(self._compiled, changes):
+                    return self.applied
                 fast = await asyncio.to_thread(self._endpoint_update, compile_input, changes)
                 if fast is not None:
                     result, resources = fast
@@ -318,6 +405,9 @@ class Controller:
             if change_seen is not None and version != previous:
                 self._unacked.append((version, change_seen))
             self._applied(result, version, snapshot, time.perf_counter() - started, resources)
+            if self.freeze_heap:
+                # Once the push to Envoy is out (its stream task runs next): not in its way.
+                asyncio.get_running_loop().call_later(FREEZE_DELAY_S, freeze_heap)
             return self.applied
 
     def _changes(self, snapshot: Snapshot) -> tuple[Change, ...] | None:
@@ -402,41 +492,48 @@ class Controller:
         """Status sinks: metrics, and a log line for every object whose state changed. The
         compile keeps an unchanged object's status the very same object, so the work per
         compile is in the statuses that changed."""
-        before = self._compiled_by_ref
-        current: dict[ObjectRef, ObjectStatus] = {}
+        diff = identity_diff(self._compiled_by_id, result.statuses)
+        self._compiled_by_id = diff.by_id
+        self._compiled_diff = (self._compiled_statuses, result.statuses, diff)
+        self._compiled_statuses = result.statuses
+        if diff.added or diff.removed:
+            self._count_and_log(diff)
+        for status in diff.removed:
+            self._to_settle.pop(id(status), None)
+        for status in diff.added:
+            if (status.ref.group, status.ref.kind) in self._settled_kinds:
+                self._to_settle[id(status)] = status
+        self.metrics.source_problems.set(len(result.problems))
+        # Parse problems are logged by the files source as they happen; the rest once per change.
+        if result.problems != self.applied_problems:
+            previous = set(self.applied_problems)
+            for problem in result.problems:
+                if problem not in previous and problem.severity != "unreadable":
+                    log.warning("input problem: %s", problem)
+        self.applied_problems = result.problems
+        # Another controller's objects are normal: info, once each, so nothing is ignored silently.
+        if result.ignored is not self._ignored:
+            for ignored in result.ignored:
+                if ignored not in self._last_ignored:
+                    log.info("%s: ignored: %s", ignored.ref, ignored.reason)
+            self._ignored, self._last_ignored = result.ignored, frozenset(result.ignored)
+
+    def _count_and_log(self, diff: IdentityDiff[ObjectStatus]) -> None:
+        """The object counts by (kind, state) and a log line per object whose state changed
+        (or that came or went), from the statuses that changed since the last compile."""
         counts = self._state_counts
-        changed = False
-        for status in result.statuses:
-            current[status.ref] = status
-            old = before.get(status.ref)
-            if old is status:
-                continue
-            changed = True
+        gone: dict[ObjectRef, ObjectStatus] = {s.ref: s for s in diff.removed}
+        for removed in diff.removed:
+            counts[(removed.ref.kind, removed.state.value)] -= 1
+        for status in sorted(diff.added, key=_by_ref):
             counts[(status.ref.kind, status.state.value)] += 1
-            if old is not None:
-                counts[(old.ref.kind, old.state.value)] -= 1
+            old = gone.pop(status.ref, None)
             if old is None or (old.state, old.summary) != (status.state, status.summary):
                 level = logging.INFO if status.state is State.VALID else logging.WARNING
                 log.log(level, "%s: %s: %s", status.ref, status.state.value, status.summary)
-        if len(current) != len(before) or changed:
-            for ref in before.keys() - current.keys():
-                old = before[ref]
-                counts[(old.ref.kind, old.state.value)] -= 1
-                log.info("%s: removed", ref)
-            self._set_object_metrics(counts)
-        self._compiled_by_ref = current
-        self.metrics.source_problems.set(len(result.problems))
-        # Parse problems are logged by the files source as they happen; the rest once per change.
-        previous = set(self.applied_problems)
-        for problem in result.problems:
-            if problem not in previous and problem.severity != "unreadable":
-                log.warning("input problem: %s", problem)
-        self.applied_problems = result.problems
-        # Another controller's objects are normal: info, once each, so nothing is ignored silently.
-        for ignored in result.ignored:
-            if ignored not in self._last_ignored:
-                log.info("%s: ignored: %s", ignored.ref, ignored.reason)
-        self._last_ignored = frozenset(result.ignored)
+        for ref in sorted(gone):
+            log.info("%s: removed", ref)
+        self._set_object_metrics(counts)
 
     def _set_object_metrics(self, counts: Counter[tuple[str, str]]) -> None:
         self.metrics.objects.clear()
@@ -473,7 +570,7 @@ class Controller:
             return ("programmed" if state.programmed else "rejected"), state.message
 
         objects = snapshot.get_ref if snapshot is not None else (lambda ref: None)
-        settled = self.dialects.settle(applied.result.statuses, EnvoyView(probe, objects))
+        settled = self._settled_statuses(applied.result.statuses, EnvoyView(probe, objects))
         refused = [(r.type, r.name, r.message) for r in self.xds.refused_resources()]
         rejections = rejection_findings(applied.result.graph, refused)
         if rejections and snapshot is not None:
@@ -494,33 +591,48 @@ class Controller:
             _, seen = self._unacked.popleft()
             self.metrics.change_to_ack_seconds.observe(now - seen)
 
-    def _publish_settled(self, settled: Sequence[ObjectStatus]) -> None:
+    def _settled_statuses(
+        self, statuses: tuple[ObjectStatus, ...], envoy: EnvoyView
+    ) -> tuple[ObjectStatus, ...]:
+        """`statuses` settled by the dialects: only those of the kinds a dialect settles are
+        given to them (`_publish` keeps them apart); the others are as compiled."""
+        if not self._to_settle:
+            return statuses
+        before = tuple(sorted(self._to_settle.values(), key=_by_ref))
+        after = self.dialects.settle(before, envoy)
+        swap = {id(a): b for a, b in zip(before, after, strict=True) if a is not b}
+        if not swap:
+            return statuses
+        # swap.get(id, status): the settled status, or the status itself; all in C.
+        return tuple(map(swap.get, map(id, statuses), statuses))
+
+    def _publish_settled(self, settled: tuple[ObjectStatus, ...]) -> None:
         """Stamps transition times on the settled statuses that changed (by identity: an
         unchanged one keeps its published status, times and all) and tells the sinks."""
-        before_settled, before_published = self._settled_by_ref, self._published_by_ref
-        if len(settled) == len(before_settled) and all(
-            before_settled.get(s.ref) is s for s in settled
-        ):
+        if settled is self._settled:
+            return
+        before, after, diff = self._compiled_diff
+        if before is not self._settled or after is not settled:
+            diff = identity_diff(self._settled_by_id, settled)
+        self._settled, self._settled_by_id = settled, diff.by_id
+        if not diff.added and not diff.removed:
             return
         now = now_rfc3339()
-        published: list[ObjectStatus] = []
-        programmed = self._programmed
-        for status in settled:
-            old = before_settled.get(status.ref)
-            previous = before_published.get(status.ref)
-            if previous is not None and (old is status or old == status):
-                published.append(previous)  # unchanged: keep its times without restamping
+        published_of, programmed = self._published_of, self._programmed
+        gone = {s.ref: published_of.pop(id(s)) for s in diff.removed}
+        olds = {s.ref: s for s in diff.removed}
+        for status in diff.added:
+            old, previous = olds.get(status.ref), gone.pop(status.ref, None)
+            if previous is not None and old == status:
+                published_of[id(status)] = previous  # unchanged: keep its times, not restamped
                 continue
-            stamped = stamp_transitions(status, previous, now)
-            published.append(stamped)
+            stamped = published_of[id(status)] = stamp_transitions(status, previous, now)
             if previous is not None:
                 programmed.subtract(programmed_counts((previous,)))
             programmed.update(programmed_counts((stamped,)))
-        self._settled_by_ref = {s.ref: s for s in settled}
-        self._published = tuple(published)
-        self._published_by_ref = {s.ref: s for s in published}
-        for ref in before_published.keys() - self._published_by_ref.keys():
-            programmed.subtract(programmed_counts((before_published[ref],)))
+        for previous in gone.values():
+            programmed.subtract(programmed_counts((previous,)))
+        self._published = tuple(map(published_of.__getitem__, map(id, settled)))
         # Programmed changes with Envoy's answers, so it is counted here, not per compile.
         for value in ("True", "False", "Unknown"):
             self.metrics.gateways.labels(programmed=value).set(programmed[value])
@@ -670,8 +782,14 @@ class Controller:
         return await self.recompile()
 
     def _changed(self) -> None:
+        now = time.monotonic()
         if self._change_seen is None and self._first_compile.is_set():
-            self._change_seen = time.monotonic()
+            self._change_seen = now
+        if self._burst_start is None:
+            self._burst_start = now
+            quiet = max(0, self.config.debounce_ms) / 1000
+            self._leading = now - self._last_change >= quiet
+        self._last_change = now
         self._dirty.set()
 
     def _source_synced(self, index: int) -> None:
@@ -710,23 +828,32 @@ class Controller:
             await self.recompile()
 
     async def _coalesce(self) -> None:
-        """Waits until no change came for `debounce_ms`, or `MAX_DELAY_S` after the first."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + MAX_DELAY_S
-        quiet = max(0, self.config.debounce_ms) / 1000
+        """Returns at once for a change that came after a quiet window (the first of a burst:
+        compiled on its leading edge); else waits until no change came for the window, or
+        `MAX_DELAY_S` after the first change not compiled yet."""
+        self._dirty.clear()
+        first = self._burst_start
+        if first is None or self._leading:
+            return
+        deadline = first + MAX_DELAY_S
         while True:
-            self._dirty.clear()
-            window = quiet
-            pending = self.store.pending_kinds()
-            if pending and pending <= ENDPOINT_KINDS:
-                window = min(quiet, ENDPOINT_DEBOUNCE_S)
-            remaining = min(window, deadline - loop.time())
+            remaining = min(self._last_change + self._window(), deadline) - time.monotonic()
             if remaining <= 0:
                 return
             try:
                 await asyncio.wait_for(self._dirty.wait(), remaining)
             except TimeoutError:
                 return
+            self._dirty.clear()
+
+    def _window(self) -> float:
+        """The quiet window of the pending changes: `debounce_ms`, or `ENDPOINT_DEBOUNCE_S`
+        when they are only EndpointSlices or Endpoints (the fast path costs milliseconds)."""
+        quiet = max(0, self.config.debounce_ms) / 1000
+        pending = self.store.pending_kinds()
+        if pending and pending <= ENDPOINT_KINDS:
+            return min(quiet, ENDPOINT_DEBOUNCE_S)
+        return quiet
 
     async def _start_demo_backends(self) -> None:
         from turnout.echo import demo_backends, start_echo

@@ -18,7 +18,7 @@ from tests.xds_client import AdsClient, FakeEnvoy, until
 from turnout.app import build_controller, compile_snapshot
 from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
 from turnout.config import ServeConfig
-from turnout.controller import Controller
+from turnout.controller import Controller, identity_diff
 from turnout.envoy.translate import translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.graph.dialect import (
@@ -280,6 +280,28 @@ async def test_changes_within_the_debounce_window_join_one_compile_of_bounded_de
         await controller.stop()
 
 
+async def test_a_change_after_a_quiet_window_compiles_at_once_and_a_burst_waits() -> None:
+    source = ListSource("list", _objects(PROXY))
+    config = dataclasses.replace(_config(), debounce_ms=600)
+    controller = build_controller(config, sources=[source])
+    await controller.start()
+    try:
+        assert source.sink is not None and _compiles(controller) == 1
+        await asyncio.sleep(0.7)  # quiet for longer than the window
+        started = time.monotonic()
+        source.sink.replace_partition("list", _objects(PROXY.replace("ctl", "a")))
+        await until(lambda: _compiled(controller, "a.example.com"), 5.0)
+        assert time.monotonic() - started < 0.4  # its leading edge, not after the window
+        # A change within the window is part of a burst: it waits for the window's quiet.
+        started = time.monotonic()
+        source.sink.replace_partition("list", _objects(PROXY.replace("ctl", "b")))
+        await until(lambda: _compiled(controller, "b.example.com"), 5.0)
+        assert time.monotonic() - started >= 0.6
+        assert _compiles(controller) == 3
+    finally:
+        await controller.stop()
+
+
 async def test_a_file_rewritten_with_the_same_content_is_not_compiled(tmp_path: Path) -> None:
     path = tmp_path / "a.yaml"
     path.write_text(PROXY)
@@ -482,5 +504,95 @@ async def test_status_sinks_are_told_each_change_of_the_published_statuses() -> 
         told = len(sink.published)
         await controller.reload()  # nothing changed: nothing published again
         assert len(sink.published) == told
+    finally:
+        await controller.stop()
+
+
+# --- statuses published by identity ---------------------------------------------------------------
+
+
+def test_identity_diff_tells_the_items_that_came_and_went() -> None:
+    a, b, c, d = (object() for _ in range(4))
+    first = identity_diff({}, (a, b, c))
+    assert set(first.added) == {a, b, c} and first.removed == ()
+    same = identity_diff(first.by_id, (a, b, c))
+    assert same.added == () and same.removed == ()
+    # An equal item that is not the very same object counts as changed.
+    second = identity_diff(first.by_id, (a, d, c))
+    assert second.added == (d,) and second.removed == (b,)
+    assert identity_diff(second.by_id, ()).removed != ()
+
+
+SERVICE, ROOT = PROXY.split("---\n")
+
+
+def _proxy(name: str, service: str = "app") -> tuple[KubeObject, ...]:
+    text = ROOT.replace("name: root", f"name: {name}").replace("ctl.", f"{name}.")
+    return _objects(text.replace("name: app", f"name: {service}"))
+
+
+def _object_count(controller: Controller, kind: str) -> float:
+    sample = controller.metrics.objects.labels(kind=kind, state="valid")
+    return float(sample._value.get())
+
+
+async def test_statuses_published_follow_every_change_including_removals() -> None:
+    # Unchanged statuses are kept by identity; a changed, added or removed one must show.
+    names = [f"p{i}" for i in range(6)]
+    source = ListSource("list", _objects(SERVICE))
+    controller = build_controller(_config(), sources=[source])
+    await controller.start()
+    try:
+        assert source.sink is not None
+        sink = source.sink
+
+        def refs() -> list[str]:
+            return [s.ref.name for s in controller.statuses() if s.ref.kind == "HTTPProxy"]
+
+        for name in names:
+            sink.replace_partition(name, _proxy(name))
+        await until(lambda: refs() == names, 5.0)
+        assert _object_count(controller, "HTTPProxy") == 6
+        kept = {s.ref.name: s for s in controller.statuses()}
+        # p2 removed, p3 broken (a Service that does not exist), p9 added, in one compile.
+        sink.remove_partition("p2")
+        sink.replace_partition("p3", _proxy("p3", service="nothing"))
+        sink.replace_partition("p9", _proxy("p9"))
+        await until(lambda: "p9" in refs(), 5.0)
+        assert refs() == ["p0", "p1", "p3", "p4", "p5", "p9"]
+        now = {s.ref.name: s for s in controller.statuses()}
+        assert now["p3"].state is not State.VALID and kept["p3"].state is State.VALID
+        assert all(now[n] is kept[n] for n in ("p0", "p1", "p4", "p5"))
+        assert _object_count(controller, "HTTPProxy") == 5
+        # p3 fixed again, everything else removed: nothing of it stays published.
+        sink.replace_partition("p3", _proxy("p3"))
+        for name in ("p0", "p1", "p4", "p5", "p9"):
+            sink.remove_partition(name)
+        await until(lambda: refs() == ["p3"], 5.0)
+        assert controller.statuses()[-1].state is State.VALID
+        assert _object_count(controller, "HTTPProxy") == 1
+    finally:
+        await controller.stop()
+
+
+async def test_the_heap_is_frozen_after_each_compile_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    frozen: list[float] = []
+    monkeypatch.setattr("turnout.controller.freeze_heap", lambda: frozen.append(1))
+    source = ListSource("list", _objects(PROXY))
+    controller = build_controller(_config(), sources=[source])
+    await controller.start()
+    try:
+        assert source.sink is not None and frozen == []
+        controller.freeze_heap = True  # what `turnout serve` of files sets after its cold start
+        source.sink.replace_partition("list", _objects(PROXY.replace("ctl", "a")))
+        await until(lambda: _compiles(controller) == 2, 5.0)
+        await until(lambda: len(frozen) == 1, 5.0)
+        controller.freeze_heap = False
+        source.sink.replace_partition("list", _objects(PROXY.replace("ctl", "b")))
+        await until(lambda: _compiles(controller) == 3, 5.0)
+        await asyncio.sleep(0.3)
+        assert len(frozen) == 1
     finally:
         await controller.stop()

@@ -53,6 +53,11 @@ PARTITION_PREFIX = "file:"
 # the OS watches are being re-armed after a directory appears, and catches filesystems that do not
 # deliver events (some network and overlay mounts). A rescan is one `stat` per file.
 _IDLE_RESCAN_MS = 5_000
+# How long the watcher waits for more events before it yields a batch: the controller coalesces
+# bursts itself (`Controller._coalesce`), so this only groups one write's events (a temporary
+# file and its rename) and bounds the wake-ups of an idle watcher (one per step: about 1% of a
+# core at 5 ms). A batch takes 1-2 steps after its last event.
+WATCH_STEP_MS = 5
 # Pause before re-arming the watcher after it failed (a watched directory vanished mid-setup).
 _REARM_DELAY_S = 0.2
 # How long a file that had objects may yield none before they are removed (`--empty-file-grace`).
@@ -305,7 +310,7 @@ class FileSource:
         """Reloads on every batch of filesystem changes until `stop_event` is set (or the task is
         cancelled). `on_change` is called once per batch that changed the store."""
         stop = stop_event if stop_event is not None else asyncio.Event()
-        step = max(1, min(50, debounce_ms))
+        step = max(1, min(WATCH_STEP_MS, debounce_ms))
         while not stop.is_set():
             targets = await asyncio.to_thread(self._watch_targets)
             try:
