@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress
 
 from turnout.compile_inputs import (
     HTTP_LISTENER,
@@ -178,11 +180,13 @@ _KNOWN = _ObjectCheck()
 
 
 class KindsMemo:
-    """`check_kinds` per object by identity, for one set of kinds read."""
+    """`check_kinds` per object, for one set of kinds read: the objects whose check is not
+    `_KNOWN` by ref (with the object), and the last answer."""
 
     def __init__(self) -> None:
         self.known: frozenset[tuple[str, str]] = frozenset()
-        self.checks = IdentityMemo[KubeObject, _ObjectCheck]()
+        self.special: dict[ObjectRef, tuple[KubeObject, _ObjectCheck]] = {}
+        self.last: KindCheck | None = None
 
 
 def check_kinds(
@@ -192,35 +196,75 @@ def check_kinds(
     apiVersion (e.g. `projectcontour.io/v2 HTTPProxy`) so no dialect misreads them. A kind
     turnout does not read is an error when it is close to a kind turnout reads in its group (a
     typo must fail CI: `HTTPProxxy`), else a warning, and the object is listed as ignored (a
-    Deployment in the same directory). `memo`: each object's answer kept by its identity."""
-    kept = (CompileMemo() if memo is None else memo).stage("kinds", KindsMemo)
-    if kept.known != known:
-        kept.known, kept.checks = known, IdentityMemo()
-    kept.checks.age()
+    Deployment in the same directory). `memo`: only the objects the delta names are checked
+    again; the others' answers are those of the compile before."""
+    memo = CompileMemo() if memo is None else memo
+    kept = memo.stage("kinds", KindsMemo)
+    tables = _kind_tables(known)
+    if kept.known != known or kept.last is None or memo.delta.everything:
+        kept.known, kept.special = known, {}
+        for each in snapshot.objects:
+            check = _check_object(each, known, *tables)
+            if check is not _KNOWN:
+                kept.special[each.ref] = (each, check)
+        return _kinds_answer(snapshot, kept, snapshot.objects)
+    changed = False
+    for ref in memo.delta.refs:
+        obj = snapshot.get_ref(ref)
+        check = _KNOWN if obj is None else _check_object(obj, known, *tables)
+        if check is not _KNOWN and obj is not None:
+            kept.special[ref] = (obj, check)
+            changed = True
+        elif kept.special.pop(ref, None) is not None:
+            changed = True
+    if not changed and len(kept.special) < 2 and not kept.last.rejected:
+        kept.last = dataclasses.replace(kept.last, snapshot=snapshot)
+        return kept.last
+    return _kinds_answer(snapshot, kept, None)
+
+
+def _kind_tables(
+    known: frozenset[tuple[str, str]],
+) -> tuple[dict[tuple[str, str], list[str]], dict[str, list[str]]]:
     by_group_kind: dict[tuple[str, str], list[str]] = {}
     by_group: dict[str, list[str]] = {}
     for api_version, kind in known:
         by_group_kind.setdefault((group_of(api_version), kind), []).append(api_version)
         by_group.setdefault(group_of(api_version), []).append(kind)
+    return by_group_kind, by_group
+
+
+def _kinds_answer(
+    snapshot: Snapshot, kept: KindsMemo, ordered: Sequence[KubeObject] | None
+) -> KindCheck:
+    """The answer from the checks kept, in the snapshot's order (`ordered`: the objects with a
+    check to report, in that order; None: found by one C-speed pass over the snapshot)."""
+    if ordered is None:
+        wanted = {id(obj) for obj, _ in kept.special.values()}
+        ordered = [obj for obj, _ in kept.special.values()]
+        if len(wanted) > 1:
+            # The snapshot's order, at C speed: a new partition may come before an old one.
+            ids = map(id, snapshot.objects)
+            ordered = list(compress(snapshot.objects, map(wanted.__contains__, ids)))
     problems: list[SourceProblem] = []
     ignored: list[IgnoredObject] = []
     rejected: list[ObjectRef] = []
-    for obj in snapshot.objects:
-        check = kept.checks.get(obj)
-        if check is None:
-            check = kept.checks.put(obj, _check_object(obj, known, by_group_kind, by_group))
-        if check is _KNOWN:
+    for one in ordered:
+        hit = kept.special.get(one.ref)
+        if hit is None or hit[0] is not one:
             continue
+        check = hit[1]
         problems.extend(p for p in (check.stamp, check.problem) if p is not None)
         if check.ignored is not None:
             ignored.append(check.ignored)
         if check.rejected:
-            rejected.append(obj.ref)
+            rejected.append(one.ref)
     if rejected:
         dropped = set(rejected)
         kept_objects = [o for o in snapshot.objects if o.ref not in dropped]
         snapshot = Snapshot.of(kept_objects, snapshot.problems)
-    return KindCheck(snapshot, tuple(problems), tuple(ignored), tuple(rejected))
+    kept.last = KindCheck(snapshot, tuple(problems), tuple(ignored), tuple(rejected))
+    return kept.last
 
 
 def _check_object(
@@ -270,7 +314,7 @@ def build_graph(
     claims: list[HostClaim] = []
     for dialect in dialects:
         claims.extend(dialect_claims(dialect, snapshot, options, memo))
-    ownership = ownership_from_claims(claims)
+    ownership = ownership_from_claims(claims, memo)
     backends = BackendResolver(
         snapshot,
         enable_external_name_service=options.enable_external_name_service,
@@ -303,7 +347,7 @@ def build_graph(
     reserved = endpoint_reserved_ports(options, declared.values())
     clusters, forbidden = _drop_forbidden(served, reserved, options, backends.own_clusters(), memo)
     tls_secrets = secrets.used_secrets(tls_secret_names(listeners))
-    statuses.sort(key=lambda s: (s.ref.group, s.ref.kind, s.ref.namespace, s.ref.name))
+    statuses = _sorted_statuses(statuses, memo)
     # The net under every dialect: what Envoy would refuse is confined to the object that wrote it.
     graph, limit_problems = enforce_envoy_limits(
         RoutingGraph(
@@ -346,6 +390,40 @@ def build_graph(
         endpoint_dependent_services=backends.endpoint_dependent(),
         endpoint_basis=basis,
     )
+
+
+class StatusOrder:
+    """The statuses of the compile before as the dialects gave them, the order they were sorted
+    in (positions), and their refs by sorted position."""
+
+    def __init__(self) -> None:
+        self.given: list[ObjectStatus] = []
+        self.order: list[int] = []
+        self.sorted: list[ObjectStatus] = []
+        # Whether the last compile's statuses have the refs, in the same places, of the one
+        # before (so that a stage keyed by position may patch its last result).
+        self.same_places = False
+
+
+def _status_key(s: ObjectStatus) -> tuple[str, str, str, str]:
+    return (s.ref.group, s.ref.kind, s.ref.namespace, s.ref.name)
+
+
+def _sorted_statuses(given: list[ObjectStatus], memo: CompileMemo) -> list[ObjectStatus]:
+    """`given` sorted by ref; the compile before's order again when the statuses that are not
+    the very same objects have the same refs in the same places (one identity pass)."""
+    kept = memo.stage("status-order", StatusOrder)
+    old = kept.given
+    same = len(old) == len(given) and not memo.delta.everything
+    if same:
+        moved = [i for i, (a, b) in enumerate(zip(old, given, strict=True)) if a is not b]
+        same = all(old[i].ref == given[i].ref for i in moved)
+    if not same:
+        keys = [_status_key(s) for s in given]
+        kept.order = sorted(range(len(given)), key=keys.__getitem__)
+    kept.given, kept.same_places = given, same
+    kept.sorted = list(map(given.__getitem__, kept.order))
+    return kept.sorted
 
 
 class DialectMemo:
@@ -697,23 +775,73 @@ def fold_findings(
 ) -> tuple[ObjectStatus, ...]:
     """Each status with the findings on its object folded in (by the object's API's own
     `StatusShape`), and the origin (file and line) of its object. `memo`: a status folded
-    before with the same findings and object keeps its folded result (the very same object)."""
+    before with the same findings and object keeps its folded result (the very same object);
+    with build_graph's sorted statuses in the places of the compile before, only the statuses
+    that changed, whose object changed or whose findings changed are folded again."""
     # Dicts as ordered sets: linear in the findings, however many land on one object.
     by_ref: dict[ObjectRef, dict[Finding, None]] = {}
     for finding in findings:
         by_ref.setdefault(finding.ref, {})[finding] = None
-    folded: FoldMemo = (CompileMemo() if memo is None else memo).stage("fold", IdentityMemo)
-    out: list[ObjectStatus] = []
-    for status in statuses:
-        obj = snapshot.get_ref(status.ref)
-        own = tuple(by_ref.get(status.ref, ()))
-        hit = folded.get(status)
-        if hit is None or hit[0] is not obj or hit[1] != own:
-            origin = obj is not None and status.origin is None
-            done = dataclasses.replace(status, origin=obj.origin) if origin and obj else status
-            hit = folded.put(status, (obj, own, done.with_findings(own)))
-        out.append(hit[2])
+    memo = CompileMemo() if memo is None else memo
+    folded: FoldMemo = memo.stage("fold", IdentityMemo)
+    kept = memo.stage("fold-places", FoldPlaces)
+    order = memo.stage("status-order", StatusOrder)
+    given = statuses if isinstance(statuses, list) else list(statuses)
+    if given is order.sorted and order.same_places and len(kept.given) == len(given):
+        out = list(kept.out)
+        for i in _refold_places(kept, given, by_ref, memo):
+            out[i] = _folded(given[i], by_ref, snapshot, folded)
+    else:
+        out = [_folded(status, by_ref, snapshot, folded) for status in given]
+    kept.given, kept.out, kept.by_ref = given, out, by_ref
     return tuple(out)
+
+
+class FoldPlaces:
+    """`fold_findings`' last sorted statuses, their folded results and the findings by ref."""
+
+    def __init__(self) -> None:
+        self.given: list[ObjectStatus] = []
+        self.out: list[ObjectStatus] = []
+        self.by_ref: dict[ObjectRef, dict[Finding, None]] = {}
+
+
+def _refold_places(
+    kept: FoldPlaces,
+    given: list[ObjectStatus],
+    by_ref: dict[ObjectRef, dict[Finding, None]],
+    memo: CompileMemo,
+) -> set[int]:
+    """The places to fold again: statuses that are new objects, and those of the objects the
+    delta names or whose findings changed (found by bisection: the statuses are sorted)."""
+    places = {i for i, (a, b) in enumerate(zip(kept.given, given, strict=True)) if a is not b}
+    old = kept.by_ref
+    stale = {
+        r for r in old.keys() | by_ref.keys() if tuple(old.get(r, ())) != tuple(by_ref.get(r, ()))
+    }
+    for ref in stale | memo.delta.refs:
+        key = (ref.group, ref.kind, ref.namespace, ref.name)
+        i = bisect_left(given, key, key=_status_key)
+        while i < len(given) and given[i].ref == ref:
+            places.add(i)
+            i += 1
+    return places
+
+
+def _folded(
+    status: ObjectStatus,
+    by_ref: Mapping[ObjectRef, Mapping[Finding, None]],
+    snapshot: Snapshot,
+    folded: FoldMemo,
+) -> ObjectStatus:
+    obj = snapshot.get_ref(status.ref)
+    own = tuple(by_ref.get(status.ref, ()))
+    hit = folded.get(status)
+    if hit is None or hit[0] is not obj or hit[1] != own:
+        origin = obj is not None and status.origin is None
+        done = dataclasses.replace(status, origin=obj.origin) if origin and obj else status
+        hit = folded.put(status, (obj, own, done.with_findings(own)))
+    return hit[2]
 
 
 FoldMemo = IdentityMemo[ObjectStatus, tuple[KubeObject | None, tuple[Finding, ...], ObjectStatus]]

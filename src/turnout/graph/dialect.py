@@ -189,11 +189,86 @@ class Dialects:
         return ignored.to_json(cluster_scoped=scoped)
 
 
-def ownership_from_claims(claims: Iterable[HostClaim]) -> Ownership:
+def ownership_from_claims(
+    claims: Iterable[HostClaim], memo: CompileMemo | None = None
+) -> Ownership:
+    """One owner per (listener, hostname): the oldest claimant, the first claim on a tie.
+    `memo`: the index of the compile before, patched for the claims that are not the very same
+    objects (a dialect hands back the same claim objects for what did not change)."""
+    if memo is None:
+        return Ownership(_owners(claims))
+    kept = memo.stage("ownership", OwnershipMemo)
+    claims = claims if isinstance(claims, list) else list(claims)
+    now = dict(zip(map(id, claims), claims, strict=True))
+    if memo.delta.everything or not kept.claims or len(now) != len(claims) or not kept.patch(now):
+        kept.rebuild(claims, now)
+    return Ownership(dict(kept.owners))
+
+
+def _owners(claims: Iterable[HostClaim]) -> dict[tuple[str, str], KubeObject]:
     owners: dict[tuple[str, str], KubeObject] = {}
     for claim in claims:
         key = (claim.listener, claim.hostname.lower())
         current = owners.get(key)
         if current is None or claim.claimant.age_key < current.age_key:
             owners[key] = claim.claimant
-    return Ownership(owners)
+    return owners
+
+
+class OwnershipMemo:
+    """`ownership_from_claims`' index: the claims by identity, the claims of each (listener,
+    hostname), the owners; `changed`: the keys whose owner the last compile changed (None:
+    any)."""
+
+    def __init__(self) -> None:
+        self.claims: dict[int, HostClaim] = {}
+        self.by_key: dict[tuple[str, str], dict[int, HostClaim]] = {}
+        self.owners: dict[tuple[str, str], KubeObject] = {}
+        self.changed: set[tuple[str, str]] | None = None
+
+    def rebuild(self, claims: list[HostClaim], now: dict[int, HostClaim]) -> None:
+        self.claims, self.by_key = now, {}
+        for claim in claims:
+            key = (claim.listener, claim.hostname.lower())
+            self.by_key.setdefault(key, {})[id(claim)] = claim
+        self.owners, self.changed = _owners(claims), None
+
+    def patch(self, now: dict[int, HostClaim]) -> bool:
+        """Patches the index for the claims added and removed; False: a tie between claimants
+        of one age, which the claims' order decides (`rebuild`)."""
+        gone = self.claims.keys() - now.keys()
+        added = now.keys() - self.claims.keys()
+        touched: set[tuple[str, str]] = set()
+        for i in gone:
+            claim = self.claims[i]
+            key = (claim.listener, claim.hostname.lower())
+            del self.by_key[key][i]
+            touched.add(key)
+        for i in added:
+            claim = now[i]
+            key = (claim.listener, claim.hostname.lower())
+            self.by_key.setdefault(key, {})[i] = claim
+            touched.add(key)
+        self.claims, self.changed = now, set()
+        for key in touched:
+            tie, owner = self._owner(key)
+            if tie:
+                return False
+            if owner is None:
+                del self.by_key[key]
+                if self.owners.pop(key, None) is not None:
+                    self.changed.add(key)
+            elif self.owners.get(key) is not owner:
+                self.owners[key] = owner
+                self.changed.add(key)
+        return True
+
+    def _owner(self, key: tuple[str, str]) -> tuple[bool, KubeObject | None]:
+        """Whether two objects of one age claim `key`, and its oldest claimant (None: none)."""
+        claimants = {id(c.claimant): c.claimant for c in self.by_key[key].values()}
+        if not claimants:
+            return False, None
+        ages = sorted((c.age_key, i) for i, c in claimants.items())
+        if len(ages) > 1 and ages[0][0] == ages[1][0]:
+            return True, None
+        return False, claimants[ages[0][1]]
