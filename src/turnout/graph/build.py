@@ -11,6 +11,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
+from operator import attrgetter
 
 from turnout.compile_inputs import (
     HTTP_LISTENER,
@@ -19,7 +20,7 @@ from turnout.compile_inputs import (
     ListenerDecl,
     ListenerProtocol,
 )
-from turnout.graph.attribution import Writers, cluster_writers, vhost_clusters
+from turnout.graph.attribution import Writers, cluster_writers
 from turnout.graph.dialect import (
     CompileContext,
     Dialect,
@@ -31,8 +32,6 @@ from turnout.graph.dialect import (
 )
 from turnout.graph.memo import CompileMemo, IdentityMemo
 from turnout.graph.model import (
-    INVALID_BACKEND,
-    Cluster,
     HostnameMatch,
     Listener,
     RouteSource,
@@ -42,6 +41,18 @@ from turnout.graph.model import (
 )
 from turnout.graph.secret_data import DELEGATION_KINDS
 from turnout.graph.secrets import SecretBook, SecretResolver
+from turnout.graph.served import (
+    Hosts,
+    ListenerHosts,
+    clusters_of,
+    dialect_hosts,
+    dns_names_of,
+    forbidden_of,
+    host_names,
+    merge_hosts,
+    ordered_hosts,
+    served_clusters,
+)
 from turnout.graph.services import (
     BackendResolver,
     ClusterBook,
@@ -49,24 +60,22 @@ from turnout.graph.services import (
     ResolverUse,
     ServiceBackend,
     SliceIndex,
-    dns_names,
-    drop_forbidden_endpoints,
     endpoint_reserved_ports,
     endpoint_sources,
-    resolve_endpoints,
     slice_index,
 )
-from turnout.graph.tls_refs import ca_bundle_names, tls_secret_names
 from turnout.graph.validate import (
     GraphProblem,
-    LimitsMemo,
-    enforce_envoy_limits,
+    PatchedLimits,
     hostname_problem,
+    patch_envoy_limits,
     source_problems,
 )
 from turnout.objects import KubeObject, ObjectRef, group_of
 from turnout.status.model import Finding, IgnoredObject, ObjectStatus
 from turnout.store import Change, Snapshot, SourceProblem
+
+_NAME = attrgetter("name")
 
 # Reasons of the findings folded into statuses after the dialects ran.
 ENVOY_LIMIT = "EnvoyLimit"
@@ -324,7 +333,7 @@ def build_graph(
     secrets = SecretResolver(snapshot, memo.stage("secrets", SecretBook))
     ctx = CompileContext(options, ownership, backends, secrets, memo)
 
-    vhosts: dict[str, dict[str, VirtualHost]] = {HTTP_LISTENER: {}, HTTPS_LISTENER: {}}
+    per_dialect: list[Hosts] = []
     tcp_proxies: dict[str, dict[str, TCPProxy]] = {}
     statuses: list[ObjectStatus] = []
     declared: dict[str, ListenerDecl] = {}
@@ -333,40 +342,40 @@ def build_graph(
         statuses.extend(out.statuses)
         for decl in out.listeners:
             declared.setdefault(decl.name, decl)
-        for listener, vhost in out.virtual_hosts:
-            # Ownership guarantees one vhost per (listener, hostname); a dialect that emits a
-            # second one has a bug, and the first one stays in force.
-            vhosts.setdefault(listener, {}).setdefault(vhost.name, vhost)
+        # Ownership guarantees one vhost per (listener, hostname); a dialect that emits a
+        # second one has a bug, and the first one stays in force.
+        per_dialect.append(dialect_hosts(dialect.name, out.virtual_hosts, memo))
         for listener, proxy in out.tcp_proxies:
             tcp_proxies.setdefault(listener, {}).setdefault(proxy.name, proxy)
 
-    listeners = _same_listeners(_listeners(vhosts, tcp_proxies, declared, options), memo)
-    used = _used_clusters(listeners, memo)
-    picked = backends.used(used)
-    served = _with_endpoints(picked, snapshot, backends.endpoint_slices(), memo)
+    hosts = merge_hosts(per_dialect, (HTTP_LISTENER, HTTPS_LISTENER))
+    names = _listener_names(hosts, tcp_proxies, declared, options)
+    ordered = ordered_hosts({n: hosts.get(n, {}) for n in names}, memo)
+    listeners = _same_listeners(_listeners(ordered, tcp_proxies, declared, options), memo)
+    used, secret_names, ca_names = host_names(listeners, memo)
     reserved = endpoint_reserved_ports(options, declared.values())
-    clusters, forbidden = _drop_forbidden(served, reserved, options, backends.own_clusters(), memo)
-    tls_secrets = secrets.used_secrets(tls_secret_names(listeners))
+    served = served_clusters(used, backends, snapshot, reserved, options, memo)
+    forbidden = forbidden_of(served)
     statuses = _sorted_statuses(statuses, memo)
     # The net under every dialect: what Envoy would refuse is confined to the object that wrote it.
-    graph, limit_problems = enforce_envoy_limits(
+    graph, limit_problems = patch_envoy_limits(
         RoutingGraph(
             listeners=tuple(listeners),
-            clusters=clusters,
-            secrets=tls_secrets,
-            ca_bundles=secrets.used_ca_bundles(ca_bundle_names(listeners, clusters)),
+            clusters=clusters_of(served),
+            secrets=secrets.used_secrets(secret_names),
+            ca_bundles=secrets.used_ca_bundles(ca_names.union(served.ca_bundles.counts)),
         ),
-        memo.stage("limits", LimitsMemo),
+        memo.stage("limits", PatchedLimits),
+        memo.stage("listener-hosts", ListenerHosts).changed,
+        served.changed,
+        served.names,
+        served.final,
     )
     graph = _hold_owned_hosts(graph, ownership, memo)
-    by_service: dict[tuple[str, str], tuple[ServiceBackend, ...]] = {}
-    for _, backend in picked:
-        if backend is not None:
-            by_service[backend.service] = (*by_service.get(backend.service, ()), backend)
     basis = EndpointBasis(
-        backends=by_service,
+        backends=dict(served.basis),
         slices=backends.endpoint_slices(),
-        positions={c.name: i for i, c in enumerate(graph.clusters)},
+        positions=dict(zip(map(_NAME, graph.clusters), range(len(graph.clusters)), strict=True)),
         reserved=reserved,
         statuses=tuple(statuses),
         limit_findings=tuple(_limit_findings(limit_problems)),
@@ -384,7 +393,7 @@ def build_graph(
             statuses, (*basis.limit_findings, *basis.endpoint_findings), snapshot, memo
         ),
         problems=(*basis.head_problems, *basis.forbidden_problems, *basis.tail_problems),
-        dns_names=dns_names(served),
+        dns_names=dns_names_of(served),
         ignored=_ignored(kinds.ignored, dialects, snapshot, options, memo),
         rejected=kinds.rejected,
         endpoint_dependent_services=backends.endpoint_dependent(),
@@ -484,57 +493,52 @@ def dialect_output(dialect: Dialect, snapshot: Snapshot, ctx: CompileContext) ->
     return kept.output
 
 
+def _listener_names(
+    vhosts: Mapping[str, Mapping[str, VirtualHost]],
+    tcp_proxies: Mapping[str, Mapping[str, TCPProxy]],
+    declared: Mapping[str, ListenerDecl],
+    options: CompileOptions,
+) -> list[str]:
+    """`ingress_http` always, `ingress_https` when something is served over TLS, then every
+    declared listener not on the shared ports."""
+    names = [HTTP_LISTENER]
+    if vhosts.get(HTTPS_LISTENER) or tcp_proxies.get(HTTPS_LISTENER):
+        names.append(HTTPS_LISTENER)
+    shared = (options.http_port, options.https_port)
+    names.extend(n for n, decl in declared.items() if decl.port not in shared)
+    return names
+
+
 def _listeners(
-    vhosts: dict[str, dict[str, VirtualHost]],
+    vhosts: Mapping[str, tuple[VirtualHost, ...]],
     tcp_proxies: dict[str, dict[str, TCPProxy]],
     declared: dict[str, ListenerDecl],
     options: CompileOptions,
 ) -> list[Listener]:
-    """`ingress_http` always, `ingress_https` when something is served over TLS, then every
-    declared listener (never on the shared ports), each with its hosts and TCP proxies in name
-    order; sorted by name."""
-    listeners = [
-        Listener(
-            name=HTTP_LISTENER,
-            address=options.address,
-            port=options.http_port,
-            protocol=ListenerProtocol.HTTP,
-            virtual_hosts=tuple(vhosts[HTTP_LISTENER][k] for k in sorted(vhosts[HTTP_LISTENER])),
-        )
-    ]
-    https_tcp = tcp_proxies.get(HTTPS_LISTENER, {})
-    if vhosts[HTTPS_LISTENER] or https_tcp:
-        listeners.append(
-            Listener(
-                name=HTTPS_LISTENER,
-                address=options.address,
-                port=options.https_port,
-                protocol=ListenerProtocol.HTTPS,
-                virtual_hosts=tuple(
-                    vhosts[HTTPS_LISTENER][k] for k in sorted(vhosts[HTTPS_LISTENER])
-                ),
-                tcp_proxies=tuple(https_tcp[k] for k in sorted(https_tcp)),
-            )
-        )
-
-    for name in sorted(declared, key=lambda n: (declared[n].port, n)):
-        decl = declared[name]
-        if decl.port in (options.http_port, options.https_port):
-            continue  # the dialect reports it; the shared listeners keep their ports
-        own_vhosts = vhosts.get(name, {})
-        own_tcp = tcp_proxies.get(name, {})
+    """The listeners of `_listener_names` (`vhosts`' keys), each with its hosts (in name
+    order, as `ordered_hosts` gives them) and TCP proxies in name order; sorted by name."""
+    listeners = []
+    for name, own_vhosts in vhosts.items():
+        decl = declared.get(name)
+        if name == HTTP_LISTENER:
+            port, protocol = options.http_port, ListenerProtocol.HTTP
+        elif name == HTTPS_LISTENER:
+            port, protocol = options.https_port, ListenerProtocol.HTTPS
+        else:
+            assert decl is not None
+            port, protocol = decl.port, decl.protocol
+        own_tcp = tcp_proxies.get(name, {}) if name != HTTP_LISTENER else {}
         listeners.append(
             Listener(
                 name=name,
                 address=options.address,
-                port=decl.port,
-                protocol=decl.protocol,
-                virtual_hosts=tuple(own_vhosts[k] for k in sorted(own_vhosts)),
+                port=port,
+                protocol=protocol,
+                virtual_hosts=own_vhosts,
                 tcp_proxies=tuple(own_tcp[k] for k in sorted(own_tcp)),
             )
         )
     listeners.sort(key=lambda lst: lst.name)
-
     return listeners
 
 
@@ -571,7 +575,8 @@ def _same_listeners(listeners: list[Listener], memo: CompileMemo) -> list[Listen
         old = kept.by_name.get(lst.name)
         if (
             old is not None
-            and _identical(old.virtual_hosts, lst.virtual_hosts)
+            # `ordered_hosts` hands over the very same tuple while no host of it changed.
+            and old.virtual_hosts is lst.virtual_hosts
             and _identical(old.tcp_proxies, lst.tcp_proxies)
             and (old.address, old.port, old.protocol) == (lst.address, lst.port, lst.protocol)
         ):
@@ -579,94 +584,6 @@ def _same_listeners(listeners: list[Listener], memo: CompileMemo) -> list[Listen
         out.append(lst)
     kept.by_name = {lst.name: lst for lst in out}
     return out
-
-
-def _used_clusters(listeners: Sequence[Listener], memo: CompileMemo) -> set[str]:
-    """The clusters something served sends to: routes, mirrors, TCP proxies and the virtual
-    hosts' authorization servers (`attribution.cluster_writers`); each virtual host's by
-    identity through the memo."""
-    by_vhost: IdentityMemo[VirtualHost, frozenset[str]] = memo.stage("used", IdentityMemo)
-    used: set[str] = set()
-    for lst in listeners:
-        for vh in lst.virtual_hosts:
-            names = by_vhost.get(vh)
-            if names is None:
-                names = by_vhost.put(vh, vhost_clusters(vh))
-            used.update(names)
-        for proxy in lst.tcp_proxies:
-            used.update(wc.cluster for wc in proxy.clusters)
-    used.discard(INVALID_BACKEND)  # a share answered 500, never a cluster (model.py)
-    return used
-
-
-class EndpointsMemo:
-    """Each Service cluster with its endpoints, by name, with what they were read from: the
-    cluster as the resolver made it, the Service's EndpointSlices and its Endpoints object."""
-
-    def __init__(self) -> None:
-        self.entries: dict[str, tuple[Cluster, tuple[KubeObject, ...], KubeObject | None, Cluster]]
-        self.entries = {}
-
-
-def _with_endpoints(
-    picked: Sequence[tuple[Cluster, ServiceBackend | None]],
-    snapshot: Snapshot,
-    slices: Mapping[tuple[str, str], Sequence[KubeObject]],
-    memo: CompileMemo,
-) -> tuple[Cluster, ...]:
-    """The endpoint stage (`resolve_endpoints`) of the clusters served; a cluster whose
-    EndpointSlices and Endpoints are the very same objects keeps its endpoints."""
-    kept = memo.stage("endpoints", EndpointsMemo)
-    entries: dict[str, tuple[Cluster, tuple[KubeObject, ...], KubeObject | None, Cluster]] = {}
-    out: list[Cluster] = []
-    for cluster, backend in picked:
-        if backend is None:
-            out.append(cluster)
-            continue
-        key = backend.service
-        own = tuple(slices.get(key, ()))
-        eps = None if own else snapshot.get("", "Endpoints", *key)
-        hit = kept.entries.get(cluster.name)
-        if hit is None or hit[0] is not cluster or hit[2] is not eps or not _identical(hit[1], own):
-            hit = (cluster, own, eps, resolve_endpoints(backend, snapshot, slices))
-        entries[cluster.name] = hit
-        out.append(hit[3])
-    kept.entries = entries
-    return tuple(out)
-
-
-class ForbiddenMemo:
-    """`drop_forbidden_endpoints` per cluster, by identity, for one set of reserved ports."""
-
-    def __init__(self) -> None:
-        self.reserved: Mapping[int, str] | None = None
-        self.checks = IdentityMemo[Cluster, tuple[bool, Cluster, tuple[ForbiddenEndpoint, ...]]]()
-
-
-def _drop_forbidden(
-    clusters: tuple[Cluster, ...],
-    reserved: Mapping[int, str],
-    options: CompileOptions,
-    exempt: frozenset[str],
-    memo: CompileMemo,
-) -> tuple[tuple[Cluster, ...], tuple[ForbiddenEndpoint, ...]]:
-    """`drop_forbidden_endpoints`, each cluster's answer kept while it is the same object,
-    equally exempt, and the reserved ports are the same (the options are: `CompileMemo`)."""
-    kept = memo.stage("forbidden", ForbiddenMemo)
-    if kept.reserved != reserved:
-        kept.reserved, kept.checks = dict(reserved), IdentityMemo()
-    kept.checks.age()
-    out: list[Cluster] = []
-    dropped: list[ForbiddenEndpoint] = []
-    for c in clusters:
-        is_exempt = c.name in exempt
-        hit = kept.checks.get(c)
-        if hit is None or hit[0] is not is_exempt:
-            found = drop_forbidden_endpoints((c,), reserved, options, exempt)
-            hit = kept.checks.put(c, (is_exempt, found[0][0], found[1]))
-        out.append(hit[1])
-        dropped.extend(hit[2])
-    return tuple(out), tuple(dropped)
 
 
 class IgnoredMemo:

@@ -513,7 +513,7 @@ class BackendResolver:
         backend = self._backends.get(cluster.name)
         if backend is None and cluster.name not in self._clusters:
             # A cluster a reused piece kept from the compile before: its book entry, while valid.
-            entry = self._entry(cluster.name)
+            entry = self.entry(cluster.name)
             if entry is not None and entry.backend is not None:
                 self._clusters[cluster.name] = entry.cluster
                 self._services[cluster.name] = entry.service
@@ -605,14 +605,25 @@ class BackendResolver:
         out: list[tuple[Cluster, ServiceBackend | None]] = []
         kept: dict[str, BookEntry] = {}
         for name in sorted(names):
-            entry = self._entry(name)
+            entry = self.entry(name)
             if entry is not None:
                 kept[name] = entry
                 out.append((entry.cluster, entry.backend))
         self._book.entries = kept
         return tuple(out)
 
-    def _entry(self, name: str) -> BookEntry | None:
+    def made(self) -> Collection[str]:
+        """The names of the clusters asked for (or taken from the book) during this compile:
+        with the Services the delta names, all whose `entry` may differ from the book's."""
+        return self._clusters.keys()
+
+    @property
+    def book(self) -> ClusterBook:
+        return self._book
+
+    def entry(self, name: str) -> BookEntry | None:
+        """The cluster `name` as this compile serves it (without endpoints): made during this
+        compile, else the book's while its Service is the same (or an equal) object."""
         cluster = self._clusters.get(name)
         if cluster is not None:
             return BookEntry(cluster, self._backends.get(name), self._services[name])

@@ -69,9 +69,11 @@ import dataclasses
 import ipaddress
 import math
 import re
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
+from operator import attrgetter
 
 from turnout.graph.evaluate import (
     effective_forward,
@@ -1441,3 +1443,207 @@ def enforce_envoy_limits(
         return graph, ()
     out = dataclasses.replace(graph, listeners=listeners, clusters=clusters)
     return out, tuple(dict.fromkeys(problems))
+
+
+# --- the pass, patched from the compile before ---------------------------------------------------
+
+
+class ListenerLimits:
+    """One listener's checks of the compile before, by virtual host name: each host's check,
+    what it came to (None: left out), its problems, who asked which name, the hostnames."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.checks: dict[str, tuple[VirtualHost, VirtualHostCheck]] = {}
+        self.out: dict[str, VirtualHost | None] = {}
+        self.problems: dict[str, tuple[GraphProblem, ...]] = {}
+        self.altered: set[str] = set()
+        self.asked_by: dict[str, set[str]] = {}
+        self.domains: dict[str, int] = {}
+        self.last: tuple[Listener, Listener] | None = None
+        # The last compile walked this listener whole (two hosts of one hostname).
+        self.walked = False
+
+
+class PatchedLimits:
+    """`patch_envoy_limits`' state: the clusters' checks by name and each listener's."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.clusters: dict[str, tuple[Cluster, ClusterCheck]] = {}
+        self.cluster_out: dict[str, Cluster] = {}
+        self.cluster_problems: dict[str, tuple[GraphProblem, ...]] = {}
+        self.cluster_altered: set[str] = set()
+        self.listeners: dict[str, ListenerLimits] = {}
+        self.names: frozenset[str] = frozenset()
+        self.hosts = LimitsMemo()
+
+
+def patch_envoy_limits(
+    graph: RoutingGraph,
+    kept: PatchedLimits,
+    hosts_changed: set[tuple[str, str]] | None,
+    clusters_changed: set[str] | None,
+    cluster_names: Sequence[str],
+    by_name: Mapping[str, Cluster],
+) -> tuple[RoutingGraph, tuple[GraphProblem, ...]]:
+    """`enforce_envoy_limits(graph)`, redoing only the clusters `clusters_changed` names, the
+    virtual hosts `hosts_changed` names and those whose check asked about a cluster or Secret
+    name usable then or now, not both (None: everything, the state is made anew).
+    `cluster_names`: the names of `graph.clusters`, in order (they are unique), `by_name`
+    the clusters by name."""
+    if hosts_changed is None or clusters_changed is None:
+        kept.reset()
+        clusters_changed = set(cluster_names)
+    problems: list[GraphProblem] = []
+    clusters = _patch_clusters(graph, kept, clusters_changed, (cluster_names, by_name), problems)
+    ctx = _Context(
+        clusters=frozenset(map(_NAME, clusters)), secrets=frozenset(map(_NAME, graph.secrets))
+    )
+    names = frozenset(chain(_names(ctx.clusters), _names(ctx.secrets)))
+    # Made anew: a symmetric difference keeps the table of its 10,000-name operand.
+    asked = frozenset(list(kept.names ^ names))
+    kept.names = names
+    kept.hosts.vhosts.age()
+    hosts = _Hosts(ctx, kept.hosts, asked)
+    listeners = []
+    for lst in graph.listeners:
+        state = kept.listeners.setdefault(lst.name, ListenerLimits())
+        dirty = None if hosts_changed is None else {n for ln, n in hosts_changed if ln == lst.name}
+        listeners.append(_patch_listener(lst, state, dirty, asked, ctx, hosts, problems))
+    for name in kept.listeners.keys() - {lst.name for lst in graph.listeners}:
+        del kept.listeners[name]
+    same = all(new is old for new, old in zip(listeners, graph.listeners, strict=True))
+    if clusters is graph.clusters and same:
+        return graph, ()
+    out = dataclasses.replace(graph, listeners=tuple(listeners), clusters=clusters)
+    return out, tuple(dict.fromkeys(problems))
+
+
+_NAME = attrgetter("name")
+
+
+def _patch_clusters(
+    graph: RoutingGraph,
+    kept: PatchedLimits,
+    changed: set[str],
+    named: tuple[Sequence[str], Mapping[str, Cluster]],
+    problems: list[GraphProblem],
+) -> tuple[Cluster, ...]:
+    names, by_name = named
+    for name in changed:
+        c = by_name.get(name)
+        kept.cluster_problems.pop(name, None)
+        kept.cluster_altered.discard(name)
+        if c is None:
+            kept.clusters.pop(name, None)
+            kept.cluster_out.pop(name, None)
+            continue
+        hit = kept.clusters.get(name)
+        check = hit[1] if hit is not None and hit[0] is c else check_cluster(c)
+        kept.clusters[name] = (c, check)
+        if check.problem is not None:
+            reason = (
+                f"{check.problem}; the cluster is left out and the routes that use it answer 500"
+            )
+            kept.cluster_problems[name] = (GraphProblem(_service_ref(c), "", reason),)
+            kept.cluster_out.pop(name, None)
+            kept.cluster_altered.add(name)
+            continue
+        if check.problems:
+            kept.cluster_problems[name] = check.problems
+        if check.cluster is not c:
+            kept.cluster_altered.add(name)
+        kept.cluster_out[name] = check.cluster
+    found = map(kept.cluster_problems.__getitem__, sorted(kept.cluster_problems))
+    problems.extend(chain.from_iterable(found))
+    if not kept.cluster_altered:
+        return graph.clusters
+    return tuple(filter(None, map(kept.cluster_out.get, names)))
+
+
+def _patch_listener(
+    lst: Listener,
+    state: ListenerLimits,
+    dirty: set[str] | None,
+    asked: frozenset[str],
+    ctx: _Context,
+    hosts: _Hosts,
+    problems: list[GraphProblem],
+) -> Listener:
+    by_name = None
+    if dirty is None or state.walked:
+        state.reset()
+        by_name = {vh.name: vh for vh in lst.virtual_hosts}
+        dirty = set(by_name)
+    for name in asked:
+        dirty.update(state.asked_by.get(name, ()))
+    if dirty:
+        if by_name is None:
+            by_name = dict(zip(map(_NAME, lst.virtual_hosts), lst.virtual_hosts, strict=True))
+        for name in dirty:
+            _patch_host(state, name, by_name.get(name), hosts, lst.name)
+    if any(count > 1 for count in state.domains.values()):
+        # Two hosts of one hostname (in other cases): the first in order wins, so walk them all.
+        state.walked = True
+        return _check_listener(lst, ctx, hosts, problems)
+    for name in sorted(state.problems):
+        problems.extend(state.problems[name])
+    proxy_problems: list[GraphProblem] = []
+    proxies, proxies_changed = _check_proxies(lst, ctx, proxy_problems)
+    problems.extend(proxy_problems)
+    if not state.altered and not proxies_changed:
+        return lst
+    if not dirty and not proxies_changed and state.last is not None and state.last[0] is lst:
+        return state.last[1]
+    vhosts = tuple(filter(None, map(state.out.__getitem__, map(_NAME, lst.virtual_hosts))))
+    out = dataclasses.replace(lst, virtual_hosts=vhosts, tcp_proxies=proxies)
+    state.last = (lst, out)
+    return out
+
+
+def _patch_host(
+    state: ListenerLimits, name: str, vh: VirtualHost | None, hosts: _Hosts, listener: str
+) -> None:
+    old = state.checks.pop(name, None)
+    if old is not None:
+        for asked in old[1].asked:
+            users = state.asked_by[asked]
+            users.discard(name)
+            if not users:
+                del state.asked_by[asked]
+        if old[1].problem is None:
+            _count(state.domains, old[0].hostname.lower(), -1)
+    state.problems.pop(name, None)
+    state.altered.discard(name)
+    state.out.pop(name, None)
+    if vh is None:
+        return
+    check = hosts.check(vh)
+    state.checks[name] = (vh, check)
+    for asked in check.asked:
+        state.asked_by.setdefault(asked, set()).add(name)
+    if check.problem is not None:
+        reason = f"{check.problem}; the virtual host is left out of listener {listener}"
+        state.problems[name] = (GraphProblem(vh.owner, f"virtual host {vh.hostname!r}", reason),)
+        state.out[name] = None
+        state.altered.add(name)
+        return
+    _count(state.domains, vh.hostname.lower(), 1)
+    if check.problems:
+        state.problems[name] = check.problems
+    if check.vhost is not vh:
+        state.altered.add(name)
+    state.out[name] = check.vhost
+
+
+def _count(counts: dict[str, int], key: str, step: int) -> None:
+    left = counts.get(key, 0) + step
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
