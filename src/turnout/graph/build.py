@@ -27,6 +27,7 @@ from turnout.graph.dialect import (
     DialectOutput,
     HostClaim,
     Ownership,
+    OwnershipMemo,
     RecordedOwnership,
     ownership_from_claims,
 )
@@ -371,7 +372,8 @@ def build_graph(
         served.names,
         served.final,
     )
-    graph = _hold_owned_hosts(graph, ownership, memo)
+    limits = memo.stage("limits", PatchedLimits)
+    graph = _hold_owned_hosts(graph, ownership, memo, limits.rechecked())
     basis = EndpointBasis(
         backends=dict(served.basis),
         slices=backends.endpoint_slices(),
@@ -612,7 +614,10 @@ def _ignored(
 
 
 def _hold_owned_hosts(
-    graph: RoutingGraph, ownership: Ownership, memo: CompileMemo | None = None
+    graph: RoutingGraph,
+    ownership: Ownership,
+    memo: CompileMemo | None = None,
+    rechecked: Mapping[str, set[str] | None] | None = None,
 ) -> RoutingGraph:
     """`graph` with a virtual host without routes (Envoy answers 404) for every hostname owned
     on a plain HTTP listener that has none: the owner's root was invalid, or the safety net left
@@ -623,62 +628,111 @@ def _hold_owned_hosts(
     Contour lets them fall; turnout serves many tenants from one Envoy, so an owned name stays
     the owner's even while it serves nothing. 404 is what Envoy answers for a host it does not
     serve. HTTPS listeners need no such hold: each TLS host is a filter chain chosen by SNI, and
-    a host without one never reaches another host's routes."""
-    kept = (CompileMemo() if memo is None else memo).stage("held", HeldMemo)
+    a host without one never reaches another host's routes.
+
+    `memo`: the hosts held before are patched for the hostnames whose owner changed
+    (`OwnershipMemo.changed`) and, per listener, the names the Envoy-limits net checked again
+    (`rechecked`; None: all)."""
+    memo = CompileMemo() if memo is None else memo
+    kept = memo.stage("held", HeldMemo)
+    owner_changed = memo.stage("ownership", OwnershipMemo).changed
+    if memo.delta.everything or rechecked is None:
+        owner_changed = None
+    walked: dict[str, list[tuple[str, KubeObject]]] | None = None
+    held_by: dict[str, dict[str, VirtualHost]] = {}
+    listeners: list[Listener] = []
+    for lst in graph.listeners:
+        if lst.protocol is not ListenerProtocol.HTTP:
+            listeners.append(lst)
+            continue
+        before = kept.held.get(lst.name)
+        again = None if rechecked is None else rechecked.get(lst.name)
+        if owner_changed is None or before is None or again is None:
+            if walked is None:
+                walked = _owned_by_listener(ownership)
+            held = _held_walk(lst, walked.get(lst.name, ()), kept)
+        else:
+            candidates = {h for name, h in owner_changed if name == lst.name}
+            held = _held_patch(lst, before, candidates.union(again), ownership, kept)
+        held_by[lst.name] = held
+        if held:
+            lst = _with_held(lst, tuple(map(held.__getitem__, sorted(held))), kept)
+        listeners.append(lst)
+    kept.held = held_by
+    kept.listeners, kept.used_listeners = kept.used_listeners, {}
+    if all(new is old for new, old in zip(listeners, graph.listeners, strict=True)):
+        return graph
+    return dataclasses.replace(graph, listeners=tuple(listeners))
+
+
+def _owned_by_listener(ownership: Ownership) -> dict[str, list[tuple[str, KubeObject]]]:
     by_listener: dict[str, list[tuple[str, KubeObject]]] = {}
     for (listener, hostname), owner in ownership.owners.items():
         by_listener.setdefault(listener, []).append((hostname, owner))
-    listeners: list[Listener] = []
-    changed = False
-    for lst in graph.listeners:
-        owned = by_listener.get(lst.name)
-        if lst.protocol is not ListenerProtocol.HTTP or not owned:
-            listeners.append(lst)
+    return by_listener
+
+
+def _held_walk(
+    lst: Listener, owned: Iterable[tuple[str, KubeObject]], kept: HeldMemo
+) -> dict[str, VirtualHost]:
+    served = set(map(_NAME, lst.virtual_hosts))
+    return {
+        hostname: _held_host(hostname, owner, kept)
+        for hostname, owner in owned
+        if hostname != "*" and hostname not in served and hostname_problem(hostname) is None
+    }
+
+
+def _held_patch(
+    lst: Listener,
+    before: dict[str, VirtualHost],
+    candidates: Iterable[str],
+    ownership: Ownership,
+    kept: HeldMemo,
+) -> dict[str, VirtualHost]:
+    """`before` with each candidate hostname held again or released; whether a name is served
+    is found by bisection (a listener's hosts are in name order before any is held)."""
+    held = dict(before)
+    hosts = lst.virtual_hosts
+    for hostname in candidates:
+        held.pop(hostname, None)
+        owner = ownership.owners.get((lst.name, hostname))
+        if owner is None or hostname == "*" or hostname_problem(hostname) is not None:
             continue
-        served = {vh.name for vh in lst.virtual_hosts}
-        held = tuple(
-            _held_host(hostname, owner, kept)
-            for hostname, owner in sorted(owned, key=lambda h: h[0])
-            if hostname != "*" and hostname not in served and hostname_problem(hostname) is None
-        )
-        if held:
-            changed = True
-            lst = _with_held(lst, held, kept)
-        listeners.append(lst)
-    kept.hosts, kept.listeners = kept.used_hosts, kept.used_listeners
-    kept.used_hosts, kept.used_listeners = {}, {}
-    return dataclasses.replace(graph, listeners=tuple(listeners)) if changed else graph
+        i = bisect_left(hosts, hostname, key=_NAME)
+        if i < len(hosts) and hosts[i].name == hostname:
+            continue
+        held[hostname] = _held_host(hostname, owner, kept)
+    return held
 
 
 class HeldMemo:
-    """The held virtual hosts of the compile before by hostname (with the owner object they
-    were made for), and the listeners they were added to (by the listener's identity)."""
+    """The held virtual hosts of the compile before by listener and hostname, and the listeners
+    they were added to (by the listener's identity)."""
 
     def __init__(self) -> None:
-        self.hosts: dict[str, tuple[KubeObject, VirtualHost]] = {}
-        self.used_hosts: dict[str, tuple[KubeObject, VirtualHost]] = {}
+        self.held: dict[str, dict[str, VirtualHost]] = {}
         self.listeners: dict[int, tuple[Listener, tuple[VirtualHost, ...], Listener]] = {}
         self.used_listeners: dict[int, tuple[Listener, tuple[VirtualHost, ...], Listener]] = {}
 
 
 def _held_host(hostname: str, owner: KubeObject, kept: HeldMemo) -> VirtualHost:
-    hit = kept.hosts.get(hostname)
-    if hit is None or hit[0] is not owner:
-        match = HostnameMatch.WILDCARD_ANY_LABELS
-        if not hostname.startswith("*."):
-            match = HostnameMatch.EXACT
-        vh = VirtualHost(
-            name=hostname, hostname=hostname, routes=(), owner=owner.ref, hostname_match=match
-        )
-        hit = (owner, vh)
-    kept.used_hosts[hostname] = hit
-    return hit[1]
+    for held in kept.held.values():
+        vh = held.get(hostname)
+        if vh is not None and vh.owner == owner.ref:
+            return vh
+    match = HostnameMatch.WILDCARD_ANY_LABELS
+    if not hostname.startswith("*."):
+        match = HostnameMatch.EXACT
+    return VirtualHost(
+        name=hostname, hostname=hostname, routes=(), owner=owner.ref, hostname_match=match
+    )
 
 
 def _with_held(lst: Listener, held: tuple[VirtualHost, ...], kept: HeldMemo) -> Listener:
     hit = kept.listeners.get(id(lst))
     if hit is None or hit[0] is not lst or not _identical(hit[1], held):
-        vhosts = sorted((*lst.virtual_hosts, *held), key=lambda vh: vh.name)
+        vhosts = sorted((*lst.virtual_hosts, *held), key=_NAME)
         hit = (lst, held, dataclasses.replace(lst, virtual_hosts=tuple(vhosts)))
     kept.used_listeners[id(lst)] = hit
     return hit[2]

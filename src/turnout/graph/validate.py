@@ -1465,6 +1465,9 @@ class ListenerLimits:
         self.last: tuple[Listener, Listener] | None = None
         # The last compile walked this listener whole (two hosts of one hostname).
         self.walked = False
+        self.dups = 0  # hostnames of more than one host that has no problem of its own
+        # The names the last compile checked again; None: all (what `_hold_owned_hosts` reads).
+        self.rechecked: set[str] | None = None
 
 
 class PatchedLimits:
@@ -1481,6 +1484,10 @@ class PatchedLimits:
         self.listeners: dict[str, ListenerLimits] = {}
         self.names: frozenset[str] = frozenset()
         self.hosts = LimitsMemo()
+
+    def rechecked(self) -> dict[str, set[str] | None]:
+        """Per listener, the virtual host names the last compile checked again (None: all)."""
+        return {name: state.rechecked for name, state in self.listeners.items()}
 
 
 def patch_envoy_limits(
@@ -1580,6 +1587,8 @@ def _patch_listener(
         state.reset()
         by_name = {vh.name: vh for vh in lst.virtual_hosts}
         dirty = set(by_name)
+    else:
+        state.rechecked = dirty  # with the names asked, below: the same set
     for name in asked:
         dirty.update(state.asked_by.get(name, ()))
     if dirty:
@@ -1587,9 +1596,9 @@ def _patch_listener(
             by_name = dict(zip(map(_NAME, lst.virtual_hosts), lst.virtual_hosts, strict=True))
         for name in dirty:
             _patch_host(state, name, by_name.get(name), hosts, lst.name)
-    if any(count > 1 for count in state.domains.values()):
+    if state.dups:
         # Two hosts of one hostname (in other cases): the first in order wins, so walk them all.
-        state.walked = True
+        state.walked, state.rechecked = True, None
         return _check_listener(lst, ctx, hosts, problems)
     for name in sorted(state.problems):
         problems.extend(state.problems[name])
@@ -1617,7 +1626,7 @@ def _patch_host(
             if not users:
                 del state.asked_by[asked]
         if old[1].problem is None:
-            _count(state.domains, old[0].hostname.lower(), -1)
+            state.dups -= _count(state.domains, old[0].hostname.lower(), -1)
     state.problems.pop(name, None)
     state.altered.discard(name)
     state.out.pop(name, None)
@@ -1633,7 +1642,7 @@ def _patch_host(
         state.out[name] = None
         state.altered.add(name)
         return
-    _count(state.domains, vh.hostname.lower(), 1)
+    state.dups += _count(state.domains, vh.hostname.lower(), 1)
     if check.problems:
         state.problems[name] = check.problems
     if check.vhost is not vh:
@@ -1641,9 +1650,11 @@ def _patch_host(
     state.out[name] = check.vhost
 
 
-def _count(counts: dict[str, int], key: str, step: int) -> None:
+def _count(counts: dict[str, int], key: str, step: int) -> int:
+    """Counts `key` up or down; 1 when it went from one to two or from two to one."""
     left = counts.get(key, 0) + step
     if left:
         counts[key] = left
     else:
         del counts[key]
+    return 1 if (left, step) in ((2, 1), (1, -1)) else 0
