@@ -31,7 +31,7 @@ from turnout.graph.dialect import (
     RecordedOwnership,
     ownership_from_claims,
 )
-from turnout.graph.memo import CompileMemo, IdentityMemo
+from turnout.graph.memo import CompileMemo, IdentityMemo, replaced_places
 from turnout.graph.model import (
     HostnameMatch,
     Listener,
@@ -427,7 +427,7 @@ def _sorted_statuses(given: list[ObjectStatus], memo: CompileMemo) -> list[Objec
     old = kept.given
     same = len(old) == len(given) and not memo.delta.everything
     if same:
-        moved = [i for i, (a, b) in enumerate(zip(old, given, strict=True)) if a is not b]
+        moved = replaced_places(old, given)
         same = all(old[i].ref == given[i].ref for i in moved)
     if not same:
         keys = [_status_key(s) for s in given]
@@ -589,10 +589,12 @@ def _same_listeners(listeners: list[Listener], memo: CompileMemo) -> list[Listen
 
 
 class IgnoredMemo:
-    """Each dialect's `ignored` answer, by dialect name, kept while none of its kinds changed."""
+    """Each dialect's `ignored` answer, by dialect name, kept while none of its kinds changed;
+    for a dialect that is `ignored_per_object`, by ref, patched for the refs that changed."""
 
     def __init__(self) -> None:
         self.by_dialect: dict[str, tuple[IgnoredObject, ...]] = {}
+        self.by_ref: dict[str, dict[ObjectRef, IgnoredObject]] = {}
 
 
 def _ignored(
@@ -602,15 +604,46 @@ def _ignored(
     options: CompileOptions,
     memo: CompileMemo | None = None,
 ) -> tuple[IgnoredObject, ...]:
-    kept = (CompileMemo() if memo is None else memo).stage("ignored", IgnoredMemo)
+    memo = CompileMemo() if memo is None else memo
+    kept = memo.stage("ignored", IgnoredMemo)
     out = [*unknown]
     for d in dialects:
         found = kept.by_dialect.get(d.name)
-        if found is None or (memo is None or memo.delta.touches(_reads(d))):
-            found = kept.by_dialect[d.name] = tuple(d.ignored(snapshot, options))
+        if found is None or memo.delta.everything:
+            found = tuple(d.ignored(snapshot, options))
+            if d.ignored_per_object:
+                kept.by_ref[d.name] = {i.ref: i for i in found}
+        elif memo.delta.touches(_reads(d)):
+            found = _ignored_again(d, snapshot, options, memo, kept)
+        kept.by_dialect[d.name] = found
         out.extend(found)
     out.sort(key=lambda i: (i.ref.group, i.ref.kind, i.ref.namespace, i.ref.name))
     return tuple(out)
+
+
+def _ignored_again(
+    d: Dialect, snapshot: Snapshot, options: CompileOptions, memo: CompileMemo, kept: IgnoredMemo
+) -> tuple[IgnoredObject, ...]:
+    """`d.ignored`: all again, or for a dialect that is `ignored_per_object` its answer before
+    patched for the objects of its kinds that changed."""
+    if not d.ignored_per_object:
+        return tuple(d.ignored(snapshot, options))
+    by_ref = kept.by_ref[d.name]
+    own = {(group_of(v), k) for v, k in d.kinds}
+    changed = False
+    for ref in memo.delta.refs:
+        if (ref.group, ref.kind) not in own:
+            continue
+        obj = snapshot.get_ref(ref)
+        found = None if obj is None else d.ignored_object(obj, options)
+        if found is not None:
+            by_ref[ref] = found
+            changed = True
+        elif by_ref.pop(ref, None) is not None:
+            changed = True
+    if not changed:
+        return kept.by_dialect[d.name]
+    return tuple(by_ref[r] for r in sorted(by_ref))
 
 
 def _hold_owned_hosts(
@@ -785,7 +818,7 @@ def _refold_places(
 ) -> set[int]:
     """The places to fold again: statuses that are new objects, and those of the objects the
     delta names or whose findings changed (found by bisection: the statuses are sorted)."""
-    places = {i for i, (a, b) in enumerate(zip(kept.given, given, strict=True)) if a is not b}
+    places = set(replaced_places(kept.given, given))
     old = kept.by_ref
     stale = {
         r for r in old.keys() | by_ref.keys() if tuple(old.get(r, ())) != tuple(by_ref.get(r, ()))

@@ -148,6 +148,14 @@ class Dialect(Protocol):
         controller), with the reason: they get no status, but `check` and `/status` list them."""
         return ()
 
+    # True: `ignored` is `ignored_object` of each object of the dialect's kinds, in ref order,
+    # so that the builder asks again only about the objects that changed.
+    ignored_per_object: bool = False
+
+    def ignored_object(self, obj: KubeObject, options: CompileOptions) -> IgnoredObject | None:
+        """`ignored` of one object (for a dialect that is `ignored_per_object`)."""
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class Dialects:
