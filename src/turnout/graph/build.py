@@ -10,7 +10,7 @@ import difflib
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress
+from itertools import chain, compress
 from operator import attrgetter
 
 from turnout.compile_inputs import (
@@ -45,6 +45,7 @@ from turnout.graph.secrets import SecretBook, SecretResolver
 from turnout.graph.served import (
     Hosts,
     ListenerHosts,
+    basis_of,
     clusters_of,
     dialect_hosts,
     dns_names_of,
@@ -52,6 +53,7 @@ from turnout.graph.served import (
     host_names,
     merge_hosts,
     ordered_hosts,
+    positions_of,
     served_clusters,
 )
 from turnout.graph.services import (
@@ -353,9 +355,9 @@ def build_graph(
     names = _listener_names(hosts, tcp_proxies, declared, options)
     ordered = ordered_hosts({n: hosts.get(n, {}) for n in names}, memo)
     listeners = _same_listeners(_listeners(ordered, tcp_proxies, declared, options), memo)
-    used, secret_names, ca_names = host_names(listeners, memo)
+    named = host_names(listeners, memo)
     reserved = endpoint_reserved_ports(options, declared.values())
-    served = served_clusters(used, backends, snapshot, reserved, options, memo)
+    served = served_clusters(named.clusters, backends, snapshot, reserved, options, memo)
     forbidden = forbidden_of(served)
     statuses = _sorted_statuses(statuses, memo)
     # The net under every dialect: what Envoy would refuse is confined to the object that wrote it.
@@ -363,8 +365,10 @@ def build_graph(
         RoutingGraph(
             listeners=tuple(listeners),
             clusters=clusters_of(served),
-            secrets=secrets.used_secrets(secret_names),
-            ca_bundles=secrets.used_ca_bundles(ca_names.union(served.ca_bundles.counts)),
+            secrets=secrets.used_secrets(set(named.secrets.counts)),
+            ca_bundles=secrets.used_ca_bundles(
+                set(chain(named.ca_bundles.counts, served.ca_bundles.counts))
+            ),
         ),
         memo.stage("limits", PatchedLimits),
         memo.stage("listener-hosts", ListenerHosts).changed,
@@ -375,9 +379,9 @@ def build_graph(
     limits = memo.stage("limits", PatchedLimits)
     graph = _hold_owned_hosts(graph, ownership, memo, limits.rechecked())
     basis = EndpointBasis(
-        backends=dict(served.basis),
+        backends=basis_of(served),
         slices=backends.endpoint_slices(),
-        positions=dict(zip(map(_NAME, graph.clusters), range(len(graph.clusters)), strict=True)),
+        positions=positions_of(served, graph.clusters),
         reserved=reserved,
         statuses=tuple(statuses),
         limit_findings=tuple(_limit_findings(limit_problems)),

@@ -151,47 +151,60 @@ def _patched_hosts(
 
 
 class Counted:
-    """A union over keyed pieces as reference counts: each key's names, each name's count."""
+    """A union over keyed pieces as reference counts: each key's names, each name's count, and
+    the names that entered or left the union since `flipped` was last emptied."""
 
     def __init__(self) -> None:
         self.by_key: dict[object, frozenset[str]] = {}
         self.counts: dict[str, int] = {}
+        self.flipped: set[str] = set()
 
     def put(self, key: object, names: frozenset[str] | None) -> None:
         """`key`'s names are now `names` (None: the key is gone)."""
         old = self.by_key.pop(key, frozenset())
+        if old == names:
+            if names:
+                self.by_key[key] = names
+            return
         for name in old:
             left = self.counts[name] - 1
             if left:
                 self.counts[name] = left
             else:
                 del self.counts[name]
+                self.flipped ^= {name}
         if names:
             self.by_key[key] = names
             for name in names:
-                self.counts[name] = self.counts.get(name, 0) + 1
+                count = self.counts.get(name, 0)
+                self.counts[name] = count + 1
+                if not count:
+                    self.flipped ^= {name}
 
 
 class HostNames:
-    """What the virtual hosts name, counted: clusters, TLS Secrets, CA bundles."""
+    """What the virtual hosts and TCP proxies name, counted: clusters, TLS Secrets, CA bundles
+    (TCP proxies by (listener, name), walked every compile: they are few)."""
 
     def __init__(self) -> None:
         self.clusters = Counted()
         self.secrets = Counted()
         self.ca_bundles = Counted()
+        self.proxies: set[tuple[str, str, str]] = set()
 
 
-def host_names(
-    listeners: Sequence[Listener], memo: CompileMemo
-) -> tuple[set[str], set[str], set[str]]:
+def host_names(listeners: Sequence[Listener], memo: CompileMemo) -> HostNames:
     """The clusters the virtual hosts and TCP proxies send to, the TLS Secrets and the CA
-    bundles they name (the clusters' own CA bundles aside): each virtual host's names are
-    counted again only when it changed (`ListenerHosts.changed`)."""
+    bundles they name (the clusters' own CA bundles aside), counted: each virtual host's names
+    are counted again only when it changed (`ListenerHosts.changed`)."""
     kept = memo.stage("host-names", HostNames)
     hosts = memo.stage("listener-hosts", ListenerHosts)
     changed = hosts.changed
+    kept.secrets.flipped.clear()  # only the clusters' are read (`served_clusters`)
+    kept.ca_bundles.flipped.clear()
     if changed is None:
         kept.clusters, kept.secrets, kept.ca_bundles = Counted(), Counted(), Counted()
+        kept.proxies = set()
         changed = {(lst, name) for lst, found in hosts.by_listener.items() for name in found[0]}
     for key in changed:
         found = hosts.by_listener.get(key[0])
@@ -199,16 +212,21 @@ def host_names(
         kept.clusters.put(key, None if vh is None else vhost_clusters(vh))
         kept.secrets.put(key, None if vh is None else vhost_secret_names(vh))
         kept.ca_bundles.put(key, None if vh is None else vhost_ca_names(vh))
-    clusters, secrets = set(kept.clusters.counts), set(kept.secrets.counts)
-    ca_bundles = set(kept.ca_bundles.counts)
-    for lst in listeners:  # TCP proxies: few, walked every time
+    proxies: set[tuple[str, str, str]] = set()
+    for lst in listeners:
         for proxy in lst.tcp_proxies:
-            clusters.update(wc.cluster for wc in proxy.clusters)
-            if proxy.tls is not None:
-                secrets.update(termination_secret_names(proxy.tls))
-                ca_bundles.update(termination_ca_names(proxy.tls))
-    clusters.discard(INVALID_BACKEND)  # a share answered 500, never a cluster (model.py)
-    return clusters, secrets, ca_bundles
+            at = ("tcp", lst.name, proxy.name)
+            proxies.add(at)
+            tls = proxy.tls
+            kept.clusters.put(at, frozenset(wc.cluster for wc in proxy.clusters))
+            kept.secrets.put(at, None if tls is None else termination_secret_names(tls))
+            kept.ca_bundles.put(at, None if tls is None else termination_ca_names(tls))
+    for at in kept.proxies - proxies:
+        kept.clusters.put(at, None)
+        kept.secrets.put(at, None)
+        kept.ca_bundles.put(at, None)
+    kept.proxies = proxies
+    return kept
 
 
 # One served cluster: its book entry, the slices and Endpoints its endpoints were read from, the
@@ -242,7 +260,6 @@ class ClusterStage:
         self.forbidden: dict[str, tuple[ForbiddenEndpoint, ...]] = {}
         self.dns: dict[str, str] = {}
         self.ca_bundles = Counted()
-        self.used: set[str] = set()
         # Names used without a cluster (no record): asked again every compile, they are few.
         self.missing: set[str] = set()
         self.own: frozenset[str] = frozenset()
@@ -250,10 +267,13 @@ class ClusterStage:
         self.slices: Mapping[tuple[str, str], Sequence[KubeObject]] = {}
         # The names whose cluster (after the forbidden endpoints) the last compile changed.
         self.changed: set[str] = set()
+        self.clusters: tuple[Cluster, ...] | None = None  # `clusters_of`
+        self.basis_copy: dict[tuple[str, str], tuple[ServiceBackend, ...]] | None = None
+        self.positions: tuple[tuple[Cluster, ...], dict[str, int]] | None = None
 
 
 def served_clusters(
-    used: set[str],
+    names: Counted,
     resolver: BackendResolver,
     snapshot: Snapshot,
     reserved: Mapping[int, str],
@@ -267,18 +287,21 @@ def served_clusters(
     kept = memo.stage("served-clusters", ClusterStage)
     slices = resolver.endpoint_slices()
     own = resolver.own_clusters()
+    used = names.counts  # INVALID_BACKEND aside: a share answered 500, never a cluster
     if memo.delta.everything or kept.reserved != reserved:
         # Every name again (the book stays: it is the compile before's, read by `entry`).
-        dirty = used.union(kept.records)
+        dirty = set(chain(used, kept.records))
         kept.reset()
     else:
-        dirty = used ^ kept.used
+        dirty = set(names.flipped)
         dirty.update(kept.missing)
-        dirty.update(used.intersection(resolver.made()))
+        dirty.update(name for name in resolver.made() if name in used)
         dirty.update(own ^ kept.own)
         for service in _touched_services(memo, kept.slices, slices):
             dirty.update(kept.by_service.get(service, ()))
-    kept.used, kept.own, kept.reserved, kept.slices = used, own, dict(reserved), slices
+    names.flipped.clear()
+    dirty.discard(INVALID_BACKEND)
+    kept.own, kept.reserved, kept.slices = own, dict(reserved), slices
     kept.changed = set()
     touched: set[tuple[str, str]] = set()
     for name in dirty:
@@ -293,6 +316,8 @@ def served_clusters(
                 kept.missing.add(name)
             else:
                 kept.missing.discard(name)
+    if touched:
+        kept.basis_copy = None
     for service in touched:
         found = kept.backends.get(service)
         if found:
@@ -400,8 +425,10 @@ def _put_or_pop(d: dict[str, T], key: str, value: T | None) -> None:
 
 
 def clusters_of(kept: ClusterStage) -> tuple[Cluster, ...]:
-    """The served clusters, in name order."""
-    return tuple(map(kept.final.__getitem__, kept.names))
+    """The served clusters, in name order: the same tuple while none changed."""
+    if kept.changed or kept.clusters is None:
+        kept.clusters = tuple(map(kept.final.__getitem__, kept.names))
+    return kept.clusters
 
 
 def forbidden_of(kept: ClusterStage) -> tuple[ForbiddenEndpoint, ...]:
@@ -412,3 +439,19 @@ def forbidden_of(kept: ClusterStage) -> tuple[ForbiddenEndpoint, ...]:
 def dns_names_of(kept: ClusterStage) -> tuple[str, ...]:
     """`services.dns_names` of the served clusters (with the names refused)."""
     return tuple(sorted(set(kept.dns.values())))
+
+
+def basis_of(kept: ClusterStage) -> dict[tuple[str, str], tuple[ServiceBackend, ...]]:
+    """The Service backends by (namespace, Service), for `EndpointBasis`: a copy (a basis
+    handed out is never changed), the same one while no Service's backends changed."""
+    if kept.basis_copy is None:
+        kept.basis_copy = dict(kept.basis)
+    return kept.basis_copy
+
+
+def positions_of(kept: ClusterStage, clusters: tuple[Cluster, ...]) -> dict[str, int]:
+    """Each cluster's place in `clusters` (the graph's), the same dict for the same tuple."""
+    if kept.positions is None or kept.positions[0] is not clusters:
+        places = dict(zip(map(_NAME, clusters), range(len(clusters)), strict=True))
+        kept.positions = (clusters, places)
+    return kept.positions[1]

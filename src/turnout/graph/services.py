@@ -150,6 +150,9 @@ def slice_index(
         kept.index = index_endpoint_slices(snapshot)
         kept.where = {(e.namespace, e.name): k for k, lst in kept.index.items() for e in lst}
         return kept.index
+    changed = list(changed)
+    if not changed:
+        return kept.index  # never changed in place: patches go to a copy
     index, where = dict(kept.index), dict(kept.where)
     touched: set[tuple[str, str]] = set()
     for namespace, name in changed:

@@ -70,6 +70,7 @@ import ipaddress
 import math
 import re
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
@@ -122,6 +123,7 @@ from turnout.graph.model import (
     RoutingGraph,
     StringMatchKind,
     TCPProxy,
+    TLSSecret,
     TLSTermination,
     VirtualHost,
     VirtualHostPolicies,
@@ -1178,7 +1180,7 @@ class _Asked:
 
     __slots__ = ("asked", "names")
 
-    def __init__(self, names: frozenset[str], asked: set[str]) -> None:
+    def __init__(self, names: AbstractSet[str], asked: set[str]) -> None:
         self.names = names
         self.asked = asked
 
@@ -1354,8 +1356,8 @@ class _Hosts:
         )
 
 
-def _names(names: Container[str]) -> frozenset[str]:
-    return names if isinstance(names, frozenset) else frozenset()
+def _names(names: Container[str]) -> AbstractSet[str]:
+    return names if isinstance(names, AbstractSet) else frozenset()
 
 
 def _check_listener(
@@ -1482,7 +1484,10 @@ class PatchedLimits:
         self.cluster_problems: dict[str, tuple[GraphProblem, ...]] = {}
         self.cluster_altered: set[str] = set()
         self.listeners: dict[str, ListenerLimits] = {}
-        self.names: frozenset[str] = frozenset()
+        # The usable names: clusters the net kept, TLS Secrets (of `secrets`).
+        self.usable: set[str] = set()
+        self.secrets: tuple[TLSSecret, ...] | None = None
+        self.secret_names: frozenset[str] = frozenset()
         self.hosts = LimitsMemo()
 
     def rechecked(self) -> dict[str, set[str] | None]:
@@ -1508,13 +1513,8 @@ def patch_envoy_limits(
         clusters_changed = set(cluster_names)
     problems: list[GraphProblem] = []
     clusters = _patch_clusters(graph, kept, clusters_changed, (cluster_names, by_name), problems)
-    ctx = _Context(
-        clusters=frozenset(map(_NAME, clusters)), secrets=frozenset(map(_NAME, graph.secrets))
-    )
-    names = frozenset(chain(_names(ctx.clusters), _names(ctx.secrets)))
-    # Made anew: a symmetric difference keeps the table of its 10,000-name operand.
-    asked = frozenset(list(kept.names ^ names))
-    kept.names = names
+    asked = _usable_changed(graph, kept, clusters_changed)
+    ctx = _Context(clusters=kept.usable, secrets=kept.secret_names)
     kept.hosts.vhosts.age()
     hosts = _Hosts(ctx, kept.hosts, asked)
     listeners = []
@@ -1532,6 +1532,27 @@ def patch_envoy_limits(
 
 
 _NAME = attrgetter("name")
+
+
+def _usable_changed(
+    graph: RoutingGraph, kept: PatchedLimits, clusters_changed: set[str]
+) -> frozenset[str]:
+    """The cluster and Secret names usable then or now, not both; `kept.usable` and
+    `kept.secret_names` patched to now (a cluster is usable unless the net left it out)."""
+    flipped: set[str] = set()
+    for name in clusters_changed:
+        if name in kept.cluster_out:
+            if name not in kept.usable:
+                kept.usable.add(name)
+                flipped.add(name)
+        elif name in kept.usable:
+            kept.usable.discard(name)
+            flipped.add(name)
+    if graph.secrets is not kept.secrets:
+        names = frozenset(map(_NAME, graph.secrets))
+        flipped.update(names ^ kept.secret_names)
+        kept.secrets, kept.secret_names = graph.secrets, names
+    return frozenset(flipped)
 
 
 def _patch_clusters(
