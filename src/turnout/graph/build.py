@@ -43,6 +43,7 @@ from turnout.graph.model import (
 from turnout.graph.secret_data import DELEGATION_KINDS
 from turnout.graph.secrets import SecretBook, SecretResolver
 from turnout.graph.served import (
+    Hints,
     Hosts,
     ListenerHosts,
     basis_of,
@@ -51,6 +52,7 @@ from turnout.graph.served import (
     dns_names_of,
     forbidden_of,
     host_names,
+    merge_hints,
     merge_hosts,
     ordered_hosts,
     positions_of,
@@ -337,6 +339,7 @@ def build_graph(
     ctx = CompileContext(options, ownership, backends, secrets, memo)
 
     per_dialect: list[Hosts] = []
+    per_hints: list[Hints] = []
     tcp_proxies: dict[str, dict[str, TCPProxy]] = {}
     statuses: list[ObjectStatus] = []
     declared: dict[str, ListenerDecl] = {}
@@ -347,13 +350,15 @@ def build_graph(
             declared.setdefault(decl.name, decl)
         # Ownership guarantees one vhost per (listener, hostname); a dialect that emits a
         # second one has a bug, and the first one stays in force.
-        per_dialect.append(dialect_hosts(dialect.name, out.virtual_hosts, memo))
+        found, hints = dialect_hosts(dialect.name, out.virtual_hosts, memo)
+        per_dialect.append(found)
+        per_hints.append(hints)
         for listener, proxy in out.tcp_proxies:
             tcp_proxies.setdefault(listener, {}).setdefault(proxy.name, proxy)
 
     hosts = merge_hosts(per_dialect, (HTTP_LISTENER, HTTPS_LISTENER))
     names = _listener_names(hosts, tcp_proxies, declared, options)
-    ordered = ordered_hosts({n: hosts.get(n, {}) for n in names}, memo)
+    ordered = ordered_hosts({n: hosts.get(n, {}) for n in names}, merge_hints(per_hints), memo)
     listeners = _same_listeners(_listeners(ordered, tcp_proxies, declared, options), memo)
     named = host_names(listeners, memo)
     reserved = endpoint_reserved_ports(options, declared.values())
@@ -375,6 +380,7 @@ def build_graph(
         served.changed,
         served.names,
         served.final,
+        memo.stage("listener-hosts", ListenerHosts).hosts(),
     )
     limits = memo.stage("limits", PatchedLimits)
     graph = _hold_owned_hosts(graph, ownership, memo, limits.rechecked())

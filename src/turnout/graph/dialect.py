@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from turnout.compile_inputs import CompileOptions, ListenerDecl
-from turnout.graph.memo import CompileMemo
+from turnout.graph.memo import CompileMemo, replaced_places
 from turnout.graph.model import RoutingGraph, TCPProxy, VirtualHost
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
@@ -207,10 +207,25 @@ def ownership_from_claims(
         return Ownership(_owners(claims))
     kept = memo.stage("ownership", OwnershipMemo)
     claims = claims if isinstance(claims, list) else list(claims)
-    now = dict(zip(map(id, claims), claims, strict=True))
-    if memo.delta.everything or not kept.claims or len(now) != len(claims) or not kept.patch(now):
-        kept.rebuild(claims, now)
-    return Ownership(dict(kept.owners))
+    before, kept.given = kept.given, claims
+    gone: dict[int, HostClaim] | None = None
+    if memo.delta.everything or not kept.claims or kept.repeated:
+        pass
+    elif len(before) == len(claims):
+        # The common case: the same claims in the same places but a few (one C-speed pass).
+        places = replaced_places(before, claims)
+        gone = {id(before[i]): before[i] for i in places}
+        added = {id(claims[i]): claims[i] for i in places}
+        if any(i in kept.claims and i not in gone for i in added):
+            gone = None  # a claim given twice: `rebuild` counts it as a full compile does
+    else:
+        now = dict(zip(map(id, claims), claims, strict=True))
+        if len(now) == len(claims):
+            gone = {i: kept.claims[i] for i in kept.claims.keys() - now.keys()}
+            added = {i: now[i] for i in now.keys() - kept.claims.keys()}
+    if gone is None or not kept.patch(gone, added):
+        kept.rebuild(claims)
+    return kept.answer()
 
 
 def _owners(claims: Iterable[HostClaim]) -> dict[tuple[str, str], KubeObject]:
@@ -229,35 +244,43 @@ class OwnershipMemo:
     any)."""
 
     def __init__(self) -> None:
+        self.given: list[HostClaim] = []
         self.claims: dict[int, HostClaim] = {}
         self.by_key: dict[tuple[str, str], dict[int, HostClaim]] = {}
         self.owners: dict[tuple[str, str], KubeObject] = {}
         self.changed: set[tuple[str, str]] | None = None
+        self.last: Ownership | None = None
+        self.repeated = False  # a claim object given twice: rebuilt every time
 
-    def rebuild(self, claims: list[HostClaim], now: dict[int, HostClaim]) -> None:
-        self.claims, self.by_key = now, {}
+    def answer(self) -> Ownership:
+        """The owners; the same `Ownership` while no owner changed (a copy: never mutated)."""
+        if self.last is None or self.changed is None or self.changed:
+            self.last = Ownership(dict(self.owners))
+        return self.last
+
+    def rebuild(self, claims: list[HostClaim]) -> None:
+        now = dict(zip(map(id, claims), claims, strict=True))
+        self.claims, self.by_key, self.repeated = now, {}, len(now) != len(claims)
         for claim in claims:
             key = (claim.listener, claim.hostname.lower())
             self.by_key.setdefault(key, {})[id(claim)] = claim
         self.owners, self.changed = _owners(claims), None
 
-    def patch(self, now: dict[int, HostClaim]) -> bool:
-        """Patches the index for the claims added and removed; False: a tie between claimants
-        of one age, which the claims' order decides (`rebuild`)."""
-        gone = self.claims.keys() - now.keys()
-        added = now.keys() - self.claims.keys()
+    def patch(self, gone: dict[int, HostClaim], added: dict[int, HostClaim]) -> bool:
+        """Patches the index for the claims added and removed (by identity); False: a tie
+        between claimants of one age, which the claims' order decides (`rebuild`)."""
         touched: set[tuple[str, str]] = set()
-        for i in gone:
-            claim = self.claims[i]
+        for i, claim in gone.items():
             key = (claim.listener, claim.hostname.lower())
             del self.by_key[key][i]
+            del self.claims[i]
             touched.add(key)
-        for i in added:
-            claim = now[i]
+        for i, claim in added.items():
             key = (claim.listener, claim.hostname.lower())
             self.by_key.setdefault(key, {})[i] = claim
+            self.claims[i] = claim
             touched.add(key)
-        self.claims, self.changed = now, set()
+        self.changed = set()
         for key in touched:
             tie, owner = self._owner(key)
             if tie:

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from turnout.compile_inputs import CompileOptions
 from turnout.graph.attribution import vhost_clusters
-from turnout.graph.memo import CompileMemo, replaced_keys
+from turnout.graph.memo import CompileMemo, replaced_keys, replaced_places
 from turnout.graph.model import INVALID_BACKEND, Cluster, Listener, VirtualHost
 from turnout.graph.services import (
     BackendResolver,
@@ -48,23 +48,34 @@ _FIRST = itemgetter(0)
 _SECOND = itemgetter(1)
 
 
+# Per listener, the names whose virtual host may differ from the compile before's; None: any.
+Hints = dict[str, set[str]] | None
+
+
 class DialectHosts:
-    """Each dialect's virtual hosts by listener and name, kept while its output's tuple is the
-    very same object."""
+    """Each dialect's virtual hosts by listener and name, with the pairs they were read from
+    and whether those held each (listener, name) once."""
 
     def __init__(self) -> None:
-        self.by_dialect: dict[str, tuple[object, Hosts]] = {}
+        self.by_dialect: dict[str, tuple[tuple[tuple[str, VirtualHost], ...], Hosts, bool]] = {}
 
 
 def dialect_hosts(
     name: str, pairs: tuple[tuple[str, VirtualHost], ...], memo: CompileMemo
-) -> Hosts:
+) -> tuple[Hosts, Hints]:
     """One dialect's (listener, virtual host) pairs by listener and name, the first of a name
-    winning (ownership allows one; a second is a dialect's bug)."""
+    winning (ownership allows one; a second is a dialect's bug), and the names that may have
+    changed: the pairs of the compile before patched at the places that are not the very same
+    pair (an incremental dialect hands back the same pairs for what did not change)."""
     kept = memo.stage("dialect-hosts", DialectHosts)
     hit = kept.by_dialect.get(name)
     if hit is not None and hit[0] is pairs:
-        return hit[1]
+        return hit[1], {}
+    if hit is not None and hit[2] and len(hit[0]) == len(pairs) and not memo.delta.everything:
+        patched = _patch_pairs(hit[0], hit[1], pairs)
+        if patched is not None:
+            kept.by_dialect[name] = (pairs, patched[0], True)
+            return patched
     out: Hosts = {}
     listeners = set(map(_FIRST, pairs))
     if len(listeners) == 1:
@@ -74,20 +85,67 @@ def dialect_hosts(
     else:
         for listener, vhost in pairs:
             out.setdefault(listener, {}).setdefault(vhost.name, vhost)
-    kept.by_dialect[name] = (pairs, out)
-    return out
+    once = sum(map(len, out.values())) == len(pairs)
+    kept.by_dialect[name] = (pairs, out, once)
+    return out, None
+
+
+def _patch_pairs(
+    before: tuple[tuple[str, VirtualHost], ...],
+    hosts: Hosts,
+    pairs: tuple[tuple[str, VirtualHost], ...],
+) -> tuple[Hosts, dict[str, set[str]]] | None:
+    """`hosts` (of `before`, each name once) patched for the places where `pairs` differs;
+    None: a name given twice now (the whole is read again). Copies the dicts it changes."""
+    places = replaced_places(before, pairs)
+    out = dict(hosts)
+    hints: dict[str, set[str]] = {}
+    for i in places:
+        listener, vh = before[i]
+        if out[listener] is hosts[listener]:
+            out[listener] = dict(hosts[listener])
+        del out[listener][vh.name]
+        hints.setdefault(listener, set()).add(vh.name)
+    for i in places:
+        listener, vh = pairs[i]
+        found = out.get(listener)
+        if found is None:
+            found = out[listener] = {}
+        elif found is hosts.get(listener):
+            found = out[listener] = dict(found)
+        if vh.name in found:
+            return None
+        found[vh.name] = vh
+        hints.setdefault(listener, set()).add(vh.name)
+    return {k: v for k, v in out.items() if v}, hints
 
 
 def merge_hosts(per_dialect: Sequence[Hosts], listeners: Iterable[str]) -> Hosts:
-    """The dialects' hosts by listener, the first dialect winning a name (dict updates)."""
+    """The dialects' hosts by listener, the first dialect winning a name; a listener only one
+    dialect serves is that dialect's very dict (never changed in place)."""
     out: Hosts = {name: {} for name in listeners}
+    copied: set[str] = set()
     for hosts in reversed(per_dialect):
         for listener, by_name in hosts.items():
             found = out.get(listener)
-            if found is None:
-                out[listener] = dict(by_name)
+            if not found:
+                out[listener] = by_name
             else:
+                if listener not in copied:
+                    found = out[listener] = dict(found)
+                    copied.add(listener)
                 found.update(by_name)
+    return out
+
+
+def merge_hints(per_dialect: Sequence[Hints]) -> Hints:
+    """The dialects' hints together; None when one of them does not know."""
+    out: dict[str, set[str]] = {}
+    for hints in per_dialect:
+        if hints is None:
+            return None
+        for listener, names in hints.items():
+            out.setdefault(listener, set()).update(names)
     return out
 
 
@@ -106,10 +164,17 @@ class ListenerHosts:
         # The (listener, name)s whose virtual host the last compile changed; None: all.
         self.changed: set[HostKey] | None = None
 
+    def hosts(self) -> dict[str, dict[str, VirtualHost]]:
+        """Each listener's virtual hosts by name, as the last compile ordered them."""
+        return {name: found[0] for name, found in self.by_listener.items()}
 
-def ordered_hosts(hosts: Hosts, memo: CompileMemo) -> dict[str, tuple[VirtualHost, ...]]:
+
+def ordered_hosts(
+    hosts: Hosts, hints: Hints, memo: CompileMemo
+) -> dict[str, tuple[VirtualHost, ...]]:
     """Each listener's virtual hosts in name order: the very same tuple while none changed,
-    else the compile before's order patched for the names added and removed."""
+    else the compile before's order patched for the names added and removed (among `hints`,
+    when known)."""
     kept = memo.stage("listener-hosts", ListenerHosts)
     changed: set[HostKey] | None = None if memo.delta.everything else set()
     out: dict[str, tuple[VirtualHost, ...]] = {}
@@ -122,7 +187,12 @@ def ordered_hosts(hosts: Hosts, memo: CompileMemo) -> dict[str, tuple[VirtualHos
             if changed is not None:
                 changed.update((listener, n) for n in names)
         else:
-            replaced = replaced_keys(old[0], now)
+            if hints is None:
+                replaced = replaced_keys(old[0], now)
+            else:
+                before = old[0]
+                maybe = hints.get(listener, ())
+                replaced = {n for n in maybe if before.get(n) is not now.get(n)}
             found = _patched_hosts(old, now, replaced)
             changed.update((listener, n) for n in replaced)
         by_listener[listener] = found

@@ -1502,12 +1502,14 @@ def patch_envoy_limits(
     clusters_changed: set[str] | None,
     cluster_names: Sequence[str],
     by_name: Mapping[str, Cluster],
+    hosts: Mapping[str, Mapping[str, VirtualHost]] | None = None,
 ) -> tuple[RoutingGraph, tuple[GraphProblem, ...]]:
     """`enforce_envoy_limits(graph)`, redoing only the clusters `clusters_changed` names, the
     virtual hosts `hosts_changed` names and those whose check asked about a cluster or Secret
     name usable then or now, not both (None: everything, the state is made anew).
     `cluster_names`: the names of `graph.clusters`, in order (they are unique), `by_name`
-    the clusters by name."""
+    the clusters by name; `hosts`: each listener's virtual hosts by name, when the caller has
+    them."""
     if hosts_changed is None or clusters_changed is None:
         kept.reset()
         clusters_changed = set(cluster_names)
@@ -1516,12 +1518,13 @@ def patch_envoy_limits(
     asked = _usable_changed(graph, kept, clusters_changed)
     ctx = _Context(clusters=kept.usable, secrets=kept.secret_names)
     kept.hosts.vhosts.age()
-    hosts = _Hosts(ctx, kept.hosts, asked)
+    checker = _Hosts(ctx, kept.hosts, asked)
     listeners = []
     for lst in graph.listeners:
         state = kept.listeners.setdefault(lst.name, ListenerLimits())
         dirty = None if hosts_changed is None else {n for ln, n in hosts_changed if ln == lst.name}
-        listeners.append(_patch_listener(lst, state, dirty, asked, ctx, hosts, problems))
+        named = None if hosts is None else hosts.get(lst.name)
+        listeners.append(_patch_listener(lst, named, state, dirty, asked, ctx, checker, problems))
     for name in kept.listeners.keys() - {lst.name for lst in graph.listeners}:
         del kept.listeners[name]
     same = all(new is old for new, old in zip(listeners, graph.listeners, strict=True))
@@ -1596,6 +1599,7 @@ def _patch_clusters(
 
 def _patch_listener(
     lst: Listener,
+    named: Mapping[str, VirtualHost] | None,
     state: ListenerLimits,
     dirty: set[str] | None,
     asked: frozenset[str],
@@ -1603,7 +1607,7 @@ def _patch_listener(
     hosts: _Hosts,
     problems: list[GraphProblem],
 ) -> Listener:
-    by_name = None
+    by_name = named
     if dirty is None or state.walked:
         state.reset()
         by_name = {vh.name: vh for vh in lst.virtual_hosts}
