@@ -422,8 +422,10 @@ class StatusOrder:
         self.order: list[int] = []
         self.sorted: list[ObjectStatus] = []
         # Whether the last compile's statuses have the refs, in the same places, of the one
-        # before (so that a stage keyed by position may patch its last result).
+        # before (so that a stage keyed by position may patch its last result), and the refs
+        # of the statuses that are not the very same objects then.
         self.same_places = False
+        self.moved: set[ObjectRef] = set()
 
 
 def _status_key(s: ObjectStatus) -> tuple[str, str, str, str]:
@@ -436,9 +438,11 @@ def _sorted_statuses(given: list[ObjectStatus], memo: CompileMemo) -> list[Objec
     kept = memo.stage("status-order", StatusOrder)
     old = kept.given
     same = len(old) == len(given) and not memo.delta.everything
+    kept.moved = set()
     if same:
         moved = replaced_places(old, given)
         same = all(old[i].ref == given[i].ref for i in moved)
+        kept.moved = {given[i].ref for i in moved}
     if not same:
         keys = [_status_key(s) for s in given]
         kept.order = sorted(range(len(given)), key=keys.__getitem__)
@@ -803,7 +807,7 @@ def fold_findings(
     given = statuses if isinstance(statuses, list) else list(statuses)
     if given is order.sorted and order.same_places and len(kept.given) == len(given):
         out = list(kept.out)
-        for i in _refold_places(kept, given, by_ref, memo):
+        for i in _refold_places(kept, given, by_ref, memo, order.moved):
             out[i] = _folded(given[i], by_ref, snapshot, folded)
     else:
         out = [_folded(status, by_ref, snapshot, folded) for status in given]
@@ -825,15 +829,17 @@ def _refold_places(
     given: list[ObjectStatus],
     by_ref: dict[ObjectRef, dict[Finding, None]],
     memo: CompileMemo,
+    moved: set[ObjectRef],
 ) -> set[int]:
-    """The places to fold again: statuses that are new objects, and those of the objects the
-    delta names or whose findings changed (found by bisection: the statuses are sorted)."""
-    places = set(replaced_places(kept.given, given))
+    """The places to fold again: those of the statuses that are new objects (`moved`), of the
+    objects the delta names and of those whose findings changed (found by bisection: the
+    statuses are sorted)."""
+    places: set[int] = set()
     old = kept.by_ref
     stale = {
         r for r in old.keys() | by_ref.keys() if tuple(old.get(r, ())) != tuple(by_ref.get(r, ()))
     }
-    for ref in stale | memo.delta.refs:
+    for ref in stale | memo.delta.refs | moved:
         key = (ref.group, ref.kind, ref.namespace, ref.name)
         i = bisect_left(given, key, key=_status_key)
         while i < len(given) and given[i].ref == ref:
