@@ -43,7 +43,9 @@ from turnout.graph.model import (
 from turnout.graph.secret_data import DELEGATION_KINDS
 from turnout.graph.secrets import SecretBook, SecretResolver
 from turnout.graph.served import (
+    ClusterStage,
     Hints,
+    HostNames,
     Hosts,
     ListenerHosts,
     basis_of,
@@ -338,23 +340,9 @@ def build_graph(
     secrets = SecretResolver(snapshot, memo.stage("secrets", SecretBook))
     ctx = CompileContext(options, ownership, backends, secrets, memo)
 
-    per_dialect: list[Hosts] = []
-    per_hints: list[Hints] = []
-    tcp_proxies: dict[str, dict[str, TCPProxy]] = {}
-    statuses: list[ObjectStatus] = []
-    declared: dict[str, ListenerDecl] = {}
-    for dialect in dialects:
-        out = dialect_output(dialect, snapshot, ctx)
-        statuses.extend(out.statuses)
-        for decl in out.listeners:
-            declared.setdefault(decl.name, decl)
-        # Ownership guarantees one vhost per (listener, hostname); a dialect that emits a
-        # second one has a bug, and the first one stays in force.
-        found, hints = dialect_hosts(dialect.name, out.virtual_hosts, memo)
-        per_dialect.append(found)
-        per_hints.append(hints)
-        for listener, proxy in out.tcp_proxies:
-            tcp_proxies.setdefault(listener, {}).setdefault(proxy.name, proxy)
+    outputs = _dialect_outputs(dialects, snapshot, ctx)
+    per_dialect, per_hints, statuses = outputs.hosts, outputs.hints, outputs.statuses
+    tcp_proxies, declared = outputs.tcp_proxies, outputs.declared
 
     hosts = merge_hosts(per_dialect, (HTTP_LISTENER, HTTPS_LISTENER))
     names = _listener_names(hosts, tcp_proxies, declared, options)
@@ -365,23 +353,7 @@ def build_graph(
     served = served_clusters(named.clusters, backends, snapshot, reserved, options, memo)
     forbidden = forbidden_of(served)
     statuses = _sorted_statuses(statuses, memo)
-    # The net under every dialect: what Envoy would refuse is confined to the object that wrote it.
-    graph, limit_problems = patch_envoy_limits(
-        RoutingGraph(
-            listeners=tuple(listeners),
-            clusters=clusters_of(served),
-            secrets=secrets.used_secrets(set(named.secrets.counts)),
-            ca_bundles=secrets.used_ca_bundles(
-                set(chain(named.ca_bundles.counts, served.ca_bundles.counts))
-            ),
-        ),
-        memo.stage("limits", PatchedLimits),
-        memo.stage("listener-hosts", ListenerHosts).changed,
-        served.changed,
-        served.names,
-        served.final,
-        memo.stage("listener-hosts", ListenerHosts).hosts(),
-    )
+    graph, limit_problems = _checked_graph(listeners, named, served, secrets, memo)
     limits = memo.stage("limits", PatchedLimits)
     graph = _hold_owned_hosts(graph, ownership, memo, limits.rechecked())
     basis = EndpointBasis(
@@ -410,6 +382,61 @@ def build_graph(
         rejected=kinds.rejected,
         endpoint_dependent_services=backends.endpoint_dependent(),
         endpoint_basis=basis,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Outputs:
+    """The dialects' outputs together: their hosts by listener and name (with the names that
+    may have changed), statuses, TCP proxies and declared listeners."""
+
+    hosts: list[Hosts]
+    hints: list[Hints]
+    statuses: list[ObjectStatus]
+    tcp_proxies: dict[str, dict[str, TCPProxy]]
+    declared: dict[str, ListenerDecl]
+
+
+def _dialect_outputs(
+    dialects: Sequence[Dialect], snapshot: Snapshot, ctx: CompileContext
+) -> _Outputs:
+    out = _Outputs([], [], [], {}, {})
+    for dialect in dialects:
+        found = dialect_output(dialect, snapshot, ctx)
+        out.statuses.extend(found.statuses)
+        for decl in found.listeners:
+            out.declared.setdefault(decl.name, decl)
+        # Ownership guarantees one vhost per (listener, hostname); a dialect that emits a
+        # second one has a bug, and the first one stays in force.
+        hosts, hints = dialect_hosts(dialect.name, found.virtual_hosts, ctx.memo)
+        out.hosts.append(hosts)
+        out.hints.append(hints)
+        for listener, proxy in found.tcp_proxies:
+            out.tcp_proxies.setdefault(listener, {}).setdefault(proxy.name, proxy)
+    return out
+
+
+def _checked_graph(
+    listeners: Sequence[Listener],
+    named: HostNames,
+    served: ClusterStage,
+    secrets: SecretResolver,
+    memo: CompileMemo,
+) -> tuple[RoutingGraph, tuple[GraphProblem, ...]]:
+    """The graph of the served pieces through the net under every dialect: what Envoy would
+    refuse is confined to the object that wrote it (`patch_envoy_limits`)."""
+    hosts = memo.stage("listener-hosts", ListenerHosts)
+    graph = RoutingGraph(
+        listeners=tuple(listeners),
+        clusters=clusters_of(served),
+        secrets=secrets.used_secrets(set(named.secrets.counts)),
+        ca_bundles=secrets.used_ca_bundles(
+            set(chain(named.ca_bundles.counts, served.ca_bundles.counts))
+        ),
+    )
+    limits = memo.stage("limits", PatchedLimits)
+    return patch_envoy_limits(
+        graph, limits, hosts.changed, served.changed, served.names, served.final, hosts.hosts()
     )
 
 
