@@ -256,6 +256,13 @@ def _kinds_answer(
     """The answer from the checks kept, in the snapshot's order (`ordered`: the objects with a
     check to report, in that order; None: found by one C-speed pass over the snapshot)."""
     if ordered is None:
+        # The snapshot's objects: a store may hand over an equal object for an unchanged one.
+        for ref, (_, check) in list(kept.special.items()):
+            now = snapshot.get_ref(ref)
+            if now is None:
+                del kept.special[ref]
+            else:
+                kept.special[ref] = (now, check)
         wanted = {id(obj) for obj, _ in kept.special.values()}
         ordered = [obj for obj, _ in kept.special.values()]
         if len(wanted) > 1:
