@@ -533,3 +533,15 @@ def test_ownership_follows_the_claims_that_changed() -> None:
     assert owner["a.example.com"].name == "a"
     assert {vh.owner.name for vh in second.graph.listeners[0].virtual_hosts} == {"b"}
     assert third.graph == first.graph
+
+
+def test_kind_problems_stay_for_an_equal_object_handed_over_again() -> None:
+    """A store may hand over an equal object for an unchanged one (no change in the delta):
+    the objects turnout does not read are still reported, in the snapshot's order."""
+    one = kube_object("example.com/v1", "Widget", "a", spec={})
+    two = kube_object("example.com/v1", "Widget", "b", spec={})
+    first = snapshot(*BASE, one, two, _proxy(1))
+    second = snapshot(*BASE, dataclasses.replace(one), two, _proxy(1))
+    _, after = _carried(first, second)
+    assert after == _fresh(second)
+    assert [i.ref.name for i in after.ignored] == ["a", "b"]
