@@ -2,9 +2,10 @@
 
 `BackendResolver` is created per compile. Dialects ask it for a Service port; it answers with a
 cluster (creating the record once) or with the reason the reference cannot be resolved. The
-graph serves the clusters its routes name (`BackendResolver.used`): those asked for during this
-compile, and those a piece reused from the compile before names, from the `ClusterBook` the
-compile memo carries (a record is a function of its name and its Service object).
+graph serves the clusters its routes name (`BackendResolver.entry`, patched per name by
+`graph.served.served_clusters`): those asked for during this compile, and those a piece reused
+from the compile before names, from the `ClusterBook` the compile memo carries (a record is a
+function of its name and its Service object).
 """
 
 from __future__ import annotations
