@@ -35,7 +35,13 @@ from turnout.graph.services import (
     index_endpoint_slices,
     slice_index,
 )
-from turnout.graph.validate import LimitsMemo, enforce_envoy_limits
+from turnout.graph.validate import (
+    GraphProblem,
+    LimitsMemo,
+    PatchedLimits,
+    enforce_envoy_limits,
+    patch_envoy_limits,
+)
 from turnout.objects import KubeObject, ObjectRef
 from turnout.status.model import Finding
 from turnout.store import Snapshot
@@ -411,3 +417,131 @@ def test_replaced_keys_are_those_not_the_very_same_object() -> None:
     assert replaced_keys(old, new) == {"replaced", "removed", "added"}
     assert replaced_keys(old, old) == set()
     assert replaced_keys(old, dict(old)) == set()
+
+
+def _named_proxy(
+    name: str, fqdn: str, service_name: str, *, secret: str | None = None
+) -> KubeObject:
+    vhost: dict[str, Any] = {"fqdn": fqdn}
+    if secret is not None:
+        vhost["tls"] = {"secretName": secret}
+    route = {"conditions": [{"prefix": "/"}], "services": [{"name": service_name, "port": 80}]}
+    spec = {"virtualhost": vhost, "routes": [route]}
+    return kube_object("projectcontour.io/v1", "HTTPProxy", name, spec=spec)
+
+
+def _walk(*snapshots: Snapshot) -> list[CompileResult]:
+    """Carried compiles of `snapshots`, each checked against a full compile."""
+    results = _carried(*snapshots)
+    for snap, result in zip(snapshots, results, strict=True):
+        assert result == _fresh(snap)
+    return results
+
+
+def test_a_cluster_leaves_the_graph_with_its_last_user() -> None:
+    """The clusters used are counted per virtual host: a cluster two hosts send to stays while
+    one of them moves away, and goes with the second."""
+    a_t, b_t = _named_proxy("a", "a.example.com", "t"), _named_proxy("b", "b.example.com", "t")
+    a_s, b_s = _named_proxy("a", "a.example.com", "s"), _named_proxy("b", "b.example.com", "s")
+    both, one, none = _walk(
+        snapshot(*BASE, a_t, b_t), snapshot(*BASE, a_s, b_t), snapshot(*BASE, a_s, b_s)
+    )
+    assert {c.service for c in both.graph.clusters} == {"t"}
+    assert {c.service for c in one.graph.clusters} == {"s", "t"}
+    assert _cluster(one, "t") is _cluster(both, "t")
+    assert {c.service for c in none.graph.clusters} == {"s"}
+    assert none.endpoint_basis is not None
+    assert set(none.endpoint_basis.backends) == {("default", "s")}
+
+
+def test_a_secret_stays_while_one_host_still_names_it() -> None:
+    """TLS Secrets are counted per virtual host: one host dropping TLS leaves the Secret
+    served for the other; it goes when neither names it."""
+    secret = _cert_secret()
+    a_tls = _named_proxy("a", "a.example.com", "t", secret="cert")
+    b_tls = _named_proxy("b", "b.example.com", "t", secret="cert")
+    a_plain, b_plain = (
+        _named_proxy("a", "a.example.com", "t"),
+        _named_proxy("b", "b.example.com", "t"),
+    )
+    both, one, none = _walk(
+        snapshot(*BASE, secret, a_tls, b_tls),
+        snapshot(*BASE, secret, a_plain, b_tls),
+        snapshot(*BASE, secret, a_plain, b_plain),
+    )
+    assert [s.secret for s in both.graph.secrets] == ["cert"]
+    assert [s.secret for s in one.graph.secrets] == ["cert"]
+    assert one.graph.secrets[0] is both.graph.secrets[0]
+    assert none.graph.secrets == ()
+
+
+def test_a_held_host_is_released_and_held_again() -> None:
+    """A hostname whose root turns invalid is held (404), released when the root is valid
+    again, and held again: each step as a full compile gives it."""
+    spec = {"virtualhost": {"fqdn": "b.example.com", "tls": {"secretName": "missing"}}}
+    invalid = kube_object("projectcontour.io/v1", "HTTPProxy", "p", spec=spec)
+    held, released, again = _walk(
+        snapshot(*BASE, _ingress(), invalid),
+        snapshot(*BASE, _ingress(), _proxy(1)),
+        snapshot(*BASE, _ingress(), invalid),
+    )
+    assert _http_hosts(held)["b.example.com"].routes == ()
+    assert _http_hosts(released)["b.example.com"].routes
+    assert _http_hosts(again)["b.example.com"].routes == ()
+    assert list(_http_hosts(again)) == sorted(_http_hosts(again))
+
+
+def _patched(
+    graph: RoutingGraph,
+    kept: PatchedLimits,
+    hosts: set[tuple[str, str]] | None,
+    clusters: set[str] | None,
+) -> tuple[RoutingGraph, tuple[GraphProblem, ...]]:
+    by_name = {c.name: c for c in graph.clusters}
+    return patch_envoy_limits(graph, kept, hosts, clusters, list(by_name), by_name)
+
+
+def test_patched_limits_follow_a_violation_in_one_host() -> None:
+    """The net patched per name: a host whose cluster goes is checked again though the host
+    did not change (it asked about the name), and is whole again when the cluster is back;
+    a changed host alone is checked again. Each answer is the full net's."""
+    kept = PatchedLimits()
+    vh = _vhost("c")
+    other = dataclasses.replace(_vhost("d"), name="b.example.com", hostname="b.example.com")
+    listener = Listener("ingress_http", "0.0.0.0", 8080, ListenerProtocol.HTTP, (vh, other))
+    graph = dataclasses.replace(_graph(vh, "c", "d"), listeners=(listener,))
+    assert _patched(graph, kept, None, None) == (graph, ())
+    gone = dataclasses.replace(graph, clusters=graph.clusters[1:])
+    found, problems = _patched(gone, kept, set(), {"c"})
+    assert (found, problems) == enforce_envoy_limits(gone) and problems
+    assert isinstance(found.listeners[0].virtual_hosts[0].routes[0].action, DirectResponse)
+    assert found.listeners[0].virtual_hosts[1] is other
+    assert _patched(graph, kept, set(), {"c"}) == (graph, ())
+    moved = dataclasses.replace(_vhost("x"), name="a.example.com")
+    listener = dataclasses.replace(listener, virtual_hosts=(moved, other))
+    changed = dataclasses.replace(graph, listeners=(listener,))
+    found, problems = _patched(changed, kept, {("ingress_http", "a.example.com")}, set())
+    assert (found, problems) == enforce_envoy_limits(changed) and problems
+
+
+def test_ownership_follows_the_claims_that_changed() -> None:
+    """Ownership patched per claim: the oldest claimant wins, and loses its hostname to the
+    next oldest when it stops claiming it."""
+    a, b = _ingress(name="a"), _ingress(name="b")
+    first, second, third = _walk(snapshot(*BASE, a, b), snapshot(*BASE, b), snapshot(*BASE, a, b))
+    owner = {vh.name: vh.owner for vh in first.graph.listeners[0].virtual_hosts}
+    assert owner["a.example.com"].name == "a"
+    assert {vh.owner.name for vh in second.graph.listeners[0].virtual_hosts} == {"b"}
+    assert third.graph == first.graph
+
+
+def test_kind_problems_stay_for_an_equal_object_handed_over_again() -> None:
+    """A store may hand over an equal object for an unchanged one (no change in the delta):
+    the objects turnout does not read are still reported, in the snapshot's order."""
+    one = kube_object("example.com/v1", "Widget", "a", spec={})
+    two = kube_object("example.com/v1", "Widget", "b", spec={})
+    first = snapshot(*BASE, one, two, _proxy(1))
+    second = snapshot(*BASE, dataclasses.replace(one), two, _proxy(1))
+    _, after = _carried(first, second)
+    assert after == _fresh(second)
+    assert [i.ref.name for i in after.ignored] == ["a", "b"]

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain, compress
+from operator import attrgetter
 
 from turnout.compile_inputs import (
     HTTP_LISTENER,
@@ -17,20 +20,19 @@ from turnout.compile_inputs import (
     ListenerDecl,
     ListenerProtocol,
 )
-from turnout.graph.attribution import Writers, cluster_writers, vhost_clusters
+from turnout.graph.attribution import Writers, cluster_writers
 from turnout.graph.dialect import (
     CompileContext,
     Dialect,
     DialectOutput,
     HostClaim,
     Ownership,
+    OwnershipMemo,
     RecordedOwnership,
     ownership_from_claims,
 )
-from turnout.graph.memo import CompileMemo, IdentityMemo
+from turnout.graph.memo import CompileMemo, IdentityMemo, replaced_places
 from turnout.graph.model import (
-    INVALID_BACKEND,
-    Cluster,
     HostnameMatch,
     Listener,
     RouteSource,
@@ -40,6 +42,24 @@ from turnout.graph.model import (
 )
 from turnout.graph.secret_data import DELEGATION_KINDS
 from turnout.graph.secrets import SecretBook, SecretResolver
+from turnout.graph.served import (
+    ClusterStage,
+    Hints,
+    HostNames,
+    Hosts,
+    ListenerHosts,
+    basis_of,
+    clusters_of,
+    dialect_hosts,
+    dns_names_of,
+    forbidden_of,
+    host_names,
+    merge_hints,
+    merge_hosts,
+    ordered_hosts,
+    positions_of,
+    served_clusters,
+)
 from turnout.graph.services import (
     BackendResolver,
     ClusterBook,
@@ -47,24 +67,22 @@ from turnout.graph.services import (
     ResolverUse,
     ServiceBackend,
     SliceIndex,
-    dns_names,
-    drop_forbidden_endpoints,
     endpoint_reserved_ports,
     endpoint_sources,
-    resolve_endpoints,
     slice_index,
 )
-from turnout.graph.tls_refs import ca_bundle_names, tls_secret_names
 from turnout.graph.validate import (
     GraphProblem,
-    LimitsMemo,
-    enforce_envoy_limits,
+    PatchedLimits,
     hostname_problem,
+    patch_envoy_limits,
     source_problems,
 )
 from turnout.objects import KubeObject, ObjectRef, group_of
 from turnout.status.model import Finding, IgnoredObject, ObjectStatus
 from turnout.store import Change, Snapshot, SourceProblem
+
+_NAME = attrgetter("name")
 
 # Reasons of the findings folded into statuses after the dialects ran.
 ENVOY_LIMIT = "EnvoyLimit"
@@ -178,11 +196,13 @@ _KNOWN = _ObjectCheck()
 
 
 class KindsMemo:
-    """`check_kinds` per object by identity, for one set of kinds read."""
+    """`check_kinds` per object, for one set of kinds read: the objects whose check is not
+    `_KNOWN` by ref (with the object), and the last answer."""
 
     def __init__(self) -> None:
         self.known: frozenset[tuple[str, str]] = frozenset()
-        self.checks = IdentityMemo[KubeObject, _ObjectCheck]()
+        self.special: dict[ObjectRef, tuple[KubeObject, _ObjectCheck]] = {}
+        self.last: KindCheck | None = None
 
 
 def check_kinds(
@@ -192,35 +212,82 @@ def check_kinds(
     apiVersion (e.g. `projectcontour.io/v2 HTTPProxy`) so no dialect misreads them. A kind
     turnout does not read is an error when it is close to a kind turnout reads in its group (a
     typo must fail CI: `HTTPProxxy`), else a warning, and the object is listed as ignored (a
-    Deployment in the same directory). `memo`: each object's answer kept by its identity."""
-    kept = (CompileMemo() if memo is None else memo).stage("kinds", KindsMemo)
-    if kept.known != known:
-        kept.known, kept.checks = known, IdentityMemo()
-    kept.checks.age()
+    Deployment in the same directory). `memo`: only the objects the delta names are checked
+    again; the others' answers are those of the compile before."""
+    memo = CompileMemo() if memo is None else memo
+    kept = memo.stage("kinds", KindsMemo)
+    tables = _kind_tables(known)
+    if kept.known != known or kept.last is None or memo.delta.everything:
+        kept.known, kept.special = known, {}
+        for each in snapshot.objects:
+            check = _check_object(each, known, *tables)
+            if check is not _KNOWN:
+                kept.special[each.ref] = (each, check)
+        return _kinds_answer(snapshot, kept, snapshot.objects)
+    changed = False
+    for ref in memo.delta.refs:
+        obj = snapshot.get_ref(ref)
+        check = _KNOWN if obj is None else _check_object(obj, known, *tables)
+        if check is not _KNOWN and obj is not None:
+            kept.special[ref] = (obj, check)
+            changed = True
+        elif kept.special.pop(ref, None) is not None:
+            changed = True
+    if not changed and len(kept.special) < 2 and not kept.last.rejected:
+        kept.last = dataclasses.replace(kept.last, snapshot=snapshot)
+        return kept.last
+    return _kinds_answer(snapshot, kept, None)
+
+
+def _kind_tables(
+    known: frozenset[tuple[str, str]],
+) -> tuple[dict[tuple[str, str], list[str]], dict[str, list[str]]]:
     by_group_kind: dict[tuple[str, str], list[str]] = {}
     by_group: dict[str, list[str]] = {}
     for api_version, kind in known:
         by_group_kind.setdefault((group_of(api_version), kind), []).append(api_version)
         by_group.setdefault(group_of(api_version), []).append(kind)
+    return by_group_kind, by_group
+
+
+def _kinds_answer(
+    snapshot: Snapshot, kept: KindsMemo, ordered: Sequence[KubeObject] | None
+) -> KindCheck:
+    """The answer from the checks kept, in the snapshot's order (`ordered`: the objects with a
+    check to report, in that order; None: found by one C-speed pass over the snapshot)."""
+    if ordered is None:
+        # The snapshot's objects: a store may hand over an equal object for an unchanged one.
+        for ref, (_, check) in list(kept.special.items()):
+            now = snapshot.get_ref(ref)
+            if now is None:
+                del kept.special[ref]
+            else:
+                kept.special[ref] = (now, check)
+        wanted = {id(obj) for obj, _ in kept.special.values()}
+        ordered = [obj for obj, _ in kept.special.values()]
+        if len(wanted) > 1:
+            # The snapshot's order, at C speed: a new partition may come before an old one.
+            ids = map(id, snapshot.objects)
+            ordered = list(compress(snapshot.objects, map(wanted.__contains__, ids)))
     problems: list[SourceProblem] = []
     ignored: list[IgnoredObject] = []
     rejected: list[ObjectRef] = []
-    for obj in snapshot.objects:
-        check = kept.checks.get(obj)
-        if check is None:
-            check = kept.checks.put(obj, _check_object(obj, known, by_group_kind, by_group))
-        if check is _KNOWN:
+    for one in ordered:
+        hit = kept.special.get(one.ref)
+        if hit is None or hit[0] is not one:
             continue
+        check = hit[1]
         problems.extend(p for p in (check.stamp, check.problem) if p is not None)
         if check.ignored is not None:
             ignored.append(check.ignored)
         if check.rejected:
-            rejected.append(obj.ref)
+            rejected.append(one.ref)
     if rejected:
         dropped = set(rejected)
         kept_objects = [o for o in snapshot.objects if o.ref not in dropped]
         snapshot = Snapshot.of(kept_objects, snapshot.problems)
-    return KindCheck(snapshot, tuple(problems), tuple(ignored), tuple(rejected))
+    kept.last = KindCheck(snapshot, tuple(problems), tuple(ignored), tuple(rejected))
+    return kept.last
 
 
 def _check_object(
@@ -270,7 +337,7 @@ def build_graph(
     claims: list[HostClaim] = []
     for dialect in dialects:
         claims.extend(dialect_claims(dialect, snapshot, options, memo))
-    ownership = ownership_from_claims(claims)
+    ownership = ownership_from_claims(claims, memo)
     backends = BackendResolver(
         snapshot,
         enable_external_name_service=options.enable_external_name_service,
@@ -280,49 +347,26 @@ def build_graph(
     secrets = SecretResolver(snapshot, memo.stage("secrets", SecretBook))
     ctx = CompileContext(options, ownership, backends, secrets, memo)
 
-    vhosts: dict[str, dict[str, VirtualHost]] = {HTTP_LISTENER: {}, HTTPS_LISTENER: {}}
-    tcp_proxies: dict[str, dict[str, TCPProxy]] = {}
-    statuses: list[ObjectStatus] = []
-    declared: dict[str, ListenerDecl] = {}
-    for dialect in dialects:
-        out = dialect_output(dialect, snapshot, ctx)
-        statuses.extend(out.statuses)
-        for decl in out.listeners:
-            declared.setdefault(decl.name, decl)
-        for listener, vhost in out.virtual_hosts:
-            # Ownership guarantees one vhost per (listener, hostname); a dialect that emits a
-            # second one has a bug, and the first one stays in force.
-            vhosts.setdefault(listener, {}).setdefault(vhost.name, vhost)
-        for listener, proxy in out.tcp_proxies:
-            tcp_proxies.setdefault(listener, {}).setdefault(proxy.name, proxy)
+    outputs = _dialect_outputs(dialects, snapshot, ctx)
+    per_dialect, per_hints, statuses = outputs.hosts, outputs.hints, outputs.statuses
+    tcp_proxies, declared = outputs.tcp_proxies, outputs.declared
 
-    listeners = _same_listeners(_listeners(vhosts, tcp_proxies, declared, options), memo)
-    used = _used_clusters(listeners, memo)
-    picked = backends.used(used)
-    served = _with_endpoints(picked, snapshot, backends.endpoint_slices(), memo)
+    hosts = merge_hosts(per_dialect, (HTTP_LISTENER, HTTPS_LISTENER))
+    names = _listener_names(hosts, tcp_proxies, declared, options)
+    ordered = ordered_hosts({n: hosts.get(n, {}) for n in names}, merge_hints(per_hints), memo)
+    listeners = _same_listeners(_listeners(ordered, tcp_proxies, declared, options), memo)
+    named = host_names(listeners, memo)
     reserved = endpoint_reserved_ports(options, declared.values())
-    clusters, forbidden = _drop_forbidden(served, reserved, options, backends.own_clusters(), memo)
-    tls_secrets = secrets.used_secrets(tls_secret_names(listeners))
-    statuses.sort(key=lambda s: (s.ref.group, s.ref.kind, s.ref.namespace, s.ref.name))
-    # The net under every dialect: what Envoy would refuse is confined to the object that wrote it.
-    graph, limit_problems = enforce_envoy_limits(
-        RoutingGraph(
-            listeners=tuple(listeners),
-            clusters=clusters,
-            secrets=tls_secrets,
-            ca_bundles=secrets.used_ca_bundles(ca_bundle_names(listeners, clusters)),
-        ),
-        memo.stage("limits", LimitsMemo),
-    )
-    graph = _hold_owned_hosts(graph, ownership, memo)
-    by_service: dict[tuple[str, str], tuple[ServiceBackend, ...]] = {}
-    for _, backend in picked:
-        if backend is not None:
-            by_service[backend.service] = (*by_service.get(backend.service, ()), backend)
+    served = served_clusters(named.clusters, backends, snapshot, reserved, options, memo)
+    forbidden = forbidden_of(served)
+    statuses = _sorted_statuses(statuses, memo)
+    graph, limit_problems = _checked_graph(listeners, named, served, secrets, memo)
+    limits = memo.stage("limits", PatchedLimits)
+    graph = _hold_owned_hosts(graph, ownership, memo, limits.rechecked())
     basis = EndpointBasis(
-        backends=by_service,
+        backends=basis_of(served),
         slices=backends.endpoint_slices(),
-        positions={c.name: i for i, c in enumerate(graph.clusters)},
+        positions=positions_of(served, graph.clusters),
         reserved=reserved,
         statuses=tuple(statuses),
         limit_findings=tuple(_limit_findings(limit_problems)),
@@ -340,12 +384,105 @@ def build_graph(
             statuses, (*basis.limit_findings, *basis.endpoint_findings), snapshot, memo
         ),
         problems=(*basis.head_problems, *basis.forbidden_problems, *basis.tail_problems),
-        dns_names=dns_names(served),
+        dns_names=dns_names_of(served),
         ignored=_ignored(kinds.ignored, dialects, snapshot, options, memo),
         rejected=kinds.rejected,
         endpoint_dependent_services=backends.endpoint_dependent(),
         endpoint_basis=basis,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Outputs:
+    """The dialects' outputs together: their hosts by listener and name (with the names that
+    may have changed), statuses, TCP proxies and declared listeners."""
+
+    hosts: list[Hosts]
+    hints: list[Hints]
+    statuses: list[ObjectStatus]
+    tcp_proxies: dict[str, dict[str, TCPProxy]]
+    declared: dict[str, ListenerDecl]
+
+
+def _dialect_outputs(
+    dialects: Sequence[Dialect], snapshot: Snapshot, ctx: CompileContext
+) -> _Outputs:
+    out = _Outputs([], [], [], {}, {})
+    for dialect in dialects:
+        found = dialect_output(dialect, snapshot, ctx)
+        out.statuses.extend(found.statuses)
+        for decl in found.listeners:
+            out.declared.setdefault(decl.name, decl)
+        # Ownership guarantees one vhost per (listener, hostname); a dialect that emits a
+        # second one has a bug, and the first one stays in force.
+        hosts, hints = dialect_hosts(dialect.name, found.virtual_hosts, ctx.memo)
+        out.hosts.append(hosts)
+        out.hints.append(hints)
+        for listener, proxy in found.tcp_proxies:
+            out.tcp_proxies.setdefault(listener, {}).setdefault(proxy.name, proxy)
+    return out
+
+
+def _checked_graph(
+    listeners: Sequence[Listener],
+    named: HostNames,
+    served: ClusterStage,
+    secrets: SecretResolver,
+    memo: CompileMemo,
+) -> tuple[RoutingGraph, tuple[GraphProblem, ...]]:
+    """The graph of the served pieces through the net under every dialect: what Envoy would
+    refuse is confined to the object that wrote it (`patch_envoy_limits`)."""
+    hosts = memo.stage("listener-hosts", ListenerHosts)
+    graph = RoutingGraph(
+        listeners=tuple(listeners),
+        clusters=clusters_of(served),
+        secrets=secrets.used_secrets(set(named.secrets.counts)),
+        ca_bundles=secrets.used_ca_bundles(
+            set(chain(named.ca_bundles.counts, served.ca_bundles.counts))
+        ),
+    )
+    limits = memo.stage("limits", PatchedLimits)
+    return patch_envoy_limits(
+        graph, limits, hosts.changed, served.changed, served.names, served.final, hosts.hosts()
+    )
+
+
+class StatusOrder:
+    """The statuses of the compile before as the dialects gave them, the order they were sorted
+    in (positions), and their refs by sorted position."""
+
+    def __init__(self) -> None:
+        self.given: list[ObjectStatus] = []
+        self.order: list[int] = []
+        self.sorted: list[ObjectStatus] = []
+        # Whether the last compile's statuses have the refs, in the same places, of the one
+        # before (so that a stage keyed by position may patch its last result), and the refs
+        # of the statuses that are not the very same objects then.
+        self.same_places = False
+        self.moved: set[ObjectRef] = set()
+
+
+def _status_key(s: ObjectStatus) -> tuple[str, str, str, str]:
+    return (s.ref.group, s.ref.kind, s.ref.namespace, s.ref.name)
+
+
+def _sorted_statuses(given: list[ObjectStatus], memo: CompileMemo) -> list[ObjectStatus]:
+    """`given` sorted by ref; the compile before's order again when the statuses that are not
+    the very same objects have the same refs in the same places (one identity pass)."""
+    kept = memo.stage("status-order", StatusOrder)
+    old = kept.given
+    same = len(old) == len(given) and not memo.delta.everything
+    kept.moved = set()
+    if same:
+        moved = replaced_places(old, given)
+        same = all(old[i].ref == given[i].ref for i in moved)
+        kept.moved = {given[i].ref for i in moved}
+    if not same:
+        keys = [_status_key(s) for s in given]
+        kept.order = sorted(range(len(given)), key=keys.__getitem__)
+    kept.given, kept.same_places = given, same
+    kept.sorted = list(map(given.__getitem__, kept.order))
+    return kept.sorted
 
 
 class DialectMemo:
@@ -406,57 +543,52 @@ def dialect_output(dialect: Dialect, snapshot: Snapshot, ctx: CompileContext) ->
     return kept.output
 
 
+def _listener_names(
+    vhosts: Mapping[str, Mapping[str, VirtualHost]],
+    tcp_proxies: Mapping[str, Mapping[str, TCPProxy]],
+    declared: Mapping[str, ListenerDecl],
+    options: CompileOptions,
+) -> list[str]:
+    """`ingress_http` always, `ingress_https` when something is served over TLS, then every
+    declared listener not on the shared ports."""
+    names = [HTTP_LISTENER]
+    if vhosts.get(HTTPS_LISTENER) or tcp_proxies.get(HTTPS_LISTENER):
+        names.append(HTTPS_LISTENER)
+    shared = (options.http_port, options.https_port)
+    names.extend(n for n, decl in declared.items() if decl.port not in shared)
+    return names
+
+
 def _listeners(
-    vhosts: dict[str, dict[str, VirtualHost]],
+    vhosts: Mapping[str, tuple[VirtualHost, ...]],
     tcp_proxies: dict[str, dict[str, TCPProxy]],
     declared: dict[str, ListenerDecl],
     options: CompileOptions,
 ) -> list[Listener]:
-    """`ingress_http` always, `ingress_https` when something is served over TLS, then every
-    declared listener (never on the shared ports), each with its hosts and TCP proxies in name
-    order; sorted by name."""
-    listeners = [
-        Listener(
-            name=HTTP_LISTENER,
-            address=options.address,
-            port=options.http_port,
-            protocol=ListenerProtocol.HTTP,
-            virtual_hosts=tuple(vhosts[HTTP_LISTENER][k] for k in sorted(vhosts[HTTP_LISTENER])),
-        )
-    ]
-    https_tcp = tcp_proxies.get(HTTPS_LISTENER, {})
-    if vhosts[HTTPS_LISTENER] or https_tcp:
-        listeners.append(
-            Listener(
-                name=HTTPS_LISTENER,
-                address=options.address,
-                port=options.https_port,
-                protocol=ListenerProtocol.HTTPS,
-                virtual_hosts=tuple(
-                    vhosts[HTTPS_LISTENER][k] for k in sorted(vhosts[HTTPS_LISTENER])
-                ),
-                tcp_proxies=tuple(https_tcp[k] for k in sorted(https_tcp)),
-            )
-        )
-
-    for name in sorted(declared, key=lambda n: (declared[n].port, n)):
-        decl = declared[name]
-        if decl.port in (options.http_port, options.https_port):
-            continue  # the dialect reports it; the shared listeners keep their ports
-        own_vhosts = vhosts.get(name, {})
-        own_tcp = tcp_proxies.get(name, {})
+    """The listeners of `_listener_names` (`vhosts`' keys), each with its hosts (in name
+    order, as `ordered_hosts` gives them) and TCP proxies in name order; sorted by name."""
+    listeners = []
+    for name, own_vhosts in vhosts.items():
+        decl = declared.get(name)
+        if name == HTTP_LISTENER:
+            port, protocol = options.http_port, ListenerProtocol.HTTP
+        elif name == HTTPS_LISTENER:
+            port, protocol = options.https_port, ListenerProtocol.HTTPS
+        else:
+            assert decl is not None
+            port, protocol = decl.port, decl.protocol
+        own_tcp = tcp_proxies.get(name, {}) if name != HTTP_LISTENER else {}
         listeners.append(
             Listener(
                 name=name,
                 address=options.address,
-                port=decl.port,
-                protocol=decl.protocol,
-                virtual_hosts=tuple(own_vhosts[k] for k in sorted(own_vhosts)),
+                port=port,
+                protocol=protocol,
+                virtual_hosts=own_vhosts,
                 tcp_proxies=tuple(own_tcp[k] for k in sorted(own_tcp)),
             )
         )
     listeners.sort(key=lambda lst: lst.name)
-
     return listeners
 
 
@@ -493,7 +625,8 @@ def _same_listeners(listeners: list[Listener], memo: CompileMemo) -> list[Listen
         old = kept.by_name.get(lst.name)
         if (
             old is not None
-            and _identical(old.virtual_hosts, lst.virtual_hosts)
+            # `ordered_hosts` hands over the very same tuple while no host of it changed.
+            and old.virtual_hosts is lst.virtual_hosts
             and _identical(old.tcp_proxies, lst.tcp_proxies)
             and (old.address, old.port, old.protocol) == (lst.address, lst.port, lst.protocol)
         ):
@@ -503,99 +636,13 @@ def _same_listeners(listeners: list[Listener], memo: CompileMemo) -> list[Listen
     return out
 
 
-def _used_clusters(listeners: Sequence[Listener], memo: CompileMemo) -> set[str]:
-    """The clusters something served sends to: routes, mirrors, TCP proxies and the virtual
-    hosts' authorization servers (`attribution.cluster_writers`); each virtual host's by
-    identity through the memo."""
-    by_vhost: IdentityMemo[VirtualHost, frozenset[str]] = memo.stage("used", IdentityMemo)
-    used: set[str] = set()
-    for lst in listeners:
-        for vh in lst.virtual_hosts:
-            names = by_vhost.get(vh)
-            if names is None:
-                names = by_vhost.put(vh, vhost_clusters(vh))
-            used.update(names)
-        for proxy in lst.tcp_proxies:
-            used.update(wc.cluster for wc in proxy.clusters)
-    used.discard(INVALID_BACKEND)  # a share answered 500, never a cluster (model.py)
-    return used
-
-
-class EndpointsMemo:
-    """Each Service cluster with its endpoints, by name, with what they were read from: the
-    cluster as the resolver made it, the Service's EndpointSlices and its Endpoints object."""
-
-    def __init__(self) -> None:
-        self.entries: dict[str, tuple[Cluster, tuple[KubeObject, ...], KubeObject | None, Cluster]]
-        self.entries = {}
-
-
-def _with_endpoints(
-    picked: Sequence[tuple[Cluster, ServiceBackend | None]],
-    snapshot: Snapshot,
-    slices: Mapping[tuple[str, str], Sequence[KubeObject]],
-    memo: CompileMemo,
-) -> tuple[Cluster, ...]:
-    """The endpoint stage (`resolve_endpoints`) of the clusters served; a cluster whose
-    EndpointSlices and Endpoints are the very same objects keeps its endpoints."""
-    kept = memo.stage("endpoints", EndpointsMemo)
-    entries: dict[str, tuple[Cluster, tuple[KubeObject, ...], KubeObject | None, Cluster]] = {}
-    out: list[Cluster] = []
-    for cluster, backend in picked:
-        if backend is None:
-            out.append(cluster)
-            continue
-        key = backend.service
-        own = tuple(slices.get(key, ()))
-        eps = None if own else snapshot.get("", "Endpoints", *key)
-        hit = kept.entries.get(cluster.name)
-        if hit is None or hit[0] is not cluster or hit[2] is not eps or not _identical(hit[1], own):
-            hit = (cluster, own, eps, resolve_endpoints(backend, snapshot, slices))
-        entries[cluster.name] = hit
-        out.append(hit[3])
-    kept.entries = entries
-    return tuple(out)
-
-
-class ForbiddenMemo:
-    """`drop_forbidden_endpoints` per cluster, by identity, for one set of reserved ports."""
-
-    def __init__(self) -> None:
-        self.reserved: Mapping[int, str] | None = None
-        self.checks = IdentityMemo[Cluster, tuple[bool, Cluster, tuple[ForbiddenEndpoint, ...]]]()
-
-
-def _drop_forbidden(
-    clusters: tuple[Cluster, ...],
-    reserved: Mapping[int, str],
-    options: CompileOptions,
-    exempt: frozenset[str],
-    memo: CompileMemo,
-) -> tuple[tuple[Cluster, ...], tuple[ForbiddenEndpoint, ...]]:
-    """`drop_forbidden_endpoints`, each cluster's answer kept while it is the same object,
-    equally exempt, and the reserved ports are the same (the options are: `CompileMemo`)."""
-    kept = memo.stage("forbidden", ForbiddenMemo)
-    if kept.reserved != reserved:
-        kept.reserved, kept.checks = dict(reserved), IdentityMemo()
-    kept.checks.age()
-    out: list[Cluster] = []
-    dropped: list[ForbiddenEndpoint] = []
-    for c in clusters:
-        is_exempt = c.name in exempt
-        hit = kept.checks.get(c)
-        if hit is None or hit[0] is not is_exempt:
-            found = drop_forbidden_endpoints((c,), reserved, options, exempt)
-            hit = kept.checks.put(c, (is_exempt, found[0][0], found[1]))
-        out.append(hit[1])
-        dropped.extend(hit[2])
-    return tuple(out), tuple(dropped)
-
-
 class IgnoredMemo:
-    """Each dialect's `ignored` answer, by dialect name, kept while none of its kinds changed."""
+    """Each dialect's `ignored` answer, by dialect name, kept while none of its kinds changed;
+    for a dialect that is `ignored_per_object`, by ref, patched for the refs that changed."""
 
     def __init__(self) -> None:
         self.by_dialect: dict[str, tuple[IgnoredObject, ...]] = {}
+        self.by_ref: dict[str, dict[ObjectRef, IgnoredObject]] = {}
 
 
 def _ignored(
@@ -605,19 +652,53 @@ def _ignored(
     options: CompileOptions,
     memo: CompileMemo | None = None,
 ) -> tuple[IgnoredObject, ...]:
-    kept = (CompileMemo() if memo is None else memo).stage("ignored", IgnoredMemo)
+    memo = CompileMemo() if memo is None else memo
+    kept = memo.stage("ignored", IgnoredMemo)
     out = [*unknown]
     for d in dialects:
         found = kept.by_dialect.get(d.name)
-        if found is None or (memo is None or memo.delta.touches(_reads(d))):
-            found = kept.by_dialect[d.name] = tuple(d.ignored(snapshot, options))
+        if found is None or memo.delta.everything:
+            found = tuple(d.ignored(snapshot, options))
+            if d.ignored_per_object:
+                kept.by_ref[d.name] = {i.ref: i for i in found}
+        elif memo.delta.touches(_reads(d)):
+            found = _ignored_again(d, snapshot, options, memo, kept)
+        kept.by_dialect[d.name] = found
         out.extend(found)
     out.sort(key=lambda i: (i.ref.group, i.ref.kind, i.ref.namespace, i.ref.name))
     return tuple(out)
 
 
+def _ignored_again(
+    d: Dialect, snapshot: Snapshot, options: CompileOptions, memo: CompileMemo, kept: IgnoredMemo
+) -> tuple[IgnoredObject, ...]:
+    """`d.ignored`: all again, or for a dialect that is `ignored_per_object` its answer before
+    patched for the objects of its kinds that changed."""
+    if not d.ignored_per_object:
+        return tuple(d.ignored(snapshot, options))
+    by_ref = kept.by_ref[d.name]
+    own = {(group_of(v), k) for v, k in d.kinds}
+    changed = False
+    for ref in memo.delta.refs:
+        if (ref.group, ref.kind) not in own:
+            continue
+        obj = snapshot.get_ref(ref)
+        found = None if obj is None else d.ignored_object(obj, options)
+        if found is not None:
+            by_ref[ref] = found
+            changed = True
+        elif by_ref.pop(ref, None) is not None:
+            changed = True
+    if not changed:
+        return kept.by_dialect[d.name]
+    return tuple(by_ref[r] for r in sorted(by_ref))
+
+
 def _hold_owned_hosts(
-    graph: RoutingGraph, ownership: Ownership, memo: CompileMemo | None = None
+    graph: RoutingGraph,
+    ownership: Ownership,
+    memo: CompileMemo | None = None,
+    rechecked: Mapping[str, set[str] | None] | None = None,
 ) -> RoutingGraph:
     """`graph` with a virtual host without routes (Envoy answers 404) for every hostname owned
     on a plain HTTP listener that has none: the owner's root was invalid, or the safety net left
@@ -628,62 +709,111 @@ def _hold_owned_hosts(
     Contour lets them fall; turnout serves many tenants from one Envoy, so an owned name stays
     the owner's even while it serves nothing. 404 is what Envoy answers for a host it does not
     serve. HTTPS listeners need no such hold: each TLS host is a filter chain chosen by SNI, and
-    a host without one never reaches another host's routes."""
-    kept = (CompileMemo() if memo is None else memo).stage("held", HeldMemo)
+    a host without one never reaches another host's routes.
+
+    `memo`: the hosts held before are patched for the hostnames whose owner changed
+    (`OwnershipMemo.changed`) and, per listener, the names the Envoy-limits net checked again
+    (`rechecked`; None: all)."""
+    memo = CompileMemo() if memo is None else memo
+    kept = memo.stage("held", HeldMemo)
+    owner_changed = memo.stage("ownership", OwnershipMemo).changed
+    if memo.delta.everything or rechecked is None:
+        owner_changed = None
+    walked: dict[str, list[tuple[str, KubeObject]]] | None = None
+    held_by: dict[str, dict[str, VirtualHost]] = {}
+    listeners: list[Listener] = []
+    for lst in graph.listeners:
+        if lst.protocol is not ListenerProtocol.HTTP:
+            listeners.append(lst)
+            continue
+        before = kept.held.get(lst.name)
+        again = None if rechecked is None else rechecked.get(lst.name)
+        if owner_changed is None or before is None or again is None:
+            if walked is None:
+                walked = _owned_by_listener(ownership)
+            held = _held_walk(lst, walked.get(lst.name, ()), kept)
+        else:
+            candidates = {h for name, h in owner_changed if name == lst.name}
+            held = _held_patch(lst, before, candidates.union(again), ownership, kept)
+        held_by[lst.name] = held
+        if held:
+            lst = _with_held(lst, tuple(map(held.__getitem__, sorted(held))), kept)
+        listeners.append(lst)
+    kept.held = held_by
+    kept.listeners, kept.used_listeners = kept.used_listeners, {}
+    if all(new is old for new, old in zip(listeners, graph.listeners, strict=True)):
+        return graph
+    return dataclasses.replace(graph, listeners=tuple(listeners))
+
+
+def _owned_by_listener(ownership: Ownership) -> dict[str, list[tuple[str, KubeObject]]]:
     by_listener: dict[str, list[tuple[str, KubeObject]]] = {}
     for (listener, hostname), owner in ownership.owners.items():
         by_listener.setdefault(listener, []).append((hostname, owner))
-    listeners: list[Listener] = []
-    changed = False
-    for lst in graph.listeners:
-        owned = by_listener.get(lst.name)
-        if lst.protocol is not ListenerProtocol.HTTP or not owned:
-            listeners.append(lst)
+    return by_listener
+
+
+def _held_walk(
+    lst: Listener, owned: Iterable[tuple[str, KubeObject]], kept: HeldMemo
+) -> dict[str, VirtualHost]:
+    served = set(map(_NAME, lst.virtual_hosts))
+    return {
+        hostname: _held_host(hostname, owner, kept)
+        for hostname, owner in owned
+        if hostname != "*" and hostname not in served and hostname_problem(hostname) is None
+    }
+
+
+def _held_patch(
+    lst: Listener,
+    before: dict[str, VirtualHost],
+    candidates: Iterable[str],
+    ownership: Ownership,
+    kept: HeldMemo,
+) -> dict[str, VirtualHost]:
+    """`before` with each candidate hostname held again or released; whether a name is served
+    is found by bisection (a listener's hosts are in name order before any is held)."""
+    held = dict(before)
+    hosts = lst.virtual_hosts
+    for hostname in candidates:
+        held.pop(hostname, None)
+        owner = ownership.owners.get((lst.name, hostname))
+        if owner is None or hostname == "*" or hostname_problem(hostname) is not None:
             continue
-        served = {vh.name for vh in lst.virtual_hosts}
-        held = tuple(
-            _held_host(hostname, owner, kept)
-            for hostname, owner in sorted(owned, key=lambda h: h[0])
-            if hostname != "*" and hostname not in served and hostname_problem(hostname) is None
-        )
-        if held:
-            changed = True
-            lst = _with_held(lst, held, kept)
-        listeners.append(lst)
-    kept.hosts, kept.listeners = kept.used_hosts, kept.used_listeners
-    kept.used_hosts, kept.used_listeners = {}, {}
-    return dataclasses.replace(graph, listeners=tuple(listeners)) if changed else graph
+        i = bisect_left(hosts, hostname, key=_NAME)
+        if i < len(hosts) and hosts[i].name == hostname:
+            continue
+        held[hostname] = _held_host(hostname, owner, kept)
+    return held
 
 
 class HeldMemo:
-    """The held virtual hosts of the compile before by hostname (with the owner object they
-    were made for), and the listeners they were added to (by the listener's identity)."""
+    """The held virtual hosts of the compile before by listener and hostname, and the listeners
+    they were added to (by the listener's identity)."""
 
     def __init__(self) -> None:
-        self.hosts: dict[str, tuple[KubeObject, VirtualHost]] = {}
-        self.used_hosts: dict[str, tuple[KubeObject, VirtualHost]] = {}
+        self.held: dict[str, dict[str, VirtualHost]] = {}
         self.listeners: dict[int, tuple[Listener, tuple[VirtualHost, ...], Listener]] = {}
         self.used_listeners: dict[int, tuple[Listener, tuple[VirtualHost, ...], Listener]] = {}
 
 
 def _held_host(hostname: str, owner: KubeObject, kept: HeldMemo) -> VirtualHost:
-    hit = kept.hosts.get(hostname)
-    if hit is None or hit[0] is not owner:
-        match = HostnameMatch.WILDCARD_ANY_LABELS
-        if not hostname.startswith("*."):
-            match = HostnameMatch.EXACT
-        vh = VirtualHost(
-            name=hostname, hostname=hostname, routes=(), owner=owner.ref, hostname_match=match
-        )
-        hit = (owner, vh)
-    kept.used_hosts[hostname] = hit
-    return hit[1]
+    for held in kept.held.values():
+        vh = held.get(hostname)
+        if vh is not None and vh.owner == owner.ref:
+            return vh
+    match = HostnameMatch.WILDCARD_ANY_LABELS
+    if not hostname.startswith("*."):
+        match = HostnameMatch.EXACT
+    return VirtualHost(
+        name=hostname, hostname=hostname, routes=(), owner=owner.ref, hostname_match=match
+    )
 
 
 def _with_held(lst: Listener, held: tuple[VirtualHost, ...], kept: HeldMemo) -> Listener:
     hit = kept.listeners.get(id(lst))
     if hit is None or hit[0] is not lst or not _identical(hit[1], held):
-        vhosts = sorted((*lst.virtual_hosts, *held), key=lambda vh: vh.name)
+        vhosts = sorted((*lst.virtual_hosts, *held), key=_NAME)
         hit = (lst, held, dataclasses.replace(lst, virtual_hosts=tuple(vhosts)))
     kept.used_listeners[id(lst)] = hit
     return hit[2]
@@ -697,23 +827,75 @@ def fold_findings(
 ) -> tuple[ObjectStatus, ...]:
     """Each status with the findings on its object folded in (by the object's API's own
     `StatusShape`), and the origin (file and line) of its object. `memo`: a status folded
-    before with the same findings and object keeps its folded result (the very same object)."""
+    before with the same findings and object keeps its folded result (the very same object);
+    with build_graph's sorted statuses in the places of the compile before, only the statuses
+    that changed, whose object changed or whose findings changed are folded again."""
     # Dicts as ordered sets: linear in the findings, however many land on one object.
     by_ref: dict[ObjectRef, dict[Finding, None]] = {}
     for finding in findings:
         by_ref.setdefault(finding.ref, {})[finding] = None
-    folded: FoldMemo = (CompileMemo() if memo is None else memo).stage("fold", IdentityMemo)
-    out: list[ObjectStatus] = []
-    for status in statuses:
-        obj = snapshot.get_ref(status.ref)
-        own = tuple(by_ref.get(status.ref, ()))
-        hit = folded.get(status)
-        if hit is None or hit[0] is not obj or hit[1] != own:
-            origin = obj is not None and status.origin is None
-            done = dataclasses.replace(status, origin=obj.origin) if origin and obj else status
-            hit = folded.put(status, (obj, own, done.with_findings(own)))
-        out.append(hit[2])
+    memo = CompileMemo() if memo is None else memo
+    folded: FoldMemo = memo.stage("fold", IdentityMemo)
+    kept = memo.stage("fold-places", FoldPlaces)
+    order = memo.stage("status-order", StatusOrder)
+    given = statuses if isinstance(statuses, list) else list(statuses)
+    if given is order.sorted and order.same_places and len(kept.given) == len(given):
+        out = list(kept.out)
+        for i in _refold_places(kept, given, by_ref, memo, order.moved):
+            out[i] = _folded(given[i], by_ref, snapshot, folded)
+    else:
+        out = [_folded(status, by_ref, snapshot, folded) for status in given]
+    kept.given, kept.out, kept.by_ref = given, out, by_ref
     return tuple(out)
+
+
+class FoldPlaces:
+    """`fold_findings`' last sorted statuses, their folded results and the findings by ref."""
+
+    def __init__(self) -> None:
+        self.given: list[ObjectStatus] = []
+        self.out: list[ObjectStatus] = []
+        self.by_ref: dict[ObjectRef, dict[Finding, None]] = {}
+
+
+def _refold_places(
+    kept: FoldPlaces,
+    given: list[ObjectStatus],
+    by_ref: dict[ObjectRef, dict[Finding, None]],
+    memo: CompileMemo,
+    moved: set[ObjectRef],
+) -> set[int]:
+    """The places to fold again: those of the statuses that are new objects (`moved`), of the
+    objects the delta names and of those whose findings changed (found by bisection: the
+    statuses are sorted)."""
+    places: set[int] = set()
+    old = kept.by_ref
+    stale = {
+        r for r in old.keys() | by_ref.keys() if tuple(old.get(r, ())) != tuple(by_ref.get(r, ()))
+    }
+    for ref in stale | memo.delta.refs | moved:
+        key = (ref.group, ref.kind, ref.namespace, ref.name)
+        i = bisect_left(given, key, key=_status_key)
+        while i < len(given) and given[i].ref == ref:
+            places.add(i)
+            i += 1
+    return places
+
+
+def _folded(
+    status: ObjectStatus,
+    by_ref: Mapping[ObjectRef, Mapping[Finding, None]],
+    snapshot: Snapshot,
+    folded: FoldMemo,
+) -> ObjectStatus:
+    obj = snapshot.get_ref(status.ref)
+    own = tuple(by_ref.get(status.ref, ()))
+    hit = folded.get(status)
+    if hit is None or hit[0] is not obj or hit[1] != own:
+        origin = obj is not None and status.origin is None
+        done = dataclasses.replace(status, origin=obj.origin) if origin and obj else status
+        hit = folded.put(status, (obj, own, done.with_findings(own)))
+    return hit[2]
 
 
 FoldMemo = IdentityMemo[ObjectStatus, tuple[KubeObject | None, tuple[Finding, ...], ObjectStatus]]

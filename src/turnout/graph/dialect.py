@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from turnout.compile_inputs import CompileOptions, ListenerDecl
-from turnout.graph.memo import CompileMemo
+from turnout.graph.memo import CompileMemo, replaced_places
 from turnout.graph.model import RoutingGraph, TCPProxy, VirtualHost
 from turnout.graph.secrets import SecretResolver
 from turnout.graph.services import BackendResolver
@@ -148,6 +148,14 @@ class Dialect(Protocol):
         controller), with the reason: they get no status, but `check` and `/status` list them."""
         return ()
 
+    # True: `ignored` is `ignored_object` of each object of the dialect's kinds, in ref order,
+    # so that the builder asks again only about the objects that changed.
+    ignored_per_object: bool = False
+
+    def ignored_object(self, obj: KubeObject, options: CompileOptions) -> IgnoredObject | None:
+        """`ignored` of one object (for a dialect that is `ignored_per_object`)."""
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class Dialects:
@@ -189,11 +197,109 @@ class Dialects:
         return ignored.to_json(cluster_scoped=scoped)
 
 
-def ownership_from_claims(claims: Iterable[HostClaim]) -> Ownership:
+def ownership_from_claims(
+    claims: Iterable[HostClaim], memo: CompileMemo | None = None
+) -> Ownership:
+    """One owner per (listener, hostname): the oldest claimant, the first claim on a tie.
+    `memo`: the index of the compile before, patched for the claims that are not the very same
+    objects (a dialect hands back the same claim objects for what did not change)."""
+    if memo is None:
+        return Ownership(_owners(claims))
+    kept = memo.stage("ownership", OwnershipMemo)
+    claims = claims if isinstance(claims, list) else list(claims)
+    before, kept.given = kept.given, claims
+    gone: dict[int, HostClaim] | None = None
+    if memo.delta.everything or not kept.claims or kept.repeated:
+        pass
+    elif len(before) == len(claims):
+        # The common case: the same claims in the same places but a few (one C-speed pass).
+        places = replaced_places(before, claims)
+        gone = {id(before[i]): before[i] for i in places}
+        added = {id(claims[i]): claims[i] for i in places}
+        if any(i in kept.claims and i not in gone for i in added):
+            gone = None  # a claim given twice: `rebuild` counts it as a full compile does
+    else:
+        now = dict(zip(map(id, claims), claims, strict=True))
+        if len(now) == len(claims):
+            gone = {i: kept.claims[i] for i in kept.claims.keys() - now.keys()}
+            added = {i: now[i] for i in now.keys() - kept.claims.keys()}
+    if gone is None or not kept.patch(gone, added):
+        kept.rebuild(claims)
+    return kept.answer()
+
+
+def _owners(claims: Iterable[HostClaim]) -> dict[tuple[str, str], KubeObject]:
     owners: dict[tuple[str, str], KubeObject] = {}
     for claim in claims:
         key = (claim.listener, claim.hostname.lower())
         current = owners.get(key)
         if current is None or claim.claimant.age_key < current.age_key:
             owners[key] = claim.claimant
-    return Ownership(owners)
+    return owners
+
+
+class OwnershipMemo:
+    """`ownership_from_claims`' index: the claims by identity, the claims of each (listener,
+    hostname), the owners; `changed`: the keys whose owner the last compile changed (None:
+    any)."""
+
+    def __init__(self) -> None:
+        self.given: list[HostClaim] = []
+        self.claims: dict[int, HostClaim] = {}
+        self.by_key: dict[tuple[str, str], dict[int, HostClaim]] = {}
+        self.owners: dict[tuple[str, str], KubeObject] = {}
+        self.changed: set[tuple[str, str]] | None = None
+        self.last: Ownership | None = None
+        self.repeated = False  # a claim object given twice: rebuilt every time
+
+    def answer(self) -> Ownership:
+        """The owners; the same `Ownership` while no owner changed (a copy: never mutated)."""
+        if self.last is None or self.changed is None or self.changed:
+            self.last = Ownership(dict(self.owners))
+        return self.last
+
+    def rebuild(self, claims: list[HostClaim]) -> None:
+        now = dict(zip(map(id, claims), claims, strict=True))
+        self.claims, self.by_key, self.repeated = now, {}, len(now) != len(claims)
+        for claim in claims:
+            key = (claim.listener, claim.hostname.lower())
+            self.by_key.setdefault(key, {})[id(claim)] = claim
+        self.owners, self.changed = _owners(claims), None
+
+    def patch(self, gone: dict[int, HostClaim], added: dict[int, HostClaim]) -> bool:
+        """Patches the index for the claims added and removed (by identity); False: a tie
+        between claimants of one age, which the claims' order decides (`rebuild`)."""
+        touched: set[tuple[str, str]] = set()
+        for i, claim in gone.items():
+            key = (claim.listener, claim.hostname.lower())
+            del self.by_key[key][i]
+            del self.claims[i]
+            touched.add(key)
+        for i, claim in added.items():
+            key = (claim.listener, claim.hostname.lower())
+            self.by_key.setdefault(key, {})[i] = claim
+            self.claims[i] = claim
+            touched.add(key)
+        self.changed = set()
+        for key in touched:
+            tie, owner = self._owner(key)
+            if tie:
+                return False
+            if owner is None:
+                del self.by_key[key]
+                if self.owners.pop(key, None) is not None:
+                    self.changed.add(key)
+            elif self.owners.get(key) is not owner:
+                self.owners[key] = owner
+                self.changed.add(key)
+        return True
+
+    def _owner(self, key: tuple[str, str]) -> tuple[bool, KubeObject | None]:
+        """Whether two objects of one age claim `key`, and its oldest claimant (None: none)."""
+        claimants = {id(c.claimant): c.claimant for c in self.by_key[key].values()}
+        if not claimants:
+            return False, None
+        ages = sorted((c.age_key, i) for i, c in claimants.items())
+        if len(ages) > 1 and ages[0][0] == ages[1][0]:
+            return True, None
+        return False, claimants[ages[0][1]]

@@ -117,26 +117,44 @@ class SecretResolver:
         """The TLS secrets named `names`, in name order: those resolved during this compile and
         those the compile before served (`SecretBook`) for pieces reused whole. A name holds the
         digest of the certificate and key, so it says the whole record."""
-        found = _named(names, self._secrets, self._book.secrets)
-        self._book.secrets = found
         self._book.loaded.age()
-        return tuple(found.values())
+        book = self._book
+        wanted = names if isinstance(names, set) else set(names)
+        if wanted == book.secret_names and _same(self._secrets, book.secrets):
+            return book.secret_tuple  # the same names, none resolved to another record
+        book.secrets = _named(wanted, self._secrets, book.secrets)
+        book.secret_names, book.secret_tuple = wanted, tuple(book.secrets.values())
+        return book.secret_tuple
 
     def used_ca_bundles(self, names: Iterable[str]) -> tuple[CABundle, ...]:
         """The CA bundles and CRLs named `names`, as `used_secrets` (their names hold a digest
         of the PEM too)."""
-        found = _named(names, self.ca_bundles.used(), self._book.ca_bundles)
-        self._book.ca_bundles = found
-        return tuple(found.values())
+        book, now = self._book, self.ca_bundles.used()
+        wanted = names if isinstance(names, set) else set(names)
+        if wanted == book.ca_names and _same(now, book.ca_bundles):
+            return book.ca_tuple
+        book.ca_bundles = _named(wanted, now, book.ca_bundles)
+        book.ca_names, book.ca_tuple = wanted, tuple(book.ca_bundles.values())
+        return book.ca_tuple
 
 
 class SecretBook:
-    """The TLS secrets and CA bundles the compile before served, by name."""
+    """The TLS secrets and CA bundles the compile before served, by name, with the names
+    asked for and the answer (the very same tuple again for the same names)."""
 
     def __init__(self) -> None:
         self.secrets: dict[str, TLSSecret] = {}
         self.ca_bundles: dict[str, CABundle] = {}
         self.loaded = IdentityMemo[KubeObject, TLSSecret | Unresolved]()
+        self.secret_names: set[str] | None = None
+        self.secret_tuple: tuple[TLSSecret, ...] = ()
+        self.ca_names: set[str] | None = None
+        self.ca_tuple: tuple[CABundle, ...] = ()
+
+
+def _same(now: Mapping[str, object], before: Mapping[str, object]) -> bool:
+    """Whether every record resolved during this compile is the very one kept by its name."""
+    return all(before.get(k) is v for k, v in now.items())
 
 
 T = TypeVar("T")

@@ -2,9 +2,10 @@
 
 `BackendResolver` is created per compile. Dialects ask it for a Service port; it answers with a
 cluster (creating the record once) or with the reason the reference cannot be resolved. The
-graph serves the clusters its routes name (`BackendResolver.used`): those asked for during this
-compile, and those a piece reused from the compile before names, from the `ClusterBook` the
-compile memo carries (a record is a function of its name and its Service object).
+graph serves the clusters its routes name (`BackendResolver.entry`, patched per name by
+`graph.served.served_clusters`): those asked for during this compile, and those a piece reused
+from the compile before names, from the `ClusterBook` the compile memo carries (a record is a
+function of its name and its Service object).
 """
 
 from __future__ import annotations
@@ -150,6 +151,9 @@ def slice_index(
         kept.index = index_endpoint_slices(snapshot)
         kept.where = {(e.namespace, e.name): k for k, lst in kept.index.items() for e in lst}
         return kept.index
+    changed = list(changed)
+    if not changed:
+        return kept.index  # never changed in place: patches go to a copy
     index, where = dict(kept.index), dict(kept.where)
     touched: set[tuple[str, str]] = set()
     for namespace, name in changed:
@@ -513,7 +517,7 @@ class BackendResolver:
         backend = self._backends.get(cluster.name)
         if backend is None and cluster.name not in self._clusters:
             # A cluster a reused piece kept from the compile before: its book entry, while valid.
-            entry = self._entry(cluster.name)
+            entry = self.entry(cluster.name)
             if entry is not None and entry.backend is not None:
                 self._clusters[cluster.name] = entry.cluster
                 self._services[cluster.name] = entry.service
@@ -605,14 +609,25 @@ class BackendResolver:
         out: list[tuple[Cluster, ServiceBackend | None]] = []
         kept: dict[str, BookEntry] = {}
         for name in sorted(names):
-            entry = self._entry(name)
+            entry = self.entry(name)
             if entry is not None:
                 kept[name] = entry
                 out.append((entry.cluster, entry.backend))
         self._book.entries = kept
         return tuple(out)
 
-    def _entry(self, name: str) -> BookEntry | None:
+    def made(self) -> Collection[str]:
+        """The names of the clusters asked for (or taken from the book) during this compile:
+        with the Services the delta names, all whose `entry` may differ from the book's."""
+        return self._clusters.keys()
+
+    @property
+    def book(self) -> ClusterBook:
+        return self._book
+
+    def entry(self, name: str) -> BookEntry | None:
+        """The cluster `name` as this compile serves it (without endpoints): made during this
+        compile, else the book's while its Service is the same (or an equal) object."""
         cluster = self._clusters.get(name)
         if cluster is not None:
             return BookEntry(cluster, self._backends.get(name), self._services[name])

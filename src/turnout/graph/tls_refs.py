@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from turnout.graph.model import Cluster, Listener, TLSTermination
+from turnout.graph.model import Cluster, Listener, TLSTermination, VirtualHost
 
 
 def _terminations(listeners: Iterable[Listener]) -> Iterable[TLSTermination]:
@@ -55,3 +55,40 @@ def ca_bundle_names(listeners: Iterable[Listener], clusters: Iterable[Cluster]) 
         names.update(n for n in (cv.ca_bundle, cv.crl_bundle) if n is not None)
     names.update(c.validation.ca_secret for c in clusters if c.validation is not None)
     return names
+
+
+def termination_secret_names(tls: TLSTermination) -> frozenset[str]:
+    """`tls_secret_names` of one termination."""
+    if tls.fallback_secret is None:
+        return frozenset((tls.secret,))
+    return frozenset((tls.secret, tls.fallback_secret))
+
+
+def termination_ca_names(tls: TLSTermination) -> frozenset[str]:
+    """`ca_bundle_names` of one termination: its client validation's CA bundle and CRL."""
+    cv = tls.client_validation
+    if cv is None:
+        return frozenset()
+    return frozenset(n for n in (cv.ca_bundle, cv.crl_bundle) if n is not None)
+
+
+def vhost_secret_names(vh: VirtualHost) -> frozenset[str]:
+    """`tls_secret_names` of one virtual host."""
+    return frozenset() if vh.tls is None else termination_secret_names(vh.tls)
+
+
+def vhost_ca_names(vh: VirtualHost) -> frozenset[str]:
+    """`ca_bundle_names` of one virtual host: its routes' JWT key servers, its termination's."""
+    names = {
+        route.policies.jwt.validation.ca_secret
+        for route in vh.routes
+        if route.policies.jwt is not None and route.policies.jwt.validation is not None
+    }
+    if vh.tls is not None:
+        names.update(termination_ca_names(vh.tls))
+    return frozenset(names)
+
+
+def cluster_ca_names(c: Cluster) -> frozenset[str]:
+    """`ca_bundle_names` of one cluster: its upstream validation's CA bundle."""
+    return frozenset() if c.validation is None else frozenset((c.validation.ca_secret,))

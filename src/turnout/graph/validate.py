@@ -69,9 +69,12 @@ import dataclasses
 import ipaddress
 import math
 import re
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
+from operator import attrgetter
 
 from turnout.graph.evaluate import (
     effective_forward,
@@ -120,6 +123,7 @@ from turnout.graph.model import (
     RoutingGraph,
     StringMatchKind,
     TCPProxy,
+    TLSSecret,
     TLSTermination,
     VirtualHost,
     VirtualHostPolicies,
@@ -1176,7 +1180,7 @@ class _Asked:
 
     __slots__ = ("asked", "names")
 
-    def __init__(self, names: frozenset[str], asked: set[str]) -> None:
+    def __init__(self, names: AbstractSet[str], asked: set[str]) -> None:
         self.names = names
         self.asked = asked
 
@@ -1352,8 +1356,8 @@ class _Hosts:
         )
 
 
-def _names(names: Container[str]) -> frozenset[str]:
-    return names if isinstance(names, frozenset) else frozenset()
+def _names(names: Container[str]) -> AbstractSet[str]:
+    return names if isinstance(names, AbstractSet) else frozenset()
 
 
 def _check_listener(
@@ -1441,3 +1445,241 @@ def enforce_envoy_limits(
         return graph, ()
     out = dataclasses.replace(graph, listeners=listeners, clusters=clusters)
     return out, tuple(dict.fromkeys(problems))
+
+
+# --- the pass, patched from the compile before ---------------------------------------------------
+
+
+class ListenerLimits:
+    """One listener's checks of the compile before, by virtual host name: each host's check,
+    what it came to (None: left out), its problems, who asked which name, the hostnames."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.checks: dict[str, tuple[VirtualHost, VirtualHostCheck]] = {}
+        self.out: dict[str, VirtualHost | None] = {}
+        self.problems: dict[str, tuple[GraphProblem, ...]] = {}
+        self.altered: set[str] = set()
+        self.asked_by: dict[str, set[str]] = {}
+        self.domains: dict[str, int] = {}
+        self.last: tuple[Listener, Listener] | None = None
+        # The last compile walked this listener whole (two hosts of one hostname).
+        self.walked = False
+        self.dups = 0  # hostnames of more than one host that has no problem of its own
+        # The names the last compile checked again; None: all (what `_hold_owned_hosts` reads).
+        self.rechecked: set[str] | None = None
+
+
+class PatchedLimits:
+    """`patch_envoy_limits`' state: the clusters' checks by name and each listener's."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.clusters: dict[str, tuple[Cluster, ClusterCheck]] = {}
+        self.cluster_out: dict[str, Cluster] = {}
+        self.cluster_problems: dict[str, tuple[GraphProblem, ...]] = {}
+        self.cluster_altered: set[str] = set()
+        self.listeners: dict[str, ListenerLimits] = {}
+        # The usable names: clusters the net kept, TLS Secrets (of `secrets`).
+        self.usable: set[str] = set()
+        self.secrets: tuple[TLSSecret, ...] | None = None
+        self.secret_names: frozenset[str] = frozenset()
+        self.hosts = LimitsMemo()
+
+    def rechecked(self) -> dict[str, set[str] | None]:
+        """Per listener, the virtual host names the last compile checked again (None: all)."""
+        return {name: state.rechecked for name, state in self.listeners.items()}
+
+
+def patch_envoy_limits(
+    graph: RoutingGraph,
+    kept: PatchedLimits,
+    hosts_changed: set[tuple[str, str]] | None,
+    clusters_changed: set[str] | None,
+    cluster_names: Sequence[str],
+    by_name: Mapping[str, Cluster],
+    hosts: Mapping[str, Mapping[str, VirtualHost]] | None = None,
+) -> tuple[RoutingGraph, tuple[GraphProblem, ...]]:
+    """`enforce_envoy_limits(graph)`, redoing only the clusters `clusters_changed` names, the
+    virtual hosts `hosts_changed` names and those whose check asked about a cluster or Secret
+    name usable then or now, not both (None: everything, the state is made anew).
+    `cluster_names`: the names of `graph.clusters`, in order (they are unique), `by_name`
+    the clusters by name; `hosts`: each listener's virtual hosts by name, when the caller has
+    them."""
+    if hosts_changed is None or clusters_changed is None:
+        kept.reset()
+        clusters_changed = set(cluster_names)
+    problems: list[GraphProblem] = []
+    clusters = _patch_clusters(graph, kept, clusters_changed, (cluster_names, by_name), problems)
+    asked = _usable_changed(graph, kept, clusters_changed)
+    ctx = _Context(clusters=kept.usable, secrets=kept.secret_names)
+    kept.hosts.vhosts.age()
+    checker = _Hosts(ctx, kept.hosts, asked)
+    listeners = []
+    for lst in graph.listeners:
+        state = kept.listeners.setdefault(lst.name, ListenerLimits())
+        dirty = None if hosts_changed is None else {n for ln, n in hosts_changed if ln == lst.name}
+        named = None if hosts is None else hosts.get(lst.name)
+        listeners.append(_patch_listener(lst, named, state, dirty, asked, ctx, checker, problems))
+    for name in kept.listeners.keys() - {lst.name for lst in graph.listeners}:
+        del kept.listeners[name]
+    same = all(new is old for new, old in zip(listeners, graph.listeners, strict=True))
+    if clusters is graph.clusters and same:
+        return graph, ()
+    out = dataclasses.replace(graph, listeners=tuple(listeners), clusters=clusters)
+    return out, tuple(dict.fromkeys(problems))
+
+
+_NAME = attrgetter("name")
+
+
+def _usable_changed(
+    graph: RoutingGraph, kept: PatchedLimits, clusters_changed: set[str]
+) -> frozenset[str]:
+    """The cluster and Secret names usable then or now, not both; `kept.usable` and
+    `kept.secret_names` patched to now (a cluster is usable unless the net left it out)."""
+    flipped: set[str] = set()
+    for name in clusters_changed:
+        if name in kept.cluster_out:
+            if name not in kept.usable:
+                kept.usable.add(name)
+                flipped.add(name)
+        elif name in kept.usable:
+            kept.usable.discard(name)
+            flipped.add(name)
+    if graph.secrets is not kept.secrets:
+        names = frozenset(map(_NAME, graph.secrets))
+        flipped.update(names ^ kept.secret_names)
+        kept.secrets, kept.secret_names = graph.secrets, names
+    return frozenset(flipped)
+
+
+def _patch_clusters(
+    graph: RoutingGraph,
+    kept: PatchedLimits,
+    changed: set[str],
+    named: tuple[Sequence[str], Mapping[str, Cluster]],
+    problems: list[GraphProblem],
+) -> tuple[Cluster, ...]:
+    names, by_name = named
+    for name in changed:
+        c = by_name.get(name)
+        kept.cluster_problems.pop(name, None)
+        kept.cluster_altered.discard(name)
+        if c is None:
+            kept.clusters.pop(name, None)
+            kept.cluster_out.pop(name, None)
+            continue
+        hit = kept.clusters.get(name)
+        check = hit[1] if hit is not None and hit[0] is c else check_cluster(c)
+        kept.clusters[name] = (c, check)
+        if check.problem is not None:
+            reason = (
+                f"{check.problem}; the cluster is left out and the routes that use it answer 500"
+            )
+            kept.cluster_problems[name] = (GraphProblem(_service_ref(c), "", reason),)
+            kept.cluster_out.pop(name, None)
+            kept.cluster_altered.add(name)
+            continue
+        if check.problems:
+            kept.cluster_problems[name] = check.problems
+        if check.cluster is not c:
+            kept.cluster_altered.add(name)
+        kept.cluster_out[name] = check.cluster
+    found = map(kept.cluster_problems.__getitem__, sorted(kept.cluster_problems))
+    problems.extend(chain.from_iterable(found))
+    if not kept.cluster_altered:
+        return graph.clusters
+    return tuple(filter(None, map(kept.cluster_out.get, names)))
+
+
+def _patch_listener(
+    lst: Listener,
+    named: Mapping[str, VirtualHost] | None,
+    state: ListenerLimits,
+    dirty: set[str] | None,
+    asked: frozenset[str],
+    ctx: _Context,
+    hosts: _Hosts,
+    problems: list[GraphProblem],
+) -> Listener:
+    by_name = named
+    if dirty is None or state.walked:
+        state.reset()
+        by_name = {vh.name: vh for vh in lst.virtual_hosts}
+        dirty = set(by_name)
+    else:
+        state.rechecked = dirty  # with the names asked, below: the same set
+    for name in asked:
+        dirty.update(state.asked_by.get(name, ()))
+    if dirty:
+        if by_name is None:
+            by_name = dict(zip(map(_NAME, lst.virtual_hosts), lst.virtual_hosts, strict=True))
+        for name in dirty:
+            _patch_host(state, name, by_name.get(name), hosts, lst.name)
+    if state.dups:
+        # Two hosts of one hostname (in other cases): the first in order wins, so walk them all.
+        state.walked, state.rechecked = True, None
+        return _check_listener(lst, ctx, hosts, problems)
+    for name in sorted(state.problems):
+        problems.extend(state.problems[name])
+    proxy_problems: list[GraphProblem] = []
+    proxies, proxies_changed = _check_proxies(lst, ctx, proxy_problems)
+    problems.extend(proxy_problems)
+    if not state.altered and not proxies_changed:
+        return lst
+    if not dirty and not proxies_changed and state.last is not None and state.last[0] is lst:
+        return state.last[1]
+    vhosts = tuple(filter(None, map(state.out.__getitem__, map(_NAME, lst.virtual_hosts))))
+    out = dataclasses.replace(lst, virtual_hosts=vhosts, tcp_proxies=proxies)
+    state.last = (lst, out)
+    return out
+
+
+def _patch_host(
+    state: ListenerLimits, name: str, vh: VirtualHost | None, hosts: _Hosts, listener: str
+) -> None:
+    old = state.checks.pop(name, None)
+    if old is not None:
+        for asked in old[1].asked:
+            users = state.asked_by[asked]
+            users.discard(name)
+            if not users:
+                del state.asked_by[asked]
+        if old[1].problem is None:
+            state.dups -= _count(state.domains, old[0].hostname.lower(), -1)
+    state.problems.pop(name, None)
+    state.altered.discard(name)
+    state.out.pop(name, None)
+    if vh is None:
+        return
+    check = hosts.check(vh)
+    state.checks[name] = (vh, check)
+    for asked in check.asked:
+        state.asked_by.setdefault(asked, set()).add(name)
+    if check.problem is not None:
+        reason = f"{check.problem}; the virtual host is left out of listener {listener}"
+        state.problems[name] = (GraphProblem(vh.owner, f"virtual host {vh.hostname!r}", reason),)
+        state.out[name] = None
+        state.altered.add(name)
+        return
+    state.dups += _count(state.domains, vh.hostname.lower(), 1)
+    if check.problems:
+        state.problems[name] = check.problems
+    if check.vhost is not vh:
+        state.altered.add(name)
+    state.out[name] = check.vhost
+
+
+def _count(counts: dict[str, int], key: str, step: int) -> int:
+    """Counts `key` up or down; 1 when it went from one to two or from two to one."""
+    left = counts.get(key, 0) + step
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
+    return 1 if (left, step) in ((2, 1), (1, -1)) else 0

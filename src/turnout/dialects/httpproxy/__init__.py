@@ -19,6 +19,7 @@ from turnout.dialects.httpproxy.processor import (
 from turnout.dialects.httpproxy.spec import GROUP, KIND, ParsedProxy
 from turnout.graph.dialect import CompileContext, Dialect, DialectOutput, HostClaim
 from turnout.graph.memo import CompileMemo, IdentityMemo
+from turnout.objects import KubeObject
 from turnout.status.model import IgnoredObject
 from turnout.store import Snapshot
 
@@ -94,6 +95,14 @@ class HTTPProxyDialect(Dialect):
 
     def compile(self, snapshot: Snapshot, ctx: CompileContext) -> DialectOutput:
         return compile_httpproxies(snapshot, ctx, self._parsed(snapshot, ctx.options, ctx.memo))
+
+    ignored_per_object = True
+
+    def ignored_object(self, obj: KubeObject, options: CompileOptions) -> IgnoredObject | None:
+        if (obj.group, obj.kind) != (GROUP, KIND):
+            return None
+        why = why_not_served(obj, options)
+        return None if why is None else IgnoredObject.of(obj, why)
 
     def ignored(self, snapshot: Snapshot, options: CompileOptions) -> list[IgnoredObject]:
         """The HTTPProxies of another class (those the compile of `snapshot` did not read, when
