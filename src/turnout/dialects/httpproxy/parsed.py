@@ -11,15 +11,14 @@ and other options drop the whole compile memo, this state included.
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from turnout.compile_inputs import CompileOptions
 from turnout.dialects.httpproxy.classes import why_not_served
+from turnout.dialects.httpproxy.pieces import Pieces, in_order
 from turnout.dialects.httpproxy.processor import claimed_hostname, claimed_listeners
 from turnout.dialects.httpproxy.recording import Key
-from turnout.dialects.httpproxy.root_index import in_order
 from turnout.dialects.httpproxy.spec import GROUP, KIND, ParsedProxy, parse_proxy
 from turnout.graph.dialect import HostClaim
 from turnout.graph.memo import Delta
@@ -35,23 +34,25 @@ class ParsedState:
     snapshot: Snapshot | None = None
     order: list[Key] = field(default_factory=list)
     proxies: dict[Key, ParsedProxy] = field(default_factory=dict)
-    claims: dict[Key, tuple[HostClaim, ...]] = field(default_factory=dict)
+    claims: Pieces[HostClaim] = field(default_factory=Pieces)
     ignored: dict[Key, IgnoredObject] = field(default_factory=dict)
+    delta: Delta | None = None  # the one the last refresh applied
 
     def refresh(self, snapshot: Snapshot, options: CompileOptions, delta: Delta) -> None:
         """Brings the state to `snapshot`: `delta` says what changed since the snapshot it holds
-        (meaningless, and everything is read, when it has none)."""
+        (everything is read again without one, or when the delta is the one already applied:
+        the memo did not begin a compile of `snapshot`)."""
         if self.snapshot is snapshot:
             return
-        if self.snapshot is None or delta.everything:
+        if self.snapshot is None or delta.everything or delta is self.delta:
             self._read_all(snapshot, options)
         else:
             keys = [(r.namespace, r.name) for r in delta.of_kind(GROUP, KIND)]
             self._patch(snapshot, options, keys)
-        self.snapshot = snapshot
+        self.snapshot, self.delta = snapshot, delta
 
     def _read_all(self, snapshot: Snapshot, options: CompileOptions) -> None:
-        self.order, self.proxies, self.claims, self.ignored = [], {}, {}, {}
+        self.order, self.proxies, self.claims, self.ignored = [], {}, Pieces(), {}
         for o in snapshot.kind(GROUP, KIND):  # sorted by namespace/name
             key = (o.namespace, o.name)
             why = why_not_served(o, options)
@@ -60,57 +61,47 @@ class ParsedState:
                 continue
             proxy = self.proxies[key] = parse_proxy(o)
             self.order.append(key)
-            claims = host_claims(proxy, options)
-            if claims:
-                self.claims[key] = claims
+            self.claims.set(key, host_claims(proxy, options))
+        self.claims.finish(self.order)
 
     def _patch(self, snapshot: Snapshot, options: CompileOptions, keys: Iterable[Key]) -> None:
-        added: set[str] = set()  # which dicts gained a key (and must be put back in order)
+        new_proxy = new_ignored = False  # whether a dict gained a key (and must be reordered)
         for key in keys:
             o = snapshot.get(GROUP, KIND, *key)
             why = None if o is None else why_not_served(o, options)
-            if o is None or why is not None:
-                self._forget(key)
-                if o is not None and why is not None:
-                    if key not in self.ignored:
-                        added.add("ignored")
-                    self.ignored[key] = IgnoredObject.of(o, why)
-                else:
-                    self.ignored.pop(key, None)
+            if o is not None and why is None:
+                self.ignored.pop(key, None)
+                new_proxy = self._read(key, o, options) or new_proxy
                 continue
-            self.ignored.pop(key, None)
-            added.update(self._read(key, o, options))
-        if "proxies" in added:
+            self._forget(key)
+            if o is None or why is None:
+                self.ignored.pop(key, None)
+            else:
+                new_ignored = new_ignored or key not in self.ignored
+                self.ignored[key] = IgnoredObject.of(o, why)
+        if new_proxy:
             self.proxies = in_order(self.order, self.proxies)
-        if "claims" in added:
-            self.claims = in_order(self.order, self.claims)
-        if "ignored" in added:
+        self.claims.finish(self.order)
+        if new_ignored:
             self.ignored = dict(sorted(self.ignored.items(), key=_first))
 
-    def _read(self, key: Key, o: KubeObject, options: CompileOptions) -> set[str]:
-        """Reads one served object; which dicts gained its key."""
-        added: set[str] = set()
-        if key not in self.proxies:
+    def _read(self, key: Key, o: KubeObject, options: CompileOptions) -> bool:
+        """Reads one served object; whether its key is new."""
+        new = key not in self.proxies
+        if new:
             bisect.insort(self.order, key)
-            added.add("proxies")
         proxy = self.proxies[key] = parse_proxy(o)
-        claims = host_claims(proxy, options)
-        if not claims:
-            self.claims.pop(key, None)
-        else:
-            if key not in self.claims:
-                added.add("claims")
-            self.claims[key] = claims
-        return added
+        self.claims.set(key, host_claims(proxy, options))
+        return new
 
     def _forget(self, key: Key) -> None:
         if self.proxies.pop(key, None) is not None:
             del self.order[bisect.bisect_left(self.order, key)]
-        self.claims.pop(key, None)
+        self.claims.set(key, ())
 
     def all_claims(self) -> list[HostClaim]:
-        """Every root's claims, in key order (one C-speed pass)."""
-        return list(itertools.chain.from_iterable(self.claims.values()))
+        """Every root's claims, in key order (a copy of the flat list)."""
+        return list(self.claims.flat)
 
 
 def _first(item: tuple[Key, IgnoredObject]) -> Key:

@@ -23,11 +23,10 @@ proxy with no HTTP half (`tcp_route.py`). Client validation and the fallback cer
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import cast
 
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.contour.names import namespaced_name
@@ -59,6 +58,7 @@ from turnout.dialects.httpproxy.extension_service import (
     ExtensionCluster,
     compile_extension_services,
 )
+from turnout.dialects.httpproxy.pieces import Pieces, in_order
 from turnout.dialects.httpproxy.problem import Problem
 from turnout.dialects.httpproxy.recording import (
     PROXY_KIND,
@@ -77,7 +77,7 @@ from turnout.dialects.httpproxy.recording import (
     Trace,
     replay_walks,
 )
-from turnout.dialects.httpproxy.root_index import RootIndex, in_order, problems_by_proxy
+from turnout.dialects.httpproxy.root_index import RootIndex, problems_by_proxy
 from turnout.dialects.httpproxy.spec import (
     GROUP,
     INCLUDE_ERROR,
@@ -146,9 +146,6 @@ FQDN_PATTERN = re.compile(r"(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 _TLS_VERSIONS = ("1.2", "1.3")
 DEFAULT_MIN_TLS_VERSION = "1.2"
 DEFAULT_MAX_TLS_VERSION = "1.3"
-
-
-V = TypeVar("V")
 
 
 def parse_all(snapshot: Snapshot, options: CompileOptions) -> dict[tuple[str, str], ParsedProxy]:
@@ -241,25 +238,15 @@ class _Memo:
     index: RootIndex = field(default_factory=RootIndex)
     statuses: dict[Key, _StatusEntry] = field(default_factory=dict)
     out: dict[Key, ObjectStatus] = field(default_factory=dict)
-    vhosts: dict[Key, tuple[tuple[str, VirtualHost], ...]] = field(default_factory=dict)
-    tcp: dict[Key, tuple[tuple[str, TCPProxy], ...]] = field(default_factory=dict)
+    vhosts: Pieces[tuple[str, VirtualHost]] = field(default_factory=Pieces)
+    tcp: Pieces[tuple[str, TCPProxy]] = field(default_factory=Pieces)
     extensions: dict[tuple[str, str], ExtensionCluster] | None = None
 
     def reset(self) -> None:
         """Forgets everything (the run compiles every root)."""
         self.ready, self.roots, self.index = False, {}, RootIndex()
-        self.statuses, self.out, self.vhosts, self.tcp = {}, {}, {}, {}
+        self.statuses, self.out, self.vhosts, self.tcp = {}, {}, Pieces(), Pieces()
         self.extensions = None
-
-
-def _put(out: dict[Key, V], key: Key, value: V) -> bool:
-    """Sets (or, for an empty value, drops) `out[key]`; whether `out` gained the key."""
-    if not value:
-        out.pop(key, None)
-        return False
-    gained = key not in out
-    out[key] = value
-    return gained
 
 
 def _changed(delta: Delta, extensions_changed: bool) -> Changed:
@@ -324,33 +311,36 @@ class _Compiler:
             memo.reset()
             roots = [key for key, proxy in self.proxies.items() if proxy.is_root]
             touched = set(self.proxies)
-        gained = False
         for key in roots:
-            gained |= self._patch_root(key, touched)
-        if gained:
-            order = list(self.proxies)  # key order
-            memo.vhosts, memo.tcp = in_order(order, memo.vhosts), in_order(order, memo.tcp)
+            self._patch_root(key, touched)
+        memo.vhosts.finish(self.proxies)  # in key order
+        memo.tcp.finish(self.proxies)
         self._patch_statuses(touched)
         memo.ready, memo.extensions = True, self.extensions.valid
         return DialectOutput(
-            virtual_hosts=tuple(itertools.chain.from_iterable(memo.vhosts.values())),
+            virtual_hosts=tuple(memo.vhosts.flat),
             statuses=(*memo.out.values(), *self.extensions.statuses),
-            tcp_proxies=tuple(itertools.chain.from_iterable(memo.tcp.values())),
+            tcp_proxies=tuple(memo.tcp.flat),
         )
 
     def _affected(self) -> set[Key]:
         """The roots a change can affect: those changed, and those whose reads it hits."""
         changed, memo = self.changed, self.memo
-        out = memo.index.affected(changed, self.real.ownership.owners)
+        out = memo.index.affected(changed, self.real.ownership.owners, self._moved_hosts())
         for key in changed.proxies:
             proxy = self.proxies.get(key)
             if key in memo.roots or (proxy is not None and proxy.is_root):
                 out.add(key)
         return out
 
-    def _patch_root(self, key: Key, touched: set[Key]) -> bool:
+    def _moved_hosts(self) -> Collection[tuple[str, str]] | None:
+        """The (listener, hostname)s whose owner changed since the compile before, when the
+        graph builder says (else the index looks up every hostname a root read)."""
+        return None
+
+    def _patch_root(self, key: Key, touched: set[Key]) -> None:
         """Compiles root `key` again (or drops it), adding to `touched` the proxies whose status
-        its old or new work reaches; whether an output piece gained a key."""
+        its old or new work reaches."""
         memo = self.memo
         old = memo.roots.pop(key, None)
         if old is not None:
@@ -358,13 +348,14 @@ class _Compiler:
             touched.update(old.problems, old.trace.reached)
         proxy = self.proxies.get(key)
         if proxy is None or not proxy.is_root:
-            memo.vhosts.pop(key, None)
-            memo.tcp.pop(key, None)
-            return False
+            memo.vhosts.set(key, ())
+            memo.tcp.set(key, ())
+            return
         entry = memo.roots[key] = self._kept_root(proxy, old)
         memo.index.add(key, entry.trace, entry.problems)
         touched.update(entry.problems, entry.trace.reached)
-        return _put(memo.vhosts, key, entry.vhosts) | _put(memo.tcp, key, entry.tcp)
+        memo.vhosts.set(key, entry.vhosts)
+        memo.tcp.set(key, entry.tcp)
 
     def _patch_statuses(self, touched: set[Key]) -> None:
         """The statuses of `touched` made again; the very same object as the compile before's
@@ -387,7 +378,7 @@ class _Compiler:
             gained = gained or key not in memo.out
             memo.out[key] = entry[3]
         if gained:
-            memo.out = in_order(list(self.proxies), memo.out)
+            memo.out = in_order(self.proxies, memo.out)
 
     def _accessor(self, proxy: ParsedProxy) -> ProxyStatusAccessor:
         """A proxy's problems as a full compile reports them: its own, then each root's in the

@@ -13,22 +13,14 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from turnout.dialects.httpproxy.problem import Problem
 from turnout.dialects.httpproxy.recording import Changed, Key, Trace
 from turnout.objects import KubeObject
 
 Host = tuple[str, str]  # (listener, hostname)
-V = TypeVar("V")
-
-
-def in_order(order: list[Key], values: dict[Key, V]) -> dict[Key, V]:
-    """`values` with its keys in `order`'s order (C-speed passes, for a dict that gained keys)."""
-    keys = list(filter(values.__contains__, order))
-    return dict(zip(keys, map(values.__getitem__, keys), strict=True))
 
 
 def problems_by_proxy(trace: Trace) -> dict[Key, tuple[Problem, ...]]:
@@ -95,9 +87,15 @@ class RootIndex:
         _unlink(self.problems, problems, root)
         _unlink(self.reached, trace.reached, root)
 
-    def affected(self, changed: Changed, owners: Mapping[Host, KubeObject]) -> set[Key]:
+    def affected(
+        self,
+        changed: Changed,
+        owners: Mapping[Host, KubeObject],
+        moved: Collection[Host] | None = None,
+    ) -> set[Key]:
         """The roots whose trace `changed` makes stale, or one of whose hostnames has another
-        owner in `owners` than the one it found."""
+        owner in `owners` than the one it found. `moved`: the hostnames whose owner changed since
+        the compile before, when the caller knows them (else every hostname read is looked up)."""
         out: set[Key] = set()
         for key in changed.proxies:
             out.update(self.proxies.get(key, ()))
@@ -107,8 +105,8 @@ class RootIndex:
             out |= self.secrets
         if changed.extensions:
             out |= self.extensions
-        for host in self.moved(owners):
-            out |= self.owners[host]
+        for host in self.moved(owners) if moved is None else moved:
+            out.update(self.owners.get(host, ()))
         return out
 
     def moved(self, owners: Mapping[Host, KubeObject]) -> list[Host]:
