@@ -24,8 +24,9 @@ class HTTPProxyDialect(Dialect):
     HTTPS listener too when it terminates TLS; `compile` builds the virtual hosts of the roots that
     own theirs and a status for every HTTPProxy of turnout's class (`classes.py`).
 
-    Incremental: each object is parsed once, and a root is compiled again only when something it
-    read changed (`processor.py`, `recording.py`)."""
+    Incremental: only the objects that changed are read again (`parsed.py`), and only the roots
+    that read something that changed are compiled again (`processor.py`, `recording.py`,
+    `root_index.py`)."""
 
     name = "httpproxy"
     # TLSCertificateDelegation grants HTTPProxies in other namespaces the use of a Secret; the

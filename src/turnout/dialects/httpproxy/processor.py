@@ -1,8 +1,9 @@
 """HTTPProxy roots, includes and routes, following Contour's `HTTPProxyProcessor`.
 
 One `_Compiler` lives for one compile (like Contour's processor, whose fields are reset after each
-run): it parses every proxy, walks the include graph depth-first from each root that owns its
-hostname, and fills a status accessor per proxy as it goes.
+run): it walks the include graph depth-first from each root that owns its hostname, and fills a
+status accessor per proxy as it goes. With the compile memo, only the roots a change can affect
+are walked (`root_index.py`), and the output of the compile before is patched for them.
 
 Error granularity is Contour's: an invalid include is skipped (a missing or root target also gets
 a 502 route for the include's space), an invalid route drops every route of its proxy, including
