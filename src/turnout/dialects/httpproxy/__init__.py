@@ -61,7 +61,7 @@ class HTTPProxyDialect(Dialect):
 
     def compile(self, snapshot: Snapshot, ctx: CompileContext) -> DialectOutput:
         parsed = self._parsed(snapshot, ctx.options, ctx.memo)
-        return compile_httpproxies(snapshot, ctx, parsed.proxies)
+        return compile_httpproxies(snapshot, ctx, parsed.proxies, patched=parsed.patched)
 
     def ignored(self, snapshot: Snapshot, options: CompileOptions) -> list[IgnoredObject]:
         """The HTTPProxies of another class: those the last read found, when it read `snapshot`

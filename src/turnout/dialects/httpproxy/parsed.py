@@ -37,6 +37,7 @@ class ParsedState:
     claims: Pieces[HostClaim] = field(default_factory=Pieces)
     ignored: dict[Key, IgnoredObject] = field(default_factory=dict)
     delta: Delta | None = None  # the one the last refresh applied
+    patched: bool = False  # the last refresh read only what changed (else everything)
 
     def refresh(self, snapshot: Snapshot, options: CompileOptions, delta: Delta) -> None:
         """Brings the state to `snapshot`: `delta` says what changed since the snapshot it holds
@@ -44,11 +45,12 @@ class ParsedState:
         the memo did not begin a compile of `snapshot`)."""
         if self.snapshot is snapshot:
             return
-        if self.snapshot is None or delta.everything or delta is self.delta:
-            self._read_all(snapshot, options)
-        else:
+        self.patched = not (self.snapshot is None or delta.everything or delta is self.delta)
+        if self.patched:
             keys = [(r.namespace, r.name) for r in delta.of_kind(GROUP, KIND)]
             self._patch(snapshot, options, keys)
+        else:
+            self._read_all(snapshot, options)
         self.snapshot, self.delta = snapshot, delta
 
     def _read_all(self, snapshot: Snapshot, options: CompileOptions) -> None:

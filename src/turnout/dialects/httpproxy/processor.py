@@ -267,8 +267,10 @@ class _Compiler:
         snapshot: Snapshot,
         ctx: CompileContext,
         parsed: dict[tuple[str, str], ParsedProxy] | None = None,
+        patched: bool = False,
     ) -> None:
         self.snapshot = snapshot
+        self.patched = patched and parsed is not None
         self.proxies = parse_all(snapshot, ctx.options) if parsed is None else parsed
         # Everything a root's compile reads or does goes through a recording wrapper, so that
         # the next compile can replay it while none of its inputs changed (`recording.py`).
@@ -305,7 +307,7 @@ class _Compiler:
         TCP proxies, problems and reached proxies stand as they are (`root_index.py`)."""
         memo = self.memo
         self.tcp_proxies: list[tuple[str, TCPProxy]] = []  # filled by `_root`
-        if memo.ready and not self.real.memo.delta.everything:
+        if memo.ready and self.patched and not self.real.memo.delta.everything:
             roots: list[Key] = sorted(self._affected())
             touched = set(self.changed.proxies)  # the proxies whose status may change
         else:
@@ -1177,7 +1179,10 @@ def compile_httpproxies(
     snapshot: Snapshot,
     ctx: CompileContext,
     parsed: dict[tuple[str, str], ParsedProxy] | None = None,
+    *,
+    patched: bool = False,
 ) -> DialectOutput:
-    """`parsed` may carry `parse_all(snapshot, ctx.options)` from the claims phase, to read
-    objects once."""
-    return _Compiler(snapshot, ctx, parsed).run()
+    """`parsed` may carry the proxies the claims phase read (`parse_all(snapshot, ctx.options)`,
+    in key order), to read objects once; `patched`: they are those of the compile before, read
+    again only where the memo's delta says (else every root compiles again)."""
+    return _Compiler(snapshot, ctx, parsed, patched).run()
