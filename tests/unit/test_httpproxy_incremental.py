@@ -21,7 +21,7 @@ from turnout.dialects.httpproxy import HTTPProxyDialect
 from turnout.graph.build import CompileResult, build_graph
 from turnout.graph.dialect import Dialect
 from turnout.graph.memo import CompileMemo
-from turnout.graph.model import VirtualHost
+from turnout.graph.model import DirectResponse, Forward, VirtualHost
 from turnout.objects import KubeObject, thaw
 from turnout.sources.parse import parse_text
 from turnout.status.model import ObjectStatus, State
@@ -301,3 +301,190 @@ def test_random_changes_over_a_fixture_give_what_a_fresh_compile_gives(case: Pat
     run = Carried(case_options(case), [HTTPProxyDialect()])
     for snap in _random_steps(_load(case), rng, 12):
         run.compile(snap)
+
+
+# --- what the index of the roots' reads must find (`root_index.py`) ----------------------------
+
+
+def test_problems_on_a_child_shared_by_two_roots_keep_the_compile_order_when_one_changes() -> None:
+    # c and d include each other: the cycle is reported on c once per root, naming the root.
+    cycle = [
+        proxy("c", {"includes": [{"name": "d"}]}),
+        proxy("d", {"includes": [{"name": "c"}]}),
+        service("app"),
+    ]
+    run = Carried()
+    a, b = includes("a", "a.example.com", "c"), includes("b", "b.example.com", "c")
+    first = run.compile(snapshot(a, b, cycle))
+
+    def roots_named() -> list[str]:
+        errors = status(result, "c").conditions[0].errors
+        return [e.message.split(": ")[1].split(" -> ")[0] for e in errors]
+
+    result = first
+    assert roots_named() == ["default/a", "default/b"]
+    b2 = includes("b", "b.example.com", "c", "x")  # b changes; a is not compiled again
+    result = run.compile(snapshot(a, b2, cycle))
+    assert roots_named() == ["default/a", "default/b"]
+    result = run.compile(snapshot(includes("a", "a.example.com", "c", "y"), b2, cycle))
+    assert roots_named() == ["default/a", "default/b"]
+    result = run.compile(snapshot(b2, cycle))
+    assert roots_named() == ["default/b"]
+
+
+def test_a_service_read_under_a_shared_child_recompiles_every_root_including_it() -> None:
+    run = Carried()
+    objects = [
+        includes("a", "a.example.com", "c"),
+        includes("b", "b.example.com", "c"),
+        root("r", "r.example.com", services=("other",)),
+        child("c", "/x", svc="late"),
+        service("other"),
+    ]
+    before = run.compile(snapshot(objects))
+    assert status(before, "c").state is State.INVALID  # "late" is missing: a 503
+    after = run.compile(snapshot(objects, service("late")))
+    assert status(after, "c").state is State.VALID
+    for host in ("a.example.com", "b.example.com"):
+        assert vhosts(after)[host] is not vhosts(before)[host]
+        assert vhosts(after)[host].routes[0].action != vhosts(before)[host].routes[0].action
+    assert vhosts(after)["r.example.com"] is vhosts(before)["r.example.com"]
+
+
+def test_a_child_turning_into_a_root_is_seen_by_the_roots_including_it() -> None:
+    run = Carried()
+    objects = [includes("a", "a.example.com", "c"), service("app")]
+    before = run.compile(snapshot(objects, child("c", "/x")))
+    assert status(before, "a").state is State.VALID
+    promoted = proxy("c", {"virtualhost": {"fqdn": "c.example.com"}, **child("c", "/x").spec})
+    after = run.compile(snapshot(objects, promoted))
+    assert "RootIncludesRoot" in str(status(after, "a").conditions)
+    assert set(vhosts(after)) == {"a.example.com", "c.example.com"}
+    assert [r.action for r in vhosts(after)["a.example.com"].routes] == [DirectResponse(502)]
+    again = run.compile(snapshot(objects, child("c", "/x")))
+    assert status(again, "a").state is State.VALID
+    assert set(vhosts(again)) == {"a.example.com"}
+    assert isinstance(vhosts(again)["a.example.com"].routes[0].action, Forward)
+
+
+def test_a_child_is_orphaned_only_when_the_last_root_including_it_lets_go() -> None:
+    run = Carried()
+    kid = child("c", "/x")
+    a, b = includes("a", "a.example.com", "c"), includes("b", "b.example.com", "c")
+    plain_a, plain_b = root("a", "a.example.com"), root("b", "b.example.com")
+    assert status(run.compile(snapshot(a, b, kid, service("app"))), "c").state is State.VALID
+    assert status(run.compile(snapshot(plain_a, b, kid, service("app"))), "c").state is State.VALID
+    gone = run.compile(snapshot(plain_a, plain_b, kid, service("app")))
+    assert status(gone, "c").state is State.ORPHANED
+    back = run.compile(snapshot(plain_a, b, kid, service("app")))
+    assert status(back, "c").state is State.VALID
+
+
+def ingress(host: str, class_name: str, created: str) -> KubeObject:
+    rule = {
+        "host": host,
+        "http": {
+            "paths": [
+                {
+                    "path": "/",
+                    "pathType": "Prefix",
+                    "backend": {"service": {"name": "app", "port": {"number": 80}}},
+                }
+            ]
+        },
+    }
+    spec = {"ingressClassName": class_name, "rules": [rule]}
+    return kube_object("networking.k8s.io/v1", "Ingress", "ing", spec=spec, created=created)
+
+
+def test_a_hostname_taken_by_another_dialect_without_its_object_changing_recompiles_the_root() -> (
+    None
+):
+    # The Ingress (older) becomes turnout's when its IngressClass appears: its claim, and the
+    # owner of the fqdn, change although neither it nor anything the root read did.
+    run = Carried()
+    proxy_root = root("r", "a.example.com", created="2021-01-01T00:00:00Z")
+    objects = [proxy_root, ingress("a.example.com", "other", "2020-01-01T00:00:00Z")]
+    objects += [service("app"), root("s", "s.example.com")]
+    ours = kube_object(
+        "networking.k8s.io/v1",
+        "IngressClass",
+        "other",
+        spec={"controller": "turnout.dev/ingress-controller"},
+    )
+    first = run.compile(snapshot(objects))
+    assert vhosts(first)["a.example.com"].owner.kind == "HTTPProxy"
+    taken = run.compile(snapshot(objects, ours))
+    assert vhosts(taken)["a.example.com"].owner.kind == "Ingress"
+    assert "DuplicateVhost" in str(status(taken, "r").conditions)
+    assert vhosts(taken)["s.example.com"] is vhosts(first)["s.example.com"]
+    back = run.compile(snapshot(objects))
+    assert vhosts(back)["a.example.com"].owner.kind == "HTTPProxy"
+    assert status(back, "r").state is State.VALID
+
+
+def test_a_newer_root_for_a_taken_fqdn_and_its_owners_edits() -> None:
+    run = Carried()
+    old = root("old", "a.example.com", created="2020-01-01T00:00:00Z")
+    new = root("new", "a.example.com", services=("other",), created="2021-01-01T00:00:00Z")
+    services = [service("app"), service("other")]
+    run.compile(snapshot(old, services))
+    second = run.compile(snapshot(old, new, services))
+    assert "DuplicateVhost" in str(status(second, "new").conditions)
+    edited = root("old", "a.example.com", services=("app", "other"), created="2020-01-01T00:00:00Z")
+    third = run.compile(snapshot(edited, new, services))  # the owner is a new object
+    assert len(vhosts(third)["a.example.com"].routes) == 2
+    assert "DuplicateVhost" in str(status(third, "new").conditions)
+    younger = root("old", "a.example.com", created="2022-01-01T00:00:00Z")
+    fourth = run.compile(snapshot(younger, new, services))  # the owner is now the other root
+    assert vhosts(fourth)["a.example.com"].owner.name == "new"
+    assert "DuplicateVhost" in str(status(fourth, "old").conditions)
+    assert status(fourth, "new").state is State.VALID
+
+
+def test_a_proxy_changing_class_leaves_and_rejoins_the_roots_that_include_it() -> None:
+    run = Carried()
+    objects = [includes("a", "a.example.com", "c"), service("app")]
+    before = run.compile(snapshot(objects, child("c", "/x")))
+    assert status(before, "a").state is State.VALID
+    spec = child("c", "/x").spec
+    other = proxy("c", {**spec, "ingressClassName": "other"})
+    after = run.compile(snapshot(objects, other))
+    assert "IncludeNotFound" in str(status(after, "a").conditions)
+    assert [i.ref.name for i in after.ignored if i.ref.kind == "HTTPProxy"] == ["c"]
+    again = run.compile(snapshot(objects, child("c", "/x")))
+    assert status(again, "a").state is State.VALID
+    assert not [i for i in again.ignored if i.ref.kind == "HTTPProxy"]
+
+
+def test_roots_added_and_removed_keep_the_key_order_of_hosts_and_statuses() -> None:
+    run = Carried()
+    services = [service("app")]
+    roots = {name: root(name, f"{name}.example.com") for name in ("b", "d", "f")}
+    run.compile(snapshot(list(roots.values()), services))
+    for name in ("a", "e", "g"):
+        roots[name] = root(name, f"{name}.example.com")
+        result = run.compile(snapshot(list(roots.values()), services))
+        names = [s.ref.name for s in result.statuses if s.ref.kind == "HTTPProxy"]
+        assert names == sorted(roots)
+    del roots["d"]
+    result = run.compile(snapshot(list(roots.values()), services))
+    assert sorted(vhosts(result)) == [f"{n}.example.com" for n in sorted(roots)]
+
+
+def test_a_root_gaining_and_losing_its_https_host_keeps_the_others_in_place() -> None:
+    run = Carried()
+    plain = [root(n, f"{n}.example.com") for n in ("a", "c")]
+    spec = {
+        "virtualhost": {"fqdn": "b.example.com", "tls": {"secretName": "cert"}},
+        "routes": [{"services": [{"name": "app", "port": 80}]}],
+    }
+    objects = [*plain, service("app"), tls_secret("cert", "default")]
+    first = run.compile(snapshot(objects, root("b", "b.example.com")))
+    tls = run.compile(snapshot(objects, proxy("b", spec)))
+    assert list(vhosts(tls)) == ["a.example.com", "b.example.com", "c.example.com"]
+    assert list(vhosts(tls, "ingress_https")) == ["b.example.com"]
+    assert vhosts(tls)["c.example.com"] is vhosts(first)["c.example.com"]
+    back = run.compile(snapshot(objects, root("b", "b.example.com")))
+    assert list(vhosts(back)) == ["a.example.com", "b.example.com", "c.example.com"]
+    assert "ingress_https" not in {lst.name for lst in back.graph.listeners}

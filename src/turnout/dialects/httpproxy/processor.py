@@ -1,8 +1,9 @@
 """HTTPProxy roots, includes and routes, following Contour's `HTTPProxyProcessor`.
 
 One `_Compiler` lives for one compile (like Contour's processor, whose fields are reset after each
-run): it parses every proxy, walks the include graph depth-first from each root that owns its
-hostname, and fills a status accessor per proxy as it goes.
+run): it walks the include graph depth-first from each root that owns its hostname, and fills a
+status accessor per proxy as it goes. With the compile memo, only the roots a change can affect
+are walked (`root_index.py`), and the output of the compile before is patched for them.
 
 Error granularity is Contour's: an invalid include is skipped (a missing or root target also gets
 a 502 route for the include's space), an invalid route drops every route of its proxy, including
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -58,6 +59,7 @@ from turnout.dialects.httpproxy.extension_service import (
     ExtensionCluster,
     compile_extension_services,
 )
+from turnout.dialects.httpproxy.pieces import Pieces, in_order
 from turnout.dialects.httpproxy.problem import Problem
 from turnout.dialects.httpproxy.recording import (
     PROXY_KIND,
@@ -76,6 +78,7 @@ from turnout.dialects.httpproxy.recording import (
     Trace,
     replay_walks,
 )
+from turnout.dialects.httpproxy.root_index import RootIndex, problems_by_proxy
 from turnout.dialects.httpproxy.spec import (
     GROUP,
     INCLUDE_ERROR,
@@ -105,8 +108,8 @@ from turnout.dialects.httpproxy.tcpproxy import (
     compile_tcpproxy,
 )
 from turnout.dialects.tls_vhosts import SecureRoute, tls_virtual_hosts
-from turnout.graph.dialect import CompileContext, DialectOutput
-from turnout.graph.memo import Delta, IdentityMemo
+from turnout.graph.dialect import CompileContext, DialectOutput, OwnershipMemo
+from turnout.graph.memo import Delta
 from turnout.graph.model import (
     BackendPolicies,
     Cluster,
@@ -146,26 +149,14 @@ DEFAULT_MIN_TLS_VERSION = "1.2"
 DEFAULT_MAX_TLS_VERSION = "1.3"
 
 
-# What `parse_all` read of one object: its ParsedProxy, or None when it is not turnout's class.
-ParseMemo = IdentityMemo[KubeObject, tuple[ParsedProxy | None]]
-
-
-def parse_all(
-    snapshot: Snapshot, options: CompileOptions, memo: ParseMemo | None = None
-) -> dict[tuple[str, str], ParsedProxy]:
-    """The HTTPProxies of turnout's class, read; the others are not turnout's to look at.
-    `memo`: each object is read once (a pure function of the object and the options, which the
-    compile memo drops when they change)."""
-    out: dict[tuple[str, str], ParsedProxy] = {}
-    for o in snapshot.kind(GROUP, KIND):
-        found = memo.get(o) if memo is not None else None
-        if found is None:
-            found = (parse_proxy(o) if serves(o, options) else None,)
-            if memo is not None:
-                memo.put(o, found)
-        if found[0] is not None:
-            out[(o.namespace, o.name)] = found[0]
-    return out
+def parse_all(snapshot: Snapshot, options: CompileOptions) -> dict[tuple[str, str], ParsedProxy]:
+    """The HTTPProxies of turnout's class, read, in key order; the others are not turnout's to
+    look at. (The dialect patches these from the compile before's, `parsed.py`.)"""
+    return {
+        (o.namespace, o.name): parse_proxy(o)
+        for o in snapshot.kind(GROUP, KIND)
+        if serves(o, options)
+    }
 
 
 def root_allowed(namespace: str, options: CompileOptions) -> bool:
@@ -222,14 +213,15 @@ class _SubEntry:
 
 @dataclass(frozen=True, slots=True)
 class _RootEntry:
-    """A root's virtual hosts and TCP proxies, what computing them did, and its walk's
-    subtrees (for the next recompile of this root)."""
+    """A root's virtual hosts and TCP proxies, what computing them did (and its problems per
+    proxy), and its walk's subtrees (for the next recompile of this root)."""
 
     proxy: ParsedProxy
     trace: Trace
     vhosts: tuple[tuple[str, VirtualHost], ...]
     tcp: tuple[tuple[str, TCPProxy], ...]
     subtrees: dict[SubKey, _SubEntry]
+    problems: dict[Key, tuple[Problem, ...]]
 
 
 # A proxy's status with what it was built from: the object, its errors and warnings.
@@ -238,11 +230,24 @@ _StatusEntry = tuple[KubeObject, tuple[Problem, ...], tuple[Problem, ...], Objec
 
 @dataclass
 class _Memo:
-    """What one compile keeps for the next (a stage of `CompileMemo`)."""
+    """What one compile keeps for the next (a stage of `CompileMemo`): every root's entry, the
+    index of what they read (`root_index.py`), and the output pieces in key order (statuses of
+    every proxy; virtual hosts and TCP proxies of the roots that have some)."""
 
+    ready: bool = False
     roots: dict[Key, _RootEntry] = field(default_factory=dict)
+    index: RootIndex = field(default_factory=RootIndex)
     statuses: dict[Key, _StatusEntry] = field(default_factory=dict)
+    out: dict[Key, ObjectStatus] = field(default_factory=dict)
+    vhosts: Pieces[tuple[str, VirtualHost]] = field(default_factory=Pieces)
+    tcp: Pieces[tuple[str, TCPProxy]] = field(default_factory=Pieces)
     extensions: dict[tuple[str, str], ExtensionCluster] | None = None
+
+    def reset(self) -> None:
+        """Forgets everything (the run compiles every root)."""
+        self.ready, self.roots, self.index = False, {}, RootIndex()
+        self.statuses, self.out, self.vhosts, self.tcp = {}, {}, Pieces(), Pieces()
+        self.extensions = None
 
 
 def _changed(delta: Delta, extensions_changed: bool) -> Changed:
@@ -262,8 +267,10 @@ class _Compiler:
         snapshot: Snapshot,
         ctx: CompileContext,
         parsed: dict[tuple[str, str], ParsedProxy] | None = None,
+        patched: bool = False,
     ) -> None:
         self.snapshot = snapshot
+        self.patched = patched and parsed is not None
         self.proxies = parse_all(snapshot, ctx.options) if parsed is None else parsed
         # Everything a root's compile reads or does goes through a recording wrapper, so that
         # the next compile can replay it while none of its inputs changed (`recording.py`).
@@ -291,50 +298,106 @@ class _Compiler:
         self.ports: dict[tuple[str, str, int], ServicePort | None] = {}
         self.memo = ctx.memo.stage("httpproxy:compile", _Memo)
         self.changed = _changed(ctx.memo.delta, self.memo.extensions != self.extensions.valid)
-        self.roots: dict[Key, _RootEntry] = {}
         self.old_subtrees: dict[SubKey, _SubEntry] = {}
         self.new_subtrees: dict[SubKey, _SubEntry] = {}
 
     def run(self) -> DialectOutput:
-        vhosts: list[tuple[str, VirtualHost]] = []
+        """Recompiles the roots a change can affect (all of them without a compile before) and
+        patches the output of the compile before for them: every other root's virtual hosts,
+        TCP proxies, problems and reached proxies stand as they are (`root_index.py`)."""
+        memo = self.memo
         self.tcp_proxies: list[tuple[str, TCPProxy]] = []  # filled by `_root`
-        keys = sorted(self.proxies)
-        for key in keys:
-            proxy = self.proxies[key]
-            if proxy.is_root:
-                vhosts.extend(self._kept_root(proxy))
-        self.memo.roots, self.memo.extensions = self.roots, self.extensions.valid
-        for key in keys:
-            proxy = self.proxies[key]
-            # An object that fails the schema would not exist in Kubernetes: "invalid" with its
-            # field errors says more than "orphaned" (and whether it is a root is unknowable).
-            if not proxy.is_root and key not in self.reached and proxy.schema_valid:
-                self.status[key].add_error(ORPHANED, "Orphaned", ORPHANED_MESSAGE)
-        statuses = self._statuses(keys) + tuple(self.extensions.statuses)
+        if memo.ready and self.patched and not self.real.memo.delta.everything:
+            roots: list[Key] = sorted(self._affected())
+            touched = set(self.changed.proxies)  # the proxies whose status may change
+        else:
+            memo.reset()
+            roots = [key for key, proxy in self.proxies.items() if proxy.is_root]
+            touched = set(self.proxies)
+        for key in roots:
+            self._patch_root(key, touched)
+        memo.vhosts.finish(self.proxies)  # in key order
+        memo.tcp.finish(self.proxies)
+        self._patch_statuses(touched)
+        memo.ready, memo.extensions = True, self.extensions.valid
         return DialectOutput(
-            virtual_hosts=tuple(vhosts), statuses=statuses, tcp_proxies=tuple(self.tcp_proxies)
+            virtual_hosts=tuple(memo.vhosts.flat),
+            statuses=(*memo.out.values(), *self.extensions.statuses),
+            tcp_proxies=tuple(memo.tcp.flat),
         )
 
-    def _statuses(self, keys: list[Key]) -> tuple[ObjectStatus, ...]:
-        """Every proxy's status; the very same object as the compile before's when its object
-        and problems are the same."""
-        kept, fresh = self.memo.statuses, {}
-        out: list[ObjectStatus] = []
-        for key in keys:
-            proxy = self.proxies[key]
-            acc = self.status[key] if key in self.status or proxy.problems else None
-            errors = tuple(acc.errors) if acc is not None else ()
-            warnings = tuple(acc.warnings) if acc is not None else ()
-            entry = kept.get(key)
+    def _affected(self) -> set[Key]:
+        """The roots a change can affect: those changed, and those whose reads it hits."""
+        changed, memo = self.changed, self.memo
+        out = memo.index.affected(changed, self.real.ownership.owners, self._moved_hosts())
+        for key in changed.proxies:
+            proxy = self.proxies.get(key)
+            if key in memo.roots or (proxy is not None and proxy.is_root):
+                out.add(key)
+        return out
+
+    def _moved_hosts(self) -> Collection[tuple[str, str]] | None:
+        """The (listener, hostname)s whose owner changed since the compile before, when the
+        graph builder says (else the index looks up every hostname a root read)."""
+        return self.real.memo.stage("ownership", OwnershipMemo).changed
+
+    def _patch_root(self, key: Key, touched: set[Key]) -> None:
+        """Compiles root `key` again (or drops it), adding to `touched` the proxies whose status
+        its old or new work reaches."""
+        memo = self.memo
+        old = memo.roots.pop(key, None)
+        if old is not None:
+            memo.index.remove(key, old.trace, old.problems)
+            touched.update(old.problems, old.trace.reached)
+        proxy = self.proxies.get(key)
+        if proxy is None or not proxy.is_root:
+            memo.vhosts.set(key, ())
+            memo.tcp.set(key, ())
+            return
+        entry = memo.roots[key] = self._kept_root(proxy, old)
+        memo.index.add(key, entry.trace, entry.problems)
+        touched.update(entry.problems, entry.trace.reached)
+        memo.vhosts.set(key, entry.vhosts)
+        memo.tcp.set(key, entry.tcp)
+
+    def _patch_statuses(self, touched: set[Key]) -> None:
+        """The statuses of `touched` made again; the very same object as the compile before's
+        when its object and problems are the same."""
+        memo = self.memo
+        gained = False
+        for key in touched:
+            proxy = self.proxies.get(key)
+            if proxy is None:
+                memo.statuses.pop(key, None)
+                memo.out.pop(key, None)
+                continue
+            acc = self._accessor(proxy)
+            errors, warnings = tuple(acc.errors), tuple(acc.warnings)
+            entry = memo.statuses.get(key)
             if entry is None or not (
                 entry[0] is proxy.obj and entry[1] == errors and entry[2] == warnings
             ):
-                built = (acc or ProxyStatusAccessor(proxy.obj)).build()
-                entry = (proxy.obj, errors, warnings, built)
-            fresh[key] = entry
-            out.append(entry[3])
-        self.memo.statuses = fresh
-        return tuple(out)
+                entry = memo.statuses[key] = (proxy.obj, errors, warnings, acc.build())
+            gained = gained or key not in memo.out
+            memo.out[key] = entry[3]
+        if gained:
+            memo.out = in_order(self.proxies, memo.out)
+
+    def _accessor(self, proxy: ParsedProxy) -> ProxyStatusAccessor:
+        """A proxy's problems as a full compile reports them: its own, then each root's in the
+        compile's (key) order, then orphaned when no root reaches it."""
+        acc = ProxyStatusAccessor(proxy.obj)
+        for problem in proxy.problems:
+            acc.add(problem)
+        key, index = proxy.key, self.memo.index
+        for root in sorted(index.problems.get(key, ())):
+            for problem in self.memo.roots[root].problems[key]:
+                acc.add(problem)
+        # An object that fails the schema would not exist in Kubernetes: "invalid" with its
+        # field errors says more than "orphaned" (and whether it is a root is unknowable).
+        if not proxy.is_root and key not in index.reached and proxy.schema_valid:
+            acc.add_error(ORPHANED, "Orphaned", ORPHANED_MESSAGE)
+        return acc
 
     # --- what the compile before kept ----------------------------------------------------------
 
@@ -355,14 +418,10 @@ class _Compiler:
         if current is not None:
             current.merge(trace)
 
-    def _kept_root(self, proxy: ParsedProxy) -> list[tuple[str, VirtualHost]]:
+    def _kept_root(self, proxy: ParsedProxy, old: _RootEntry | None) -> _RootEntry:
         """`_root`, or what it gave the compile before while nothing it read changed."""
-        old = self.memo.roots.get(proxy.key)
         if old is not None and old.proxy is proxy and self._fresh(old.trace):
-            self._replay(old.trace)
-            self.tcp_proxies.extend(old.tcp)
-            self.roots[proxy.key] = old
-            return list(old.vhosts)
+            return old
         self.old_subtrees = old.subtrees if old is not None else {}
         self.new_subtrees = {}
         tcp_before = len(self.tcp_proxies)
@@ -372,8 +431,8 @@ class _Compiler:
         finally:
             self.recorder.pop(trace)
         tcp = tuple(self.tcp_proxies[tcp_before:])
-        self.roots[proxy.key] = _RootEntry(proxy, trace, tuple(vhosts), tcp, self.new_subtrees)
-        return vhosts
+        subtrees, problems = self.new_subtrees, problems_by_proxy(trace)
+        return _RootEntry(proxy, trace, tuple(vhosts), tcp, subtrees, problems)
 
     def _kept_routes(
         self,
@@ -1120,7 +1179,10 @@ def compile_httpproxies(
     snapshot: Snapshot,
     ctx: CompileContext,
     parsed: dict[tuple[str, str], ParsedProxy] | None = None,
+    *,
+    patched: bool = False,
 ) -> DialectOutput:
-    """`parsed` may carry `parse_all(snapshot, ctx.options)` from the claims phase, to read
-    objects once."""
-    return _Compiler(snapshot, ctx, parsed).run()
+    """`parsed` may carry the proxies the claims phase read (`parse_all(snapshot, ctx.options)`,
+    in key order), to read objects once; `patched`: they are those of the compile before, read
+    again only where the memo's delta says (else every root compiles again)."""
+    return _Compiler(snapshot, ctx, parsed, patched).run()

@@ -11,10 +11,11 @@ A `Trace` is kept per root (and per included subtree of a root's walk, `processo
 - what it did: the status problems it added, in order, per proxy; the proxies it reached; the
   proxies its walk entered with their cost (the include revisit budget is replayed exactly).
 
-Replaying a trace in the compile's order gives every accessor and the budget the state a full
-compile would give them. The clusters, TLS Secrets and CA bundles a replayed part uses need no
-replay: the graph builder keeps those of the compile before by name while their inputs are the
-same (`services.ClusterBook`, `secrets.SecretBook`).
+A root's trace stands as it is while the delta does not make it stale (`root_index.py` finds the
+roots it does); a subtree's trace is replayed in the walk's order, which gives the accessors and
+the budget the state a full walk would give them. The clusters, TLS Secrets and CA bundles a kept
+part uses need no replay: the graph builder keeps those of the compile before by name while their
+inputs are the same (`services.ClusterBook`, `secrets.SecretBook`).
 """
 
 from __future__ import annotations
