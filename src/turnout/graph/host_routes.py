@@ -11,6 +11,7 @@ are kept with their ids (`RouteIds`), so an id reused by a new object never matc
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import filterfalse
 
 from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import Route
@@ -18,8 +19,22 @@ from turnout.graph.model import Route
 RouteIds = dict[int, Route]  # id(route) -> route: a host's distinct routes
 
 
+Diff = tuple[list[Route], list[Route]]
+
+
 class IdsMemo(IdentityMemo[tuple[Route, ...], RouteIds]):
-    """`ids_of` each route tuple, shared by the stages of a compile (`CompileMemo.stage`)."""
+    """`ids_of` each route tuple, and the `route_diff`s made this compile: shared by the stages
+    of a compile (`CompileMemo.stage`), which diff the same tuples."""
+
+    __slots__ = ("diffs",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.diffs: dict[tuple[int, int], tuple[RouteIds, RouteIds, Diff]] = {}
+
+    def age(self) -> None:
+        super().age()
+        self.diffs = {}
 
 
 def ids_of(routes: tuple[Route, ...], memo: IdsMemo | None = None) -> RouteIds:
@@ -33,13 +48,19 @@ def ids_of(routes: tuple[Route, ...], memo: IdsMemo | None = None) -> RouteIds:
     return found
 
 
-def route_diff(old: RouteIds, new: RouteIds) -> tuple[list[Route], list[Route]]:
+def route_diff(old: RouteIds, new: RouteIds, memo: IdsMemo | None = None) -> Diff:
     """The routes of `new` that `old` does not hold, and those of `old` that `new` does not
-    (by identity)."""
+    (by identity); made once per pair this compile when `memo` is given."""
     if old is new or old.keys() == new.keys():
         return [], []
-    added = list(map(new.__getitem__, new.keys() - old.keys()))
-    removed = list(map(old.__getitem__, old.keys() - new.keys()))
+    hit = None if memo is None else memo.diffs.get((id(old), id(new)))
+    if hit is not None and hit[0] is old and hit[1] is new:
+        return hit[2]
+    # `filterfalse` over the keys: one C pass each way, cheaper than two set differences.
+    added = list(map(new.__getitem__, filterfalse(old.__contains__, new)))
+    removed = list(map(old.__getitem__, filterfalse(new.__contains__, old)))
+    if memo is not None:
+        memo.diffs[(id(old), id(new))] = (old, new, (added, removed))
     return added, removed
 
 
@@ -54,9 +75,14 @@ class NameCounts:
         self.counts: dict[str, int] = {}
         self.names: frozenset[str] = frozenset()
 
-    def patch(self, ids: RouteIds, names_of: Callable[[Route], Iterable[str]]) -> frozenset[str]:
+    def patch(
+        self,
+        ids: RouteIds,
+        names_of: Callable[[Route], Iterable[str]],
+        memo: IdsMemo | None = None,
+    ) -> frozenset[str]:
         """The names of the routes `ids` holds, `names_of` each route."""
-        added, removed = route_diff(self.ids, ids)
+        added, removed = route_diff(self.ids, ids, memo)
         self.ids = ids
         flipped = False
         counts = self.counts

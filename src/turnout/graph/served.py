@@ -295,12 +295,12 @@ def host_names(listeners: Sequence[Listener], memo: CompileMemo) -> HostNames:
         if counted is None:
             counted = kept.routes[key] = (NameCounts(), NameCounts())
         routes = ids_of(vh.routes, ids)
-        clusters = counted[0].patch(routes, route_clusters)
+        clusters = counted[0].patch(routes, route_clusters, ids)
         if vh.policies.authorization is not None:
             clusters = clusters | {vh.policies.authorization.cluster}
         kept.clusters.put(key, clusters)
         kept.secrets.put(key, vhost_secret_names(vh))
-        cas = counted[1].patch(routes, route_ca_names)
+        cas = counted[1].patch(routes, route_ca_names, ids)
         if vh.tls is not None:
             cas = cas | termination_ca_names(vh.tls)
         kept.ca_bundles.put(key, cas)

@@ -1334,7 +1334,14 @@ class _Hosts:
     """Checks virtual hosts, by identity through the memo while the names a check looked up
     are usable exactly as before (`changed`: the names usable then or now, not both)."""
 
-    def __init__(self, g: _Context, memo: LimitsMemo, changed: frozenset[str]) -> None:
+    def __init__(
+        self,
+        g: _Context,
+        memo: LimitsMemo,
+        changed: frozenset[str],
+        ids: IdsMemo | None = None,
+    ) -> None:
+        self._ids = ids
         self._asked: set[str] = set()
         recording = _Context(
             _Asked(_names(g.clusters), self._asked), _Asked(_names(g.secrets), self._asked)
@@ -1369,7 +1376,7 @@ class _Hosts:
         if problem is not None:
             kept.clear()
             return VirtualHostCheck(problem, vh, (), asked)
-        kept.patch(vh.routes, ids, self._routes, self._changed)
+        kept.patch(vh.routes, ids, (self._routes, self._ids), self._changed)
         if kept.out is vh.routes:
             out = vh
         elif kept.made is not None and kept.made[0] is vh and kept.made[1].routes is kept.out:
@@ -1409,12 +1416,16 @@ class HostVerdicts:
         self.made: tuple[VirtualHost, VirtualHost] | None = None
 
     def patch(
-        self, routes: tuple[Route, ...], ids: RouteIds, checker: _Routes, flipped: frozenset[str]
+        self,
+        routes: tuple[Route, ...],
+        ids: RouteIds,
+        checker: tuple[_Routes, IdsMemo | None],
+        flipped: frozenset[str],
     ) -> None:
         redo: set[int] = set()
         for name in flipped:
             redo.update(self.askers.get(name, ()))
-        added, removed = route_diff(self.ids, ids)
+        added, removed = route_diff(self.ids, ids, checker[1])
         self.ids = ids
         if not (redo or added or removed) and routes is self.routes:
             return
@@ -1423,12 +1434,15 @@ class HostVerdicts:
             self._forget(id(route))
         for i in redo.intersection(ids):
             self._forget(i)
-            self._keep(i, checker.verdict(ids[i]))
+            self._keep(i, checker[0].verdict(ids[i]))
         for route in added:
-            self._keep(id(route), checker.verdict(route))
-        checks = list(map(self.verdicts.__getitem__, map(id, routes)))
-        self.out = routes if not self.altered else tuple(filter(None, map(_ROUTE, checks)))
-        self.problems = tuple(filter(None, map(_PROBLEM, checks))) if self.faulty else ()
+            self._keep(id(route), checker[0].verdict(route))
+        self.out, self.problems = routes, ()
+        if self.altered or self.faulty:
+            checks = list(map(self.verdicts.__getitem__, map(id, routes)))
+            if self.altered:
+                self.out = tuple(filter(None, map(_ROUTE, checks)))
+            self.problems = tuple(filter(None, map(_PROBLEM, checks)))
         if removed or redo or asked != len(self.askers) or self.routes is None:
             self.asked = frozenset(self.askers)
         self.routes = routes
@@ -1616,7 +1630,7 @@ def patch_envoy_limits(
     asked = _usable_changed(graph, kept, clusters_changed)
     ctx = _Context(clusters=kept.usable, secrets=kept.secret_names)
     kept.hosts.vhosts.age()
-    checker = _Hosts(ctx, kept.hosts, asked)
+    checker = _Hosts(ctx, kept.hosts, asked, ids)
     listeners = []
     for lst in graph.listeners:
         state = kept.listeners.setdefault(lst.name, ListenerLimits())
