@@ -144,17 +144,22 @@ def test_a_route_diff_and_counts_by_identity() -> None:
     memo = IdsMemo()
     old = ids_of(ROUTES, memo)
     assert ids_of(ROUTES, memo) is old
-    new_route = _route(3, "c3")  # equal in value to ROUTES[3]'s twin, a new object
-    routes = (*ROUTES[:3], new_route, *ROUTES[4:])
-    added, removed = route_diff(old, ids_of(routes, memo), memo)
-    assert added == [new_route] and removed == [ROUTES[3]]
+    new_route = _route(3, "c3")  # equal in value to ROUTES[3], another object
+    routes = (*ROUTES[:3], new_route, *ROUTES[4:], new_route)
+    found = route_diff((ROUTES, old), (routes, ids_of(routes, memo)), memo)
+    assert found == ([new_route], [ROUTES[3]])
+    assert route_diff((ROUTES, old), (routes, ids_of(routes, memo)), memo) is found
+
+    def cluster(r: Route) -> list[str]:
+        assert isinstance(r.action, Forward)
+        return [r.action.clusters[0].cluster]
+
     counts = NameCounts()
-    names = counts.patch(old, lambda r: [r.action.clusters[0].cluster])  # type: ignore[union-attr]
-    assert names == frozenset(CLUSTERS)
-    left = ids_of(tuple(r for r in ROUTES if r.action.clusters[0].cluster != "c9"))  # type: ignore[union-attr]
-    assert counts.patch(left, lambda r: [r.action.clusters[0].cluster]) == frozenset(  # type: ignore[union-attr]
-        CLUSTERS
-    ) - {"c9"}
+    assert counts.patch(ROUTES, cluster) == frozenset(CLUSTERS)
+    left = tuple(r for r in ROUTES if cluster(r) != ["c9"])
+    assert counts.patch(left, cluster) == frozenset(CLUSTERS) - {"c9"}
+    assert counts.patch(ROUTES[:1], cluster) == {"c0"}
+    assert counts.patch((*ROUTES[:1], _route(1, "c0")), cluster) == {"c0"}
 
 
 # --- through `build_graph`: one root including children, as the one-host shape ---------------
