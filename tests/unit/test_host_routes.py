@@ -146,20 +146,20 @@ def test_a_route_diff_and_counts_by_identity() -> None:
     assert ids_of(ROUTES, memo) is old
     new_route = _route(3, "c3")  # equal in value to ROUTES[3], another object
     routes = (*ROUTES[:3], new_route, *ROUTES[4:], new_route)
-    found = route_diff((ROUTES, old), (routes, ids_of(routes, memo)), memo)
+    found = route_diff(old, ids_of(routes, memo), memo)
     assert found == ([new_route], [ROUTES[3]])
-    assert route_diff((ROUTES, old), (routes, ids_of(routes, memo)), memo) is found
+    assert route_diff(old, ids_of(routes, memo), memo) is found
 
     def cluster(r: Route) -> list[str]:
         assert isinstance(r.action, Forward)
         return [r.action.clusters[0].cluster]
 
     counts = NameCounts()
-    assert counts.patch(ROUTES, cluster) == frozenset(CLUSTERS)
+    assert counts.patch(ids_of(ROUTES), cluster) == frozenset(CLUSTERS)
     left = tuple(r for r in ROUTES if cluster(r) != ["c9"])
-    assert counts.patch(left, cluster) == frozenset(CLUSTERS) - {"c9"}
-    assert counts.patch(ROUTES[:1], cluster) == {"c0"}
-    assert counts.patch((*ROUTES[:1], _route(1, "c0")), cluster) == {"c0"}
+    assert counts.patch(ids_of(left), cluster) == frozenset(CLUSTERS) - {"c9"}
+    assert counts.patch(ids_of(ROUTES[:1]), cluster) == {"c0"}
+    assert counts.patch(ids_of((*ROUTES[:1], _route(1, "c0"))), cluster) == {"c0"}
 
 
 # --- through `build_graph`: one root including children, as the one-host shape ---------------

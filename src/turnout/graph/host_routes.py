@@ -11,16 +11,14 @@ are kept with their ids (`RouteIds`), so an id reused by a new object never matc
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from collections.abc import Set as AbstractSet
-from itertools import compress
+from itertools import filterfalse
 
 from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import Route
 
-# The ids of a host's routes: a set of ints, so that making and comparing it never touches the
-# route objects themselves (scattered over a large heap, each a cache miss); the route tuple the
-# ids were taken from holds the routes, so an id is never reused while it is kept.
-RouteIds = frozenset[int]
+RouteIds = dict[int, Route]  # id(route) -> route: a host's distinct routes
+
+
 Diff = tuple[list[Route], list[Route]]
 
 
@@ -32,7 +30,7 @@ class IdsMemo(IdentityMemo[tuple[Route, ...], RouteIds]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.diffs: dict[tuple[int, int], tuple[tuple[Route, ...], tuple[Route, ...], Diff]] = {}
+        self.diffs: dict[tuple[int, int], tuple[RouteIds, RouteIds, Diff]] = {}
 
     def age(self) -> None:
         super().age()
@@ -40,65 +38,53 @@ class IdsMemo(IdentityMemo[tuple[Route, ...], RouteIds]):
 
 
 def ids_of(routes: tuple[Route, ...], memo: IdsMemo | None = None) -> RouteIds:
-    """The ids of `routes`; made once per route tuple when `memo` is given (the stages of one
+    """`routes` by id; made once per route tuple when `memo` is given (the stages of one
     compile share it)."""
     if memo is None:
-        return frozenset(map(id, routes))
+        return dict(zip(map(id, routes), routes, strict=True))
     found = memo.get(routes)
     if found is None:
-        found = memo.put(routes, frozenset(map(id, routes)))
+        found = memo.put(routes, dict(zip(map(id, routes), routes, strict=True)))
     return found
 
 
-def route_diff(
-    old: tuple[tuple[Route, ...], RouteIds],
-    new: tuple[tuple[Route, ...], RouteIds],
-    memo: IdsMemo | None = None,
-) -> Diff:
-    """The distinct routes of the `new` (routes, ids) that `old` does not hold, and those of
-    `old` that `new` does not (by identity); made once per pair this compile with `memo`."""
-    if old[0] is new[0] or old[1] == new[1]:
+def route_diff(old: RouteIds, new: RouteIds, memo: IdsMemo | None = None) -> Diff:
+    """The routes of `new` that `old` does not hold, and those of `old` that `new` does not
+    (by identity); made once per pair this compile when `memo` is given."""
+    if old is new or old.keys() == new.keys():
         return [], []
-    key = (id(old[0]), id(new[0]))
-    hit = None if memo is None else memo.diffs.get(key)
-    if hit is not None and hit[0] is old[0] and hit[1] is new[0]:
+    hit = None if memo is None else memo.diffs.get((id(old), id(new)))
+    if hit is not None and hit[0] is old and hit[1] is new:
         return hit[2]
-    found = (_only(new[0], new[1] - old[1]), _only(old[0], old[1] - new[1]))
+    # `filterfalse` over the keys: one C pass each way, cheaper than two set differences.
+    added = list(map(new.__getitem__, filterfalse(old.__contains__, new)))
+    removed = list(map(old.__getitem__, filterfalse(new.__contains__, old)))
+    found = (added, removed)
     if memo is not None:
-        memo.diffs[key] = (old[0], new[0], found)
+        memo.diffs[(id(old), id(new))] = (old, new, found)
     return found
-
-
-def _only(routes: tuple[Route, ...], ids: AbstractSet[int]) -> list[Route]:
-    """The routes whose ids are `ids`, each once: one C pass over the tuple."""
-    if not ids:
-        return []
-    picked = list(compress(routes, map(ids.__contains__, map(id, routes))))
-    return list(dict(zip(map(id, picked), picked, strict=True)).values())
 
 
 class NameCounts:
     """Names counted over a host's routes (each distinct route once), patched from the routes
     added and removed; `names` is the same frozenset while no name entered or left."""
 
-    __slots__ = ("counts", "ids", "names", "routes")
+    __slots__ = ("counts", "ids", "names")
 
     def __init__(self) -> None:
-        self.routes: tuple[Route, ...] = ()
-        self.ids: RouteIds = frozenset()
+        self.ids: RouteIds = {}
         self.counts: dict[str, int] = {}
         self.names: frozenset[str] = frozenset()
 
     def patch(
         self,
-        routes: tuple[Route, ...],
+        ids: RouteIds,
         names_of: Callable[[Route], Iterable[str]],
         memo: IdsMemo | None = None,
     ) -> frozenset[str]:
-        """The names of `routes`, `names_of` each route."""
-        ids = ids_of(routes, memo)
-        added, removed = route_diff((self.routes, self.ids), (routes, ids), memo)
-        self.routes, self.ids = routes, ids
+        """The names of the routes `ids` holds, `names_of` each route."""
+        added, removed = route_diff(self.ids, ids, memo)
+        self.ids = ids
         flipped = False
         counts = self.counts
         for route in removed:

@@ -74,7 +74,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 
 from turnout.graph.evaluate import (
     effective_forward,
@@ -1389,7 +1389,6 @@ class _Hosts:
 
 
 _ROUTE = attrgetter("route")
-_CHECK = itemgetter(1)
 _PROBLEM = attrgetter("problem")
 
 
@@ -1405,9 +1404,8 @@ class HostVerdicts:
         self.clear()
 
     def clear(self) -> None:
-        self.ids: RouteIds = frozenset()
-        # By the route's id: the route (held, so that its id is not reused) and its check.
-        self.verdicts: dict[int, tuple[Route, _RouteCheck]] = {}
+        self.ids: RouteIds = {}
+        self.verdicts: dict[int, _RouteCheck] = {}
         self.askers: dict[str, set[int]] = {}
         self.altered = 0  # distinct routes whose verdict is not the route itself
         self.faulty = 0  # distinct routes with a problem
@@ -1427,7 +1425,7 @@ class HostVerdicts:
         redo: set[int] = set()
         for name in flipped:
             redo.update(self.askers.get(name, ()))
-        added, removed = route_diff((self.routes or (), self.ids), (routes, ids), checker[1])
+        added, removed = route_diff(self.ids, ids, checker[1])
         self.ids = ids
         if not (redo or added or removed) and routes is self.routes:
             return
@@ -1435,14 +1433,13 @@ class HostVerdicts:
         for route in removed:
             self._forget(id(route))
         for i in redo.intersection(ids):
-            route = self.verdicts[i][0]
             self._forget(i)
-            self._keep(route, checker[0].verdict(route))
+            self._keep(i, checker[0].verdict(ids[i]))
         for route in added:
-            self._keep(route, checker[0].verdict(route))
+            self._keep(id(route), checker[0].verdict(route))
         self.out, self.problems = routes, ()
         if self.altered or self.faulty:
-            checks = list(map(_CHECK, map(self.verdicts.__getitem__, map(id, routes))))
+            checks = list(map(self.verdicts.__getitem__, map(id, routes)))
             if self.altered:
                 self.out = tuple(filter(None, map(_ROUTE, checks)))
             self.problems = tuple(filter(None, map(_PROBLEM, checks)))
@@ -1451,7 +1448,7 @@ class HostVerdicts:
         self.routes = routes
 
     def _forget(self, i: int) -> None:
-        check = self.verdicts.pop(i)[1]
+        check = self.verdicts.pop(i)
         for name in check.asked:
             users = self.askers[name]
             users.discard(i)
@@ -1460,9 +1457,8 @@ class HostVerdicts:
         self.altered -= check.route is None or id(check.route) != i
         self.faulty -= check.problem is not None
 
-    def _keep(self, route: Route, check: _RouteCheck) -> None:
-        i = id(route)
-        self.verdicts[i] = (route, check)
+    def _keep(self, i: int, check: _RouteCheck) -> None:
+        self.verdicts[i] = check
         for name in check.asked:
             self.askers.setdefault(name, set()).add(i)
         self.altered += check.route is None or id(check.route) != i
