@@ -271,7 +271,8 @@ class HostNames:
 def host_names(listeners: Sequence[Listener], memo: CompileMemo) -> HostNames:
     """The clusters the virtual hosts and TCP proxies send to, the TLS Secrets and the CA
     bundles they name (the clusters' own CA bundles aside), counted: each virtual host's names
-    are counted again only when it changed (`ListenerHosts.changed`)."""
+    are counted again only when it changed (`ListenerHosts.changed`), its routes' names patched
+    from the routes added and removed (`host_routes.NameCounts`)."""
     kept = memo.stage("host-names", HostNames)
     hosts = memo.stage("listener-hosts", ListenerHosts)
     changed = hosts.changed

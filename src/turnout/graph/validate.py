@@ -1617,7 +1617,9 @@ def patch_envoy_limits(
 ) -> tuple[RoutingGraph, tuple[GraphProblem, ...]]:
     """`enforce_envoy_limits(graph)`, redoing only the clusters `clusters_changed` names, the
     virtual hosts `hosts_changed` names and those whose check asked about a cluster or Secret
-    name usable then or now, not both (None: everything, the state is made anew).
+    name usable then or now, not both (None: everything, the state is made anew). A host
+    checked again keeps its routes' verdicts by the route's identity (`HostVerdicts`): only the
+    routes added, or that asked about such a name, are checked.
     `cluster_names`: the names of `graph.clusters`, in order (they are unique), `by_name`
     the clusters by name; `hosts`: each listener's virtual hosts by name, when the caller has
     them; `ids`: the route tuples' `ids_of`, shared with the compile's other stages."""
