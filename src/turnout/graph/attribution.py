@@ -61,7 +61,7 @@ def vhost_writers(vh: VirtualHost) -> Writers:
         if id(route) in walked:
             continue
         walked.add(id(route))
-        for cluster in _route_clusters(route):
+        for cluster in route_clusters(route):
             found.setdefault(cluster, {})[route.source] = None
     return {name: tuple(sources) for name, sources in found.items()}
 
@@ -73,11 +73,11 @@ def vhost_clusters(vh: VirtualHost) -> frozenset[str]:
     if vh.policies.authorization is not None:
         names.add(vh.policies.authorization.cluster)
     for route in vh.routes:
-        names.update(_route_clusters(route))
+        names.update(route_clusters(route))
     return frozenset(names)
 
 
-def _route_clusters(route: Route) -> dict[str, None]:
+def route_clusters(route: Route) -> dict[str, None]:
     """The clusters a route sends or mirrors to, each once, in the order it names them."""
     names: dict[str, None] = {}
     if isinstance(route.action, Forward):

@@ -31,6 +31,7 @@ from turnout.graph.dialect import (
     RecordedOwnership,
     ownership_from_claims,
 )
+from turnout.graph.host_routes import IdsMemo
 from turnout.graph.memo import CompileMemo, IdentityMemo, replaced_places
 from turnout.graph.model import (
     HostnameMatch,
@@ -443,7 +444,14 @@ def _checked_graph(
     )
     limits = memo.stage("limits", PatchedLimits)
     return patch_envoy_limits(
-        graph, limits, hosts.changed, served.changed, served.names, served.final, hosts.hosts()
+        graph,
+        limits,
+        hosts.changed,
+        served.changed,
+        served.names,
+        served.final,
+        hosts.hosts(),
+        memo.stage("route-ids", IdsMemo),
     )
 
 

@@ -18,7 +18,8 @@ from operator import attrgetter, itemgetter
 from typing import TypeVar
 
 from turnout.compile_inputs import CompileOptions
-from turnout.graph.attribution import vhost_clusters
+from turnout.graph.attribution import route_clusters
+from turnout.graph.host_routes import IdsMemo, NameCounts, ids_of
 from turnout.graph.memo import CompileMemo, replaced_keys, replaced_places
 from turnout.graph.model import INVALID_BACKEND, Cluster, Listener, VirtualHost
 from turnout.graph.services import (
@@ -31,9 +32,9 @@ from turnout.graph.services import (
 )
 from turnout.graph.tls_refs import (
     cluster_ca_names,
+    route_ca_names,
     termination_ca_names,
     termination_secret_names,
-    vhost_ca_names,
     vhost_secret_names,
 )
 from turnout.objects import KubeObject
@@ -232,11 +233,13 @@ class Counted:
     def put(self, key: object, names: frozenset[str] | None) -> None:
         """`key`'s names are now `names` (None: the key is gone)."""
         old = self.by_key.pop(key, frozenset())
-        if old == names:
+        if old is names or old == names:
             if names:
                 self.by_key[key] = names
             return
-        for name in old:
+        new = names or frozenset()
+        # Only the names that differ: a big host's thousands of names mostly stay.
+        for name in old - new:
             left = self.counts[name] - 1
             if left:
                 self.counts[name] = left
@@ -245,7 +248,7 @@ class Counted:
                 self.flipped ^= {name}
         if names:
             self.by_key[key] = names
-            for name in names:
+            for name in names - old:
                 count = self.counts.get(name, 0)
                 self.counts[name] = count + 1
                 if not count:
@@ -254,19 +257,22 @@ class Counted:
 
 class HostNames:
     """What the virtual hosts and TCP proxies name, counted: clusters, TLS Secrets, CA bundles
-    (TCP proxies by (listener, name), walked every compile: they are few)."""
+    (TCP proxies by (listener, name), walked every compile: they are few). `routes`: per
+    (listener, host), the clusters and CA bundles its routes name, counted per route."""
 
     def __init__(self) -> None:
         self.clusters = Counted()
         self.secrets = Counted()
         self.ca_bundles = Counted()
         self.proxies: set[tuple[str, str, str]] = set()
+        self.routes: dict[HostKey, tuple[NameCounts, NameCounts]] = {}
 
 
 def host_names(listeners: Sequence[Listener], memo: CompileMemo) -> HostNames:
     """The clusters the virtual hosts and TCP proxies send to, the TLS Secrets and the CA
     bundles they name (the clusters' own CA bundles aside), counted: each virtual host's names
-    are counted again only when it changed (`ListenerHosts.changed`)."""
+    are counted again only when it changed (`ListenerHosts.changed`), its routes' names patched
+    from the routes added and removed (`host_routes.NameCounts`)."""
     kept = memo.stage("host-names", HostNames)
     hosts = memo.stage("listener-hosts", ListenerHosts)
     changed = hosts.changed
@@ -274,14 +280,31 @@ def host_names(listeners: Sequence[Listener], memo: CompileMemo) -> HostNames:
     kept.ca_bundles.flipped.clear()
     if changed is None:
         kept.clusters, kept.secrets, kept.ca_bundles = Counted(), Counted(), Counted()
-        kept.proxies = set()
+        kept.proxies, kept.routes = set(), {}
         changed = {(lst, name) for lst, found in hosts.by_listener.items() for name in found[0]}
+    ids = memo.stage("route-ids", IdsMemo)
     for key in changed:
         found = hosts.by_listener.get(key[0])
         vh = None if found is None else found[0].get(key[1])
-        kept.clusters.put(key, None if vh is None else vhost_clusters(vh))
-        kept.secrets.put(key, None if vh is None else vhost_secret_names(vh))
-        kept.ca_bundles.put(key, None if vh is None else vhost_ca_names(vh))
+        if vh is None:
+            kept.routes.pop(key, None)
+            kept.clusters.put(key, None)
+            kept.secrets.put(key, None)
+            kept.ca_bundles.put(key, None)
+            continue
+        counted = kept.routes.get(key)
+        if counted is None:
+            counted = kept.routes[key] = (NameCounts(), NameCounts())
+        routes = ids_of(vh.routes, ids)
+        clusters = counted[0].patch(routes, route_clusters, ids)
+        if vh.policies.authorization is not None:
+            clusters = clusters | {vh.policies.authorization.cluster}
+        kept.clusters.put(key, clusters)
+        kept.secrets.put(key, vhost_secret_names(vh))
+        cas = counted[1].patch(routes, route_ca_names, ids)
+        if vh.tls is not None:
+            cas = cas | termination_ca_names(vh.tls)
+        kept.ca_bundles.put(key, cas)
     proxies: set[tuple[str, str, str]] = set()
     for lst in listeners:
         for proxy in lst.tcp_proxies:

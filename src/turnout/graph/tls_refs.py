@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from turnout.graph.model import Cluster, Listener, TLSTermination, VirtualHost
+from turnout.graph.model import Cluster, Listener, Route, TLSTermination, VirtualHost
 
 
 def _terminations(listeners: Iterable[Listener]) -> Iterable[TLSTermination]:
@@ -87,6 +87,14 @@ def vhost_ca_names(vh: VirtualHost) -> frozenset[str]:
     if vh.tls is not None:
         names.update(termination_ca_names(vh.tls))
     return frozenset(names)
+
+
+def route_ca_names(route: Route) -> tuple[str, ...]:
+    """`ca_bundle_names` of one route: its JWT key server's CA bundle."""
+    jwt = route.policies.jwt
+    if jwt is None or jwt.validation is None:
+        return ()
+    return (jwt.validation.ca_secret,)
 
 
 def cluster_ca_names(c: Cluster) -> frozenset[str]:

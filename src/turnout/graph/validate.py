@@ -80,6 +80,7 @@ from turnout.graph.evaluate import (
     effective_forward,
     wildcard_authority_regex,
 )
+from turnout.graph.host_routes import IdsMemo, RouteIds, ids_of, route_diff
 from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import (
     COMPRESSIBLE_TYPES,
@@ -1284,14 +1285,18 @@ class _Routes:
     def check(self, route: Route, problems: list[GraphProblem]) -> Route | None:
         """`route` itself, its 500 replacement, or None when it is left out; its problem goes
         to `problems` (each time: a virtual host's problems stand on their own)."""
-        hit = self._done.get(id(route))
-        if hit is None or hit[0] is not route:
-            hit = self._done[id(route)] = (route, self._check(route))
-        found = hit[1]
+        found = self.verdict(route)
         self._asked.update(found.asked)
         if found.problem is not None:
             problems.append(found.problem)
         return found.route
+
+    def verdict(self, route: Route) -> _RouteCheck:
+        """`route`'s check, made once per compile."""
+        hit = self._done.get(id(route))
+        if hit is None or hit[0] is not route:
+            hit = self._done[id(route)] = (route, self._check(route))
+        return hit[1]
 
     def _match_problem(self, match: RouteMatch) -> str | None:
         hit = self._matches.get(id(match))
@@ -1329,7 +1334,14 @@ class _Hosts:
     """Checks virtual hosts, by identity through the memo while the names a check looked up
     are usable exactly as before (`changed`: the names usable then or now, not both)."""
 
-    def __init__(self, g: _Context, memo: LimitsMemo, changed: frozenset[str]) -> None:
+    def __init__(
+        self,
+        g: _Context,
+        memo: LimitsMemo,
+        changed: frozenset[str],
+        ids: IdsMemo | None = None,
+    ) -> None:
+        self._ids = ids
         self._asked: set[str] = set()
         recording = _Context(
             _Asked(_names(g.clusters), self._asked), _Asked(_names(g.secrets), self._asked)
@@ -1354,6 +1366,103 @@ class _Hosts:
         return self._memo.put(
             vh, VirtualHostCheck(problem, out, tuple(problems), frozenset(self._asked))
         )
+
+    def patch(self, vh: VirtualHost, kept: HostVerdicts, ids: RouteIds) -> VirtualHostCheck:
+        """`check(vh)` from the route verdicts `kept` holds for its host (patched: the routes
+        added, removed, or that asked about a name usable then or now, not both)."""
+        self._asked.clear()
+        problem = virtual_host_problem(vh, self._g)
+        asked = frozenset(self._asked)
+        if problem is not None:
+            kept.clear()
+            return VirtualHostCheck(problem, vh, (), asked)
+        kept.patch(vh.routes, ids, (self._routes, self._ids), self._changed)
+        if kept.out is vh.routes:
+            out = vh
+        elif kept.made is not None and kept.made[0] is vh and kept.made[1].routes is kept.out:
+            out = kept.made[1]
+        else:
+            out = dataclasses.replace(vh, routes=kept.out)
+        kept.made = (vh, out)
+        asked = kept.asked if not asked else asked | kept.asked
+        return VirtualHostCheck(None, out, kept.problems, asked)
+
+
+_ROUTE = attrgetter("route")
+_PROBLEM = attrgetter("problem")
+
+
+class HostVerdicts:
+    """One virtual host's route checks kept across compiles by the route's identity, with the
+    names each looked up (`askers`) and how many were replaced or have a problem, so that the
+    checked route tuple and its problems are rebuilt only when a verdict changed."""
+
+    __slots__ = ("altered", "asked", "askers", "faulty", "ids", "made", "out", "problems",
+                 "routes", "verdicts")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.ids: RouteIds = {}
+        self.verdicts: dict[int, _RouteCheck] = {}
+        self.askers: dict[str, set[int]] = {}
+        self.altered = 0  # distinct routes whose verdict is not the route itself
+        self.faulty = 0  # distinct routes with a problem
+        self.routes: tuple[Route, ...] | None = None  # the tuple `out` was made from
+        self.out: tuple[Route, ...] = ()
+        self.problems: tuple[GraphProblem, ...] = ()
+        self.asked: frozenset[str] = frozenset()
+        self.made: tuple[VirtualHost, VirtualHost] | None = None
+
+    def patch(
+        self,
+        routes: tuple[Route, ...],
+        ids: RouteIds,
+        checker: tuple[_Routes, IdsMemo | None],
+        flipped: frozenset[str],
+    ) -> None:
+        redo: set[int] = set()
+        for name in flipped:
+            redo.update(self.askers.get(name, ()))
+        added, removed = route_diff(self.ids, ids, checker[1])
+        self.ids = ids
+        if not (redo or added or removed) and routes is self.routes:
+            return
+        asked = len(self.askers)
+        for route in removed:
+            self._forget(id(route))
+        for i in redo.intersection(ids):
+            self._forget(i)
+            self._keep(i, checker[0].verdict(ids[i]))
+        for route in added:
+            self._keep(id(route), checker[0].verdict(route))
+        self.out, self.problems = routes, ()
+        if self.altered or self.faulty:
+            checks = list(map(self.verdicts.__getitem__, map(id, routes)))
+            if self.altered:
+                self.out = tuple(filter(None, map(_ROUTE, checks)))
+            self.problems = tuple(filter(None, map(_PROBLEM, checks)))
+        if removed or redo or asked != len(self.askers) or self.routes is None:
+            self.asked = frozenset(self.askers)
+        self.routes = routes
+
+    def _forget(self, i: int) -> None:
+        check = self.verdicts.pop(i)
+        for name in check.asked:
+            users = self.askers[name]
+            users.discard(i)
+            if not users:
+                del self.askers[name]
+        self.altered -= check.route is None or id(check.route) != i
+        self.faulty -= check.problem is not None
+
+    def _keep(self, i: int, check: _RouteCheck) -> None:
+        self.verdicts[i] = check
+        for name in check.asked:
+            self.askers.setdefault(name, set()).add(i)
+        self.altered += check.route is None or id(check.route) != i
+        self.faulty += check.problem is not None
 
 
 def _names(names: Container[str]) -> AbstractSet[str]:
@@ -1470,6 +1579,7 @@ class ListenerLimits:
         self.dups = 0  # hostnames of more than one host that has no problem of its own
         # The names the last compile checked again; None: all (what `_hold_owned_hosts` reads).
         self.rechecked: set[str] | None = None
+        self.verdicts: dict[str, HostVerdicts] = {}  # each host's route checks
 
 
 class PatchedLimits:
@@ -1503,13 +1613,17 @@ def patch_envoy_limits(
     cluster_names: Sequence[str],
     by_name: Mapping[str, Cluster],
     hosts: Mapping[str, Mapping[str, VirtualHost]] | None = None,
+    ids: IdsMemo | None = None,
 ) -> tuple[RoutingGraph, tuple[GraphProblem, ...]]:
     """`enforce_envoy_limits(graph)`, redoing only the clusters `clusters_changed` names, the
     virtual hosts `hosts_changed` names and those whose check asked about a cluster or Secret
-    name usable then or now, not both (None: everything, the state is made anew).
+    name usable then or now, not both (None: everything, the state is made anew). A host
+    checked again keeps its routes' verdicts by the route's identity (`HostVerdicts`): only the
+    routes added, or that asked about such a name, are checked.
     `cluster_names`: the names of `graph.clusters`, in order (they are unique), `by_name`
     the clusters by name; `hosts`: each listener's virtual hosts by name, when the caller has
-    them."""
+    them; `ids`: the route tuples' `ids_of`, shared with the compile's other stages."""
+    ids = IdsMemo() if ids is None else ids
     if hosts_changed is None or clusters_changed is None:
         kept.reset()
         clusters_changed = set(cluster_names)
@@ -1518,13 +1632,15 @@ def patch_envoy_limits(
     asked = _usable_changed(graph, kept, clusters_changed)
     ctx = _Context(clusters=kept.usable, secrets=kept.secret_names)
     kept.hosts.vhosts.age()
-    checker = _Hosts(ctx, kept.hosts, asked)
+    checker = _Hosts(ctx, kept.hosts, asked, ids)
     listeners = []
     for lst in graph.listeners:
         state = kept.listeners.setdefault(lst.name, ListenerLimits())
         dirty = None if hosts_changed is None else {n for ln, n in hosts_changed if ln == lst.name}
         named = None if hosts is None else hosts.get(lst.name)
-        listeners.append(_patch_listener(lst, named, state, dirty, asked, ctx, checker, problems))
+        listeners.append(
+            _patch_listener(lst, named, state, dirty, asked, ctx, (checker, ids), problems)
+        )
     for name in kept.listeners.keys() - {lst.name for lst in graph.listeners}:
         del kept.listeners[name]
     same = all(new is old for new, old in zip(listeners, graph.listeners, strict=True))
@@ -1604,9 +1720,10 @@ def _patch_listener(
     dirty: set[str] | None,
     asked: frozenset[str],
     ctx: _Context,
-    hosts: _Hosts,
+    checker: tuple[_Hosts, IdsMemo],
     problems: list[GraphProblem],
 ) -> Listener:
+    hosts, ids = checker
     by_name = named
     if dirty is None or state.walked:
         state.reset()
@@ -1620,7 +1737,7 @@ def _patch_listener(
         if by_name is None:
             by_name = dict(zip(map(_NAME, lst.virtual_hosts), lst.virtual_hosts, strict=True))
         for name in dirty:
-            _patch_host(state, name, by_name.get(name), hosts, lst.name)
+            _patch_host(state, name, by_name.get(name), (hosts, ids), lst.name)
     if state.dups:
         # Two hosts of one hostname (in other cases): the first in order wins, so walk them all.
         state.walked, state.rechecked = True, None
@@ -1641,26 +1758,41 @@ def _patch_listener(
 
 
 def _patch_host(
-    state: ListenerLimits, name: str, vh: VirtualHost | None, hosts: _Hosts, listener: str
+    state: ListenerLimits,
+    name: str,
+    vh: VirtualHost | None,
+    hosts: tuple[_Hosts, IdsMemo],
+    listener: str,
 ) -> None:
     old = state.checks.pop(name, None)
+    before: frozenset[str] = frozenset()
     if old is not None:
-        for asked in old[1].asked:
-            users = state.asked_by[asked]
-            users.discard(name)
-            if not users:
-                del state.asked_by[asked]
+        before = old[1].asked
         if old[1].problem is None:
             state.dups -= _count(state.domains, old[0].hostname.lower(), -1)
     state.problems.pop(name, None)
     state.altered.discard(name)
     state.out.pop(name, None)
+    check = None
     if vh is None:
-        return
-    check = hosts.check(vh)
-    state.checks[name] = (vh, check)
-    for asked in check.asked:
+        state.verdicts.pop(name, None)
+    else:
+        verdicts = state.verdicts.get(name)
+        if verdicts is None:
+            verdicts = state.verdicts[name] = HostVerdicts()
+        check = hosts[0].patch(vh, verdicts, ids_of(vh.routes, hosts[1]))
+        state.checks[name] = (vh, check)
+    now = frozenset() if check is None else check.asked
+    # Only the names asked then or now, not both: a big host asks thousands.
+    for asked in before - now:
+        users = state.asked_by[asked]
+        users.discard(name)
+        if not users:
+            del state.asked_by[asked]
+    for asked in now - before:
         state.asked_by.setdefault(asked, set()).add(name)
+    if vh is None or check is None:
+        return
     if check.problem is not None:
         reason = f"{check.problem}; the virtual host is left out of listener {listener}"
         state.problems[name] = (GraphProblem(vh.owner, f"virtual host {vh.hostname!r}", reason),)
