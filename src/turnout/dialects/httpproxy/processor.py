@@ -24,8 +24,9 @@ proxy with no HTTP half (`tcp_route.py`). Client validation and the fallback cer
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -78,7 +79,7 @@ from turnout.dialects.httpproxy.recording import (
     Trace,
     replay_walks,
 )
-from turnout.dialects.httpproxy.root_index import RootIndex, problems_by_proxy
+from turnout.dialects.httpproxy.root_index import RootIndex, moved_statuses, problems_by_proxy
 from turnout.dialects.httpproxy.spec import (
     GROUP,
     INCLUDE_ERROR,
@@ -204,11 +205,13 @@ class _BudgetExceeded(Exception):
 
 @dataclass(frozen=True, slots=True)
 class _SubEntry:
-    """An included proxy's routes under one chain (`SubKey`), and what computing them did."""
+    """An included proxy's routes under one chain (`SubKey`), what computing them did, and the
+    entries of its own includes (for the next walk of this subtree)."""
 
     proxy: ParsedProxy
     trace: Trace
     result: list[_Candidate] | None
+    children: dict[SubKey, _SubEntry]
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,8 +301,9 @@ class _Compiler:
         self.ports: dict[tuple[str, str, int], ServicePort | None] = {}
         self.memo = ctx.memo.stage("httpproxy:compile", _Memo)
         self.changed = _changed(ctx.memo.delta, self.memo.extensions != self.extensions.valid)
-        self.old_subtrees: dict[SubKey, _SubEntry] = {}
-        self.new_subtrees: dict[SubKey, _SubEntry] = {}
+        # The subtree entries of the proxy being walked, of the compile before and of this one.
+        self.old_scope: dict[SubKey, _SubEntry] = {}
+        self.new_scope: dict[SubKey, _SubEntry] = {}
 
     def run(self) -> DialectOutput:
         """Recompiles the roots a change can affect (all of them without a compile before) and
@@ -346,17 +350,23 @@ class _Compiler:
         its old or new work reaches."""
         memo = self.memo
         old = memo.roots.pop(key, None)
-        if old is not None:
-            memo.index.remove(key, old.trace, old.problems)
-            touched.update(old.problems, old.trace.reached)
         proxy = self.proxies.get(key)
         if proxy is None or not proxy.is_root:
+            if old is not None:
+                memo.index.remove(key, old.trace, old.problems)
+                touched.update(old.problems, old.trace.reached)
             memo.vhosts.set(key, ())
             memo.tcp.set(key, ())
             return
         entry = memo.roots[key] = self._kept_root(proxy, old)
-        memo.index.add(key, entry.trace, entry.problems)
-        touched.update(entry.problems, entry.trace.reached)
+        if old is None:
+            memo.index.add(key, entry.trace, entry.problems)
+            touched.update(entry.problems, entry.trace.reached)
+        elif entry is not old:
+            # By differences: a root that reads thousands of proxies changed a few of them.
+            was, now = (old.trace, old.problems), (entry.trace, entry.problems)
+            memo.index.replace(key, was, now)
+            touched.update(moved_statuses(was, now))
         memo.vhosts.set(key, entry.vhosts)
         memo.tcp.set(key, entry.tcp)
 
@@ -422,8 +432,8 @@ class _Compiler:
         """`_root`, or what it gave the compile before while nothing it read changed."""
         if old is not None and old.proxy is proxy and self._fresh(old.trace):
             return old
-        self.old_subtrees = old.subtrees if old is not None else {}
-        self.new_subtrees = {}
+        self.old_scope = old.subtrees if old is not None else {}
+        self.new_scope = {}
         tcp_before = len(self.tcp_proxies)
         trace = self.recorder.push()
         try:
@@ -431,7 +441,7 @@ class _Compiler:
         finally:
             self.recorder.pop(trace)
         tcp = tuple(self.tcp_proxies[tcp_before:])
-        subtrees, problems = self.new_subtrees, problems_by_proxy(trace)
+        subtrees, problems = self.new_scope, problems_by_proxy(trace)
         return _RootEntry(proxy, trace, tuple(vhosts), tcp, subtrees, problems)
 
     def _kept_routes(
@@ -444,34 +454,27 @@ class _Compiler:
         compile before while nothing it read changed and replaying its walk keeps within the
         revisit budget (else the walk runs, to stop where a full compile stops)."""
         key: SubKey = (child.key, conds, tuple(v.key for v in visited), self.jwt_default)
-        old = self.old_subtrees.get(key)
+        old = self.old_scope.get(key)
         if old is not None and old.proxy is child and not self.changed.stale(old.trace):
-            walk = replay_walks(old.trace.walks, self.budget, self.walked)
+            walk = replay_walks(old.trace, self.budget, self.walked)
             if walk is not None:
                 self.budget = walk.budget
                 self.walked |= walk.walked
                 self._replay(old.trace)
-                for nested in old.trace.subtrees:
-                    found = self.old_subtrees.get(nested)
-                    if found is not None:
-                        self.new_subtrees[nested] = found
-                self._keep_subtree(key, old)
+                self.new_scope[key] = old  # with its own includes' entries
                 return old.result
+        outer_old, outer_new = self.old_scope, self.new_scope
+        self.old_scope, self.new_scope = (old.children if old is not None else {}), {}
         trace = self.recorder.push()
         trace.proxies.add(child.key)
         try:
             result = self._routes(child, conds, visited)
         finally:
             self.recorder.pop(trace)
-        self._keep_subtree(key, _SubEntry(child, trace, result))
+            children = self.new_scope
+            self.old_scope, self.new_scope = outer_old, outer_new
+        outer_new[key] = _SubEntry(child, trace, result, children)
         return result
-
-    def _keep_subtree(self, key: SubKey, entry: _SubEntry) -> None:
-        """Keeps `entry` for this root's next compile, listed in the enclosing trace."""
-        self.new_subtrees[key] = entry
-        current = self.recorder.current
-        if current is not None:
-            current.subtrees.append(key)
 
     # --- roots ---------------------------------------------------------------------------------
 
@@ -767,6 +770,19 @@ class _Compiler:
     ) -> list[_Candidate] | None:
         """Routes of `proxy` and everything it includes, under the chain's conditions `conds`;
         None when an error drops them all."""
+        parts = self._walk(proxy, conds, visited)
+        if parts is None:
+            return None
+        return _expanded(list(itertools.chain.from_iterable(parts)), parts[-1])
+
+    def _walk(
+        self,
+        proxy: ParsedProxy,
+        conds: tuple[MatchCondition, ...],
+        visited: tuple[ParsedProxy, ...],
+    ) -> list[list[_Candidate]] | None:
+        """`_routes` in parts, before Contour's prefix split: each include's routes, then the
+        proxy's own."""
         st = self.status[proxy.key]
         if any(v.key == proxy.key for v in visited):
             chain = " -> ".join(f"{v.obj.namespace}/{v.obj.name}" for v in (*visited, proxy))
@@ -788,20 +804,18 @@ class _Compiler:
             return None
         visited = (*visited, proxy)
         via = tuple(v.obj.ref for v in visited[:-1])
-        out: list[_Candidate] = []
         seen: set[IncludeKey] = set()
-        for inc in proxy.spec.includes:
-            out.extend(self._include(proxy, inc, conds, visited, via, seen))
+        parts = [
+            self._include(proxy, inc, conds, visited, via, seen) for inc in proxy.spec.includes
+        ]
+        own: list[_Candidate] = []
         for route in proxy.spec.routes:
             candidate = self._route(proxy, route, conds, via)
             if candidate is None:
                 return None
-            out.append(candidate)
-        # Contour splits rewritten prefixes into `/foo` and `/foo/` here, per proxy.
-        if not any(c.route.policies.path_rewrite is not None for c in out):
-            return out
-        expanded = route_policies.expand_prefix_rewrites([c.route for c in out])
-        return [dataclasses.replace(out[i], route=r) for i, r in expanded]
+            own.append(candidate)
+        parts.append(own)
+        return parts
 
     def _include(
         self,
@@ -811,46 +825,44 @@ class _Compiler:
         visited: tuple[ParsedProxy, ...],
         via: tuple[ObjectRef, ...],
         seen: set[IncludeKey],
-    ) -> Iterator[_Candidate]:
+    ) -> list[_Candidate]:
         st = self.status[proxy.key]
         namespace = inc.namespace or proxy.obj.namespace
         err = include_conditions_error(inc.conditions) or path_conditions_error(inc.conditions)
         if err is not None:
             st.add_error(INCLUDE_ERROR, "PathMatchConditionsNotValid", f"include: {err}")
-            return
+            return []
         err = header_conditions_error(inc.conditions)
         if err is not None:
             st.add_error(ROUTE_ERROR, "HeaderMatchConditionsNotValid", err)
-            return
+            return []
         err = query_conditions_error(inc.conditions)
         if err is not None:
             st.add_error(ROUTE_ERROR, "QueryParameterMatchConditionsNotValid", err)
-            return
+            return []
         if include_conditions_identical(inc.conditions, seen):
             st.add_error(
                 INCLUDE_ERROR,
                 "DuplicateMatchConditions",
                 "duplicate conditions defined on an include",
             )
-            return
+            return []
         child = self.lookup.get((namespace, inc.name))
         if child is None:
             st.add_error(
                 INCLUDE_ERROR, "IncludeNotFound", f"include {namespace}/{inc.name} not found"
             )
-            yield from self._bad_gateway(proxy, inc, conds, via)
-            return
+            return self._bad_gateway(proxy, inc, conds, via)
         if child.is_root:
             st.add_error(
                 INCLUDE_ERROR,
                 "RootIncludesRoot",
                 f"root httpproxy cannot include another root httpproxy ({namespace}/{inc.name})",
             )
-            yield from self._bad_gateway(proxy, inc, conds, via)
-            return
+            return self._bad_gateway(proxy, inc, conds, via)
         routes = self._kept_routes(child, (*conds, *inc.conditions), visited)
         self.reached.add(child.key)
-        yield from routes or ()
+        return routes or []
 
     def _bad_gateway(
         self,
@@ -858,12 +870,12 @@ class _Compiler:
         inc: IncludeSpec,
         conds: tuple[MatchCondition, ...],
         via: tuple[ObjectRef, ...],
-    ) -> Iterator[_Candidate]:
+    ) -> list[_Candidate]:
         """A 502 for the space a broken include would have served, so requests there do not fall
         through to a shorter route. The space is the whole chain's conditions; Contour uses only
         the include's own conditions, which put the 502 outside the delegated space."""
         if not inc.conditions:
-            return
+            return []
         merged = (*conds, *inc.conditions)
         match = RouteMatch(
             path=merge_path(merged),
@@ -871,7 +883,7 @@ class _Compiler:
             query=sorted_queries(merge_query(merged)),
         )
         source = RouteSource(proxy.obj.ref, inc.field, via)
-        yield _Candidate(Route(match, DirectResponse(502), source), proxy.key)
+        return [_Candidate(Route(match, DirectResponse(502), source), proxy.key)]
 
     # --- routes and services -------------------------------------------------------------------
 
@@ -1138,6 +1150,19 @@ class _Compiler:
                 f"Spec.Routes unresolved service reference: {result.message}",
             )
         return result
+
+
+def _expanded(out: list[_Candidate], own: list[_Candidate]) -> list[_Candidate]:
+    """Contour splits rewritten prefixes into `/foo` and `/foo/` per proxy, over all the routes
+    it gathered. Only its own routes can be split here: an included route was split (or found
+    its slash twin) at its own proxy, and a group with two members is never split again, so
+    the includes' routes are left as they are, the very same candidates."""
+    if not any(c.route.policies.path_rewrite is not None for c in own):
+        return out
+    expanded = route_policies.expand_prefix_rewrites([c.route for c in out])
+    return [
+        out[i] if r is out[i].route else dataclasses.replace(out[i], route=r) for i, r in expanded
+    ]
 
 
 def _with_authorization(
