@@ -32,18 +32,18 @@ from typing import cast
 
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.contour.names import namespaced_name
-from turnout.dialects.contour.order import contour_route_order, sorted_headers, sorted_queries
+from turnout.dialects.contour.order import sorted_headers, sorted_queries
 from turnout.dialects.httpproxy import (
     authorization,
     health_check,
     jwt,
+    route_order,
     route_policies,
     tcp_route,
     tls_options,
     upstream,
     vhost_policies,
 )
-from turnout.dialects.httpproxy.authorization import AuthPolicySpec
 from turnout.dialects.httpproxy.classes import serves
 from turnout.dialects.httpproxy.conditions import (
     IncludeKey,
@@ -80,6 +80,7 @@ from turnout.dialects.httpproxy.recording import (
     replay_walks,
 )
 from turnout.dialects.httpproxy.root_index import RootIndex, moved_statuses, problems_by_proxy
+from turnout.dialects.httpproxy.route_order import Candidate, RouteOrder
 from turnout.dialects.httpproxy.spec import (
     GROUP,
     INCLUDE_ERROR,
@@ -190,15 +191,6 @@ def claimed_listeners(proxy: ParsedProxy) -> tuple[str, ...]:
     return (HTTP_LISTENER,)
 
 
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    route: Route
-    proxy: tuple[str, str]  # whose status hears about a replaced duplicate
-    permit_insecure: bool = False
-    auth_policy: AuthPolicySpec | None = None  # the route's own `authPolicy`
-    jwt_provider: str = ""  # the root's provider the route requires (`jwt.py`)
-
-
 class _BudgetExceeded(Exception):
     """The walk from one root went over a budget; the message says which."""
 
@@ -210,7 +202,7 @@ class _SubEntry:
 
     proxy: ParsedProxy
     trace: Trace
-    result: list[_Candidate] | None
+    result: list[Candidate] | None
     children: dict[SubKey, _SubEntry]
 
 
@@ -225,6 +217,7 @@ class _RootEntry:
     tcp: tuple[tuple[str, TCPProxy], ...]
     subtrees: dict[SubKey, _SubEntry]
     problems: dict[Key, tuple[Problem, ...]]
+    order: RouteOrder | None  # its routes' order, to patch (`route_order.py`)
 
 
 # A proxy's status with what it was built from: the object, its errors and warnings.
@@ -304,6 +297,9 @@ class _Compiler:
         # The subtree entries of the proxy being walked, of the compile before and of this one.
         self.old_scope: dict[SubKey, _SubEntry] = {}
         self.new_scope: dict[SubKey, _SubEntry] = {}
+        # The route order of the root being compiled, of the compile before and of this one.
+        self.old_order: RouteOrder | None = None
+        self.new_order: RouteOrder | None = None
 
     def run(self) -> DialectOutput:
         """Recompiles the roots a change can affect (all of them without a compile before) and
@@ -434,6 +430,7 @@ class _Compiler:
             return old
         self.old_scope = old.subtrees if old is not None else {}
         self.new_scope = {}
+        self.old_order, self.new_order = (old.order if old is not None else None), None
         tcp_before = len(self.tcp_proxies)
         trace = self.recorder.push()
         try:
@@ -442,14 +439,15 @@ class _Compiler:
             self.recorder.pop(trace)
         tcp = tuple(self.tcp_proxies[tcp_before:])
         subtrees, problems = self.new_scope, problems_by_proxy(trace)
-        return _RootEntry(proxy, trace, tuple(vhosts), tcp, subtrees, problems)
+        order, self.old_order, self.new_order = self.new_order, None, None
+        return _RootEntry(proxy, trace, tuple(vhosts), tcp, subtrees, problems, order)
 
     def _kept_routes(
         self,
         child: ParsedProxy,
         conds: tuple[MatchCondition, ...],
         visited: tuple[ParsedProxy, ...],
-    ) -> list[_Candidate] | None:
+    ) -> list[Candidate] | None:
         """`_routes` of an included proxy, or what it gave under the same chain in this root's
         compile before while nothing it read changed and replaying its walk keeps within the
         revisit budget (else the walk runs, to stop where a full compile stops)."""
@@ -525,7 +523,7 @@ class _Compiler:
         limit = self.ctx.options.max_include_revisits
         self.budget, self.walked = limit, set()
         try:
-            candidates = self._routes(proxy, (), ())
+            parts = self._walk(proxy, (), ())
         except _BudgetExceeded:
             st.add_error(
                 INCLUDE_ERROR,
@@ -541,12 +539,12 @@ class _Compiler:
         )
         if vhost_policies.report(st, problems) or policies is None:
             return []
-        if not candidates:
+        if parts is None or not any(parts):
             return []  # Contour prunes virtual hosts without routes
-        kept = self._with_jwt(st, self._dedupe(candidates), vhost_jwt)
-        if kept is None:
+        order = self._ordered(st, parts, vhost_jwt)
+        if order is None:
             return []
-        routes = contour_route_order([c.route for c in kept])
+        kept, routes = order.order, tuple(order.routes)
         hostname_match = (
             HostnameMatch.WILDCARD_ONE_LABEL if host.startswith("*.") else HostnameMatch.EXACT
         )
@@ -659,26 +657,6 @@ class _Compiler:
         self.status[proxy.key].add_error(*out)
         return False
 
-    def _with_jwt(
-        self, st: ProxyStatusAccessor, kept: list[_Candidate], vhost_jwt: jwt.VhostJwt
-    ) -> list[_Candidate] | None:
-        """The routes with the JWT validation of the provider each requires; None with
-        Contour's `JWTProviderNotDefined` when one names a provider the root does not define."""
-        out: list[_Candidate] = []
-        for c in kept:
-            if not c.jwt_provider:
-                out.append(c)
-                continue
-            validation = vhost_jwt.providers.get(c.jwt_provider)
-            if validation is None:
-                st.add_error(*jwt.undefined_provider(c.jwt_provider))
-                return None
-            policies = dataclasses.replace(c.route.policies, jwt=validation)
-            out.append(
-                dataclasses.replace(c, route=dataclasses.replace(c.route, policies=policies))
-            )
-        return out
-
     def _tls(self, proxy: ParsedProxy, tls: TLSSpec) -> TLSTermination | Passthrough | None:
         """The root's TLS termination (with its fallback certificate and client validation,
         `tls_options.py`), `PASSTHROUGH`, or None with the error reported (Contour's checks, in
@@ -742,23 +720,36 @@ class _Compiler:
             tls.enable_fallback_certificate,
         )
 
-    def _dedupe(self, candidates: list[_Candidate]) -> list[_Candidate]:
-        """Contour keys a virtual host's routes by their conditions, so a later route with the
-        same conditions replaces an earlier one; turnout does the same, and says so."""
-        kept: dict[RouteMatch, _Candidate] = {}
-        for c in candidates:
-            prev = kept.get(c.route.match)
-            if prev is not None:
-                src = c.route.source
-                self.status[prev.proxy].add_warning(
-                    ROUTE_ERROR,
-                    "DuplicateMatchConditions",
-                    f"{prev.route.source.field} has the same match conditions as "
-                    f"{src.field} of {src.object.kind} {src.object.namespace}/{src.object.name}, "
-                    "which replaces it",
-                )
-            kept[c.route.match] = c
-        return list(kept.values())
+    def _ordered(
+        self, st: ProxyStatusAccessor, parts: list[list[Candidate]], vhost_jwt: jwt.VhostJwt
+    ) -> RouteOrder | None:
+        """The root's routes deduplicated and in first-match order, patched from the compile
+        before's when it can be (`route_order.py`); None with Contour's `JWTProviderNotDefined`
+        when a route names a provider the root does not define.
+
+        Contour keys a virtual host's routes by their conditions, so a later route with the same
+        conditions replaces an earlier one; turnout does the same, and says so."""
+        own = parts[-1]
+        if any(c.route.policies.path_rewrite is not None for c in own):
+            parts = [_expanded(list(itertools.chain.from_iterable(parts)), own)]
+        old = self.old_order
+        order = route_order.patch(old, parts, vhost_jwt) if old is not None else None
+        if order is None:
+            order = route_order.build(parts, vhost_jwt)
+        for prev, c in order.replacements:
+            src = c.route.source
+            self.status[prev.proxy].add_warning(
+                ROUTE_ERROR,
+                "DuplicateMatchConditions",
+                f"{prev.route.source.field} has the same match conditions as "
+                f"{src.field} of {src.object.kind} {src.object.namespace}/{src.object.name}, "
+                "which replaces it",
+            )
+        if order.undefined:
+            st.add_error(*jwt.undefined_provider(order.undefined))
+            return None
+        self.new_order = order
+        return order
 
     # --- the include walk ----------------------------------------------------------------------
 
@@ -767,7 +758,7 @@ class _Compiler:
         proxy: ParsedProxy,
         conds: tuple[MatchCondition, ...],
         visited: tuple[ParsedProxy, ...],
-    ) -> list[_Candidate] | None:
+    ) -> list[Candidate] | None:
         """Routes of `proxy` and everything it includes, under the chain's conditions `conds`;
         None when an error drops them all."""
         parts = self._walk(proxy, conds, visited)
@@ -780,7 +771,7 @@ class _Compiler:
         proxy: ParsedProxy,
         conds: tuple[MatchCondition, ...],
         visited: tuple[ParsedProxy, ...],
-    ) -> list[list[_Candidate]] | None:
+    ) -> list[list[Candidate]] | None:
         """`_routes` in parts, before Contour's prefix split: each include's routes, then the
         proxy's own."""
         st = self.status[proxy.key]
@@ -808,7 +799,7 @@ class _Compiler:
         parts = [
             self._include(proxy, inc, conds, visited, via, seen) for inc in proxy.spec.includes
         ]
-        own: list[_Candidate] = []
+        own: list[Candidate] = []
         for route in proxy.spec.routes:
             candidate = self._route(proxy, route, conds, via)
             if candidate is None:
@@ -825,7 +816,7 @@ class _Compiler:
         visited: tuple[ParsedProxy, ...],
         via: tuple[ObjectRef, ...],
         seen: set[IncludeKey],
-    ) -> list[_Candidate]:
+    ) -> list[Candidate]:
         st = self.status[proxy.key]
         namespace = inc.namespace or proxy.obj.namespace
         err = include_conditions_error(inc.conditions) or path_conditions_error(inc.conditions)
@@ -870,7 +861,7 @@ class _Compiler:
         inc: IncludeSpec,
         conds: tuple[MatchCondition, ...],
         via: tuple[ObjectRef, ...],
-    ) -> list[_Candidate]:
+    ) -> list[Candidate]:
         """A 502 for the space a broken include would have served, so requests there do not fall
         through to a shorter route. The space is the whole chain's conditions; Contour uses only
         the include's own conditions, which put the 502 outside the delegated space."""
@@ -883,7 +874,7 @@ class _Compiler:
             query=sorted_queries(merge_query(merged)),
         )
         source = RouteSource(proxy.obj.ref, inc.field, via)
-        return [_Candidate(Route(match, DirectResponse(502), source), proxy.key)]
+        return [Candidate(Route(match, DirectResponse(502), source), proxy.key)]
 
     # --- routes and services -------------------------------------------------------------------
 
@@ -893,7 +884,7 @@ class _Compiler:
         route: RouteSpec,
         conds: tuple[MatchCondition, ...],
         via: tuple[ObjectRef, ...],
-    ) -> _Candidate | None:
+    ) -> Candidate | None:
         st = self.status[proxy.key]
         matched = self._route_conditions(proxy, route, conds)
         if matched is None:
@@ -966,7 +957,7 @@ class _Compiler:
             return None
         built = vhost_policies.with_route_filters(built, ip_filter, rate_limit, global_limit)
         built = self._failure_policy(proxy, route, built)
-        return _Candidate(built, proxy.key, route.permit_insecure, route.auth_policy, provider)
+        return Candidate(built, proxy.key, route.permit_insecure, route.auth_policy, provider)
 
     def _route_conditions(
         self, proxy: ParsedProxy, route: RouteSpec, conds: tuple[MatchCondition, ...]
@@ -1152,7 +1143,7 @@ class _Compiler:
         return result
 
 
-def _expanded(out: list[_Candidate], own: list[_Candidate]) -> list[_Candidate]:
+def _expanded(out: list[Candidate], own: list[Candidate]) -> list[Candidate]:
     """Contour splits rewritten prefixes into `/foo` and `/foo/` per proxy, over all the routes
     it gathered. Only its own routes can be split here: an included route was split (or found
     its slash twin) at its own proxy, and a group with two members is never split again, so
@@ -1169,7 +1160,7 @@ def _with_authorization(
     vhosts: list[tuple[str, VirtualHost]],
     auth: ExternalAuthorization,
     spec: authorization.AuthorizationSpec,
-    kept: list[_Candidate],
+    kept: list[Candidate],
 ) -> list[tuple[str, VirtualHost]]:
     """The HTTPS host checks requests with `auth`, each route with its own setting. The plain-HTTP
     host has no check, as in Contour: its routes redirect to HTTPS unless they permit insecure
