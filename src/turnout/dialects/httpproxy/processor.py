@@ -729,10 +729,11 @@ class _Compiler:
 
         Contour keys a virtual host's routes by their conditions, so a later route with the same
         conditions replaces an earlier one; turnout does the same, and says so."""
-        own = parts[-1]
+        old, own = self.old_order, parts[-1]
+        if old is not None and len(old.parts) == len(parts) and old.parts[-1] == own:
+            parts[-1] = own = old.parts[-1]  # the root's own routes, the very same objects
         if any(c.route.policies.path_rewrite is not None for c in own):
             parts = [_expanded(list(itertools.chain.from_iterable(parts)), own)]
-        old = self.old_order
         order = route_order.patch(old, parts, vhost_jwt) if old is not None else None
         if order is None:
             order = route_order.build(parts, vhost_jwt)
