@@ -49,7 +49,8 @@ from turnout.dialects.httpproxy.conditions import (
     IncludeKey,
     header_conditions_error,
     include_conditions_error,
-    include_conditions_identical,
+    include_identical,
+    include_key,
     merge_headers,
     merge_path,
     merge_query,
@@ -224,6 +225,24 @@ class _RootEntry:
 _StatusEntry = tuple[KubeObject, tuple[Problem, ...], tuple[Problem, ...], ObjectStatus]
 
 
+# An include's conditions checked: the error to report, or what `include_identical` compares.
+_IncludeCheck = tuple[tuple[str, str, str] | None, IncludeKey | None]
+
+
+def _include_check(conds: tuple[MatchCondition, ...]) -> _IncludeCheck:
+    """The checks of an include's own conditions, in Contour's order."""
+    err = include_conditions_error(conds) or path_conditions_error(conds)
+    if err is not None:
+        return (INCLUDE_ERROR, "PathMatchConditionsNotValid", f"include: {err}"), None
+    err = header_conditions_error(conds)
+    if err is not None:
+        return (ROUTE_ERROR, "HeaderMatchConditionsNotValid", err), None
+    err = query_conditions_error(conds)
+    if err is not None:
+        return (ROUTE_ERROR, "QueryParameterMatchConditionsNotValid", err), None
+    return None, include_key(conds)
+
+
 @dataclass
 class _Memo:
     """What one compile keeps for the next (a stage of `CompileMemo`): every root's entry, the
@@ -238,12 +257,14 @@ class _Memo:
     vhosts: Pieces[tuple[str, VirtualHost]] = field(default_factory=Pieces)
     tcp: Pieces[tuple[str, TCPProxy]] = field(default_factory=Pieces)
     extensions: dict[tuple[str, str], ExtensionCluster] | None = None
+    # Each proxy's include checks (`_include_check`), while it is the same object.
+    includes: dict[Key, tuple[ParsedProxy, tuple[_IncludeCheck, ...]]] = field(default_factory=dict)
 
     def reset(self) -> None:
         """Forgets everything (the run compiles every root)."""
         self.ready, self.roots, self.index = False, {}, RootIndex()
         self.statuses, self.out, self.vhosts, self.tcp = {}, {}, Pieces(), Pieces()
-        self.extensions = None
+        self.extensions, self.includes = None, {}
 
 
 def _changed(delta: Delta, extensions_changed: bool) -> Changed:
@@ -310,6 +331,8 @@ class _Compiler:
         if memo.ready and self.patched and not self.real.memo.delta.everything:
             roots: list[Key] = sorted(self._affected())
             touched = set(self.changed.proxies)  # the proxies whose status may change
+            for key in touched:
+                memo.includes.pop(key, None)
         else:
             memo.reset()
             roots = [key for key, proxy in self.proxies.items() if proxy.is_root]
@@ -798,7 +821,8 @@ class _Compiler:
         via = tuple(v.obj.ref for v in visited[:-1])
         seen: set[IncludeKey] = set()
         parts = [
-            self._include(proxy, inc, conds, visited, via, seen) for inc in proxy.spec.includes
+            self._include(proxy, i, conds, visited, via, seen)
+            for i in range(len(proxy.spec.includes))
         ]
         own: list[Candidate] = []
         for route in proxy.spec.routes:
@@ -809,30 +833,32 @@ class _Compiler:
         parts.append(own)
         return parts
 
+    def _include_checks(self, proxy: ParsedProxy) -> tuple[_IncludeCheck, ...]:
+        """`_include_check` of each include of `proxy`, kept while it is the same object."""
+        found = self.memo.includes.get(proxy.key)
+        if found is not None and found[0] is proxy:
+            return found[1]
+        checks = tuple(_include_check(inc.conditions) for inc in proxy.spec.includes)
+        self.memo.includes[proxy.key] = (proxy, checks)
+        return checks
+
     def _include(
         self,
         proxy: ParsedProxy,
-        inc: IncludeSpec,
+        index: int,
         conds: tuple[MatchCondition, ...],
         visited: tuple[ParsedProxy, ...],
         via: tuple[ObjectRef, ...],
         seen: set[IncludeKey],
     ) -> list[Candidate]:
+        inc = proxy.spec.includes[index]
         st = self.status[proxy.key]
         namespace = inc.namespace or proxy.obj.namespace
-        err = include_conditions_error(inc.conditions) or path_conditions_error(inc.conditions)
-        if err is not None:
-            st.add_error(INCLUDE_ERROR, "PathMatchConditionsNotValid", f"include: {err}")
+        error, key = self._include_checks(proxy)[index]
+        if error is not None:
+            st.add_error(*error)
             return []
-        err = header_conditions_error(inc.conditions)
-        if err is not None:
-            st.add_error(ROUTE_ERROR, "HeaderMatchConditionsNotValid", err)
-            return []
-        err = query_conditions_error(inc.conditions)
-        if err is not None:
-            st.add_error(ROUTE_ERROR, "QueryParameterMatchConditionsNotValid", err)
-            return []
-        if include_conditions_identical(inc.conditions, seen):
+        if include_identical(key, seen):
             st.add_error(
                 INCLUDE_ERROR,
                 "DuplicateMatchConditions",
