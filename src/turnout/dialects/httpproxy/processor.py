@@ -441,8 +441,7 @@ class _Compiler:
         """Does again what `trace` recorded, as part of the trace being recorded, if any."""
         for key, problem in trace.statuses:
             self.status[key].apply(problem)
-        if trace.reached:
-            set.update(self.reached, trace.reached)
+        # What it reached is in the trace (the orphan rule reads the index of the traces).
         current = self.recorder.current
         if current is not None:
             current.merge(trace)
