@@ -37,7 +37,7 @@ def moved_statuses(
     """The proxies whose status one root's new (trace, problems) can change against its old: those
     it reports other problems on, and those it reaches or stops reaching."""
     (was, was_problems), (now, now_problems) = old, new
-    out = was.reached ^ now.reached
+    out = set() if was.reached == now.reached else was.reached ^ now.reached
     out.update(was_problems.keys() ^ now_problems.keys())
     out.update(k for k, v in now_problems.items() if k in was_problems and was_problems[k] != v)
     return out
@@ -113,8 +113,9 @@ class RootIndex:
             (self.services, was.services, now.services),
             (self.reached, was.reached, now.reached),
         ):
-            _unlink(index, before - after, root)
-            _link(index, after - before, root)
+            if before != after:  # one pass without a new set, the usual answer
+                _unlink(index, before - after, root)
+                _link(index, after - before, root)
         gone = was.owners.keys() - now.owners.keys()
         _unlink(self.owners, gone, root)
         _link(self.owners, now.owners.keys() - was.owners.keys(), root)
