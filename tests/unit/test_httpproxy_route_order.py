@@ -13,12 +13,14 @@ from typing import Any
 
 import pytest
 
-from tests.builders import service, snapshot
-from tests.unit.test_httpproxy_incremental import Carried, proxy, vhosts
+from tests.builders import kube_object, service, snapshot
+from turnout.app import default_dialects
+from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
 from turnout.dialects.contour.order import compare_routes, route_key, sorted_headers
 from turnout.dialects.httpproxy import route_order
 from turnout.dialects.httpproxy.recording import Trace, Walk, replay_walks
-from turnout.graph.build import CompileResult
+from turnout.graph.build import CompileResult, build_graph
+from turnout.graph.memo import CompileMemo
 from turnout.graph.model import (
     DirectResponse,
     HeaderMatch,
@@ -29,10 +31,36 @@ from turnout.graph.model import (
     RouteMatch,
     RouteSource,
     StringMatchKind,
+    VirtualHost,
 )
 from turnout.objects import KubeObject, ObjectRef
+from turnout.store import Snapshot
 
 HOST = "a.example.com"
+
+
+def proxy(name: str, spec: dict[str, Any]) -> KubeObject:
+    return kube_object("projectcontour.io/v1", "HTTPProxy", name, "default", spec=spec)
+
+
+class Carried:
+    """Compiles snapshot after snapshot with one memo, checking each against a fresh compile."""
+
+    def __init__(self) -> None:
+        self.memo = CompileMemo()
+        self.options = CompileOptions()
+        self.dialects = default_dialects().all
+
+    def compile(self, snap: Snapshot) -> CompileResult:
+        carried = build_graph(snap, self.options, self.dialects, self.memo)
+        assert carried == build_graph(snap, self.options, self.dialects)
+        return carried
+
+
+def vhosts(result: CompileResult) -> dict[str, VirtualHost]:
+    lst = next(x for x in result.graph.listeners if x.name == HTTP_LISTENER)
+    return {v.name: v for v in lst.virtual_hosts}
+
 
 # --- the sort key is the comparison ---------------------------------------------------------
 
