@@ -18,6 +18,7 @@ and anything still tied keeps its input order (the sort is stable), so the resul
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from functools import cmp_to_key
 from typing import Any
@@ -123,7 +124,38 @@ def compare_routes(a: Route, b: Route) -> int:
     return _compare_paths(a.match, b.match) or _compare_conditions(a.match, b.match)
 
 
+def route_key(match: RouteMatch) -> tuple[Any, ...]:
+    """`compare_routes` as a sort key: one match's key is below another's exactly when the
+    comparison puts it first, and equal exactly when the comparison ties (so a sorted list of
+    keys can be patched by bisection). Each part is one step of the comparison; a reversed
+    string order is its code points negated, ended by 1 so that a longer string sorts before
+    its own prefix."""
+    path = match.path
+    exact = path.kind is PathMatchKind.EXACT
+    headers = tuple(
+        (h.name, _STRING_RANK[h.kind], h.value, h.invert, h.ignore_case, h.treat_missing_as_empty)
+        for h in match.headers
+        if h.name != ":method"
+    )
+    return (
+        _PATH_RANK[path.kind],
+        0 if exact else -len(path.value),
+        (*map(operator.neg, map(ord, path.value)), 1),
+        path.kind is PathMatchKind.PREFIX,
+        len(headers) == len(match.headers),  # a route matching `:method` first
+        -len(headers),
+        -len(match.query),
+        headers,
+        tuple((q.name, _STRING_RANK[q.kind], q.value, q.ignore_case) for q in match.query),
+    )
+
+
+def _key(route: Route) -> tuple[Any, ...]:
+    return route_key(route.match)
+
+
 def contour_route_order(routes: Sequence[Route]) -> tuple[Route, ...]:
-    """`routes` in Contour's first-match order; header and query matches must already be sorted
-    with `sorted_headers`/`sorted_queries` (the dialect builds them that way)."""
-    return tuple(sorted(routes, key=cmp_to_key(compare_routes)))
+    """`routes` in Contour's first-match order (a stable sort: ties keep their order); header
+    and query matches must already be sorted with `sorted_headers`/`sorted_queries` (the
+    dialect builds them that way)."""
+    return tuple(sorted(routes, key=_key))

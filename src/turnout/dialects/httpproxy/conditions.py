@@ -269,12 +269,23 @@ def include_conditions_identical(conds: Sequence[MatchCondition], seen: set[Incl
     """Contour's `includeMatchConditionsIdentical`: True when an earlier include of the same
     parent had the same conditions, in any order. No conditions, or a lone `prefix: /`, never
     counts, because existing include trees rely on several includes sharing the whole space."""
+    return include_identical(include_key(conds), seen)
+
+
+def include_key(conds: Sequence[MatchCondition]) -> IncludeKey | None:
+    """What `include_conditions_identical` compares; None for conditions that never count."""
     path = merge_path(conds)
     headers = tuple(sorted(_include_header_keys(conds)))
     query = tuple(sorted(_query_key(q) for q in merge_query(conds)))
     if path.value == "/" and not headers and not query:
+        return None
+    return (path.value, headers, query)
+
+
+def include_identical(key: IncludeKey | None, seen: set[IncludeKey]) -> bool:
+    """`include_conditions_identical` from the conditions' `include_key`."""
+    if key is None:
         return False
-    key = (path.value, headers, query)
     if key in seen:
         return True
     seen.add(key)

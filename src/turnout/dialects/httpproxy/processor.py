@@ -24,31 +24,33 @@ proxy with no HTTP half (`tcp_route.py`). Client validation and the fallback cer
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import cast
 
 from turnout.compile_inputs import HTTP_LISTENER, HTTPS_LISTENER, CompileOptions
 from turnout.dialects.contour.names import namespaced_name
-from turnout.dialects.contour.order import contour_route_order, sorted_headers, sorted_queries
+from turnout.dialects.contour.order import sorted_headers, sorted_queries
 from turnout.dialects.httpproxy import (
     authorization,
     health_check,
     jwt,
+    route_order,
     route_policies,
     tcp_route,
     tls_options,
     upstream,
     vhost_policies,
 )
-from turnout.dialects.httpproxy.authorization import AuthPolicySpec
 from turnout.dialects.httpproxy.classes import serves
 from turnout.dialects.httpproxy.conditions import (
     IncludeKey,
     header_conditions_error,
     include_conditions_error,
-    include_conditions_identical,
+    include_identical,
+    include_key,
     merge_headers,
     merge_path,
     merge_query,
@@ -78,7 +80,8 @@ from turnout.dialects.httpproxy.recording import (
     Trace,
     replay_walks,
 )
-from turnout.dialects.httpproxy.root_index import RootIndex, problems_by_proxy
+from turnout.dialects.httpproxy.root_index import RootIndex, moved_statuses, problems_by_proxy
+from turnout.dialects.httpproxy.route_order import Candidate, RouteOrder
 from turnout.dialects.httpproxy.spec import (
     GROUP,
     INCLUDE_ERROR,
@@ -189,26 +192,19 @@ def claimed_listeners(proxy: ParsedProxy) -> tuple[str, ...]:
     return (HTTP_LISTENER,)
 
 
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    route: Route
-    proxy: tuple[str, str]  # whose status hears about a replaced duplicate
-    permit_insecure: bool = False
-    auth_policy: AuthPolicySpec | None = None  # the route's own `authPolicy`
-    jwt_provider: str = ""  # the root's provider the route requires (`jwt.py`)
-
-
 class _BudgetExceeded(Exception):
     """The walk from one root went over a budget; the message says which."""
 
 
 @dataclass(frozen=True, slots=True)
 class _SubEntry:
-    """An included proxy's routes under one chain (`SubKey`), and what computing them did."""
+    """An included proxy's routes under one chain (`SubKey`), what computing them did, and the
+    entries of its own includes (for the next walk of this subtree)."""
 
     proxy: ParsedProxy
     trace: Trace
-    result: list[_Candidate] | None
+    result: list[Candidate] | None
+    children: dict[SubKey, _SubEntry]
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,10 +218,29 @@ class _RootEntry:
     tcp: tuple[tuple[str, TCPProxy], ...]
     subtrees: dict[SubKey, _SubEntry]
     problems: dict[Key, tuple[Problem, ...]]
+    order: RouteOrder | None  # its routes' order, to patch (`route_order.py`)
 
 
 # A proxy's status with what it was built from: the object, its errors and warnings.
 _StatusEntry = tuple[KubeObject, tuple[Problem, ...], tuple[Problem, ...], ObjectStatus]
+
+
+# An include's conditions checked: the error to report, or what `include_identical` compares.
+_IncludeCheck = tuple[tuple[str, str, str] | None, IncludeKey | None]
+
+
+def _include_check(conds: tuple[MatchCondition, ...]) -> _IncludeCheck:
+    """The checks of an include's own conditions, in Contour's order."""
+    err = include_conditions_error(conds) or path_conditions_error(conds)
+    if err is not None:
+        return (INCLUDE_ERROR, "PathMatchConditionsNotValid", f"include: {err}"), None
+    err = header_conditions_error(conds)
+    if err is not None:
+        return (ROUTE_ERROR, "HeaderMatchConditionsNotValid", err), None
+    err = query_conditions_error(conds)
+    if err is not None:
+        return (ROUTE_ERROR, "QueryParameterMatchConditionsNotValid", err), None
+    return None, include_key(conds)
 
 
 @dataclass
@@ -242,12 +257,14 @@ class _Memo:
     vhosts: Pieces[tuple[str, VirtualHost]] = field(default_factory=Pieces)
     tcp: Pieces[tuple[str, TCPProxy]] = field(default_factory=Pieces)
     extensions: dict[tuple[str, str], ExtensionCluster] | None = None
+    # Each proxy's include checks (`_include_check`), while it is the same object.
+    includes: dict[Key, tuple[ParsedProxy, tuple[_IncludeCheck, ...]]] = field(default_factory=dict)
 
     def reset(self) -> None:
         """Forgets everything (the run compiles every root)."""
         self.ready, self.roots, self.index = False, {}, RootIndex()
         self.statuses, self.out, self.vhosts, self.tcp = {}, {}, Pieces(), Pieces()
-        self.extensions = None
+        self.extensions, self.includes = None, {}
 
 
 def _changed(delta: Delta, extensions_changed: bool) -> Changed:
@@ -298,8 +315,12 @@ class _Compiler:
         self.ports: dict[tuple[str, str, int], ServicePort | None] = {}
         self.memo = ctx.memo.stage("httpproxy:compile", _Memo)
         self.changed = _changed(ctx.memo.delta, self.memo.extensions != self.extensions.valid)
-        self.old_subtrees: dict[SubKey, _SubEntry] = {}
-        self.new_subtrees: dict[SubKey, _SubEntry] = {}
+        # The subtree entries of the proxy being walked, of the compile before and of this one.
+        self.old_scope: dict[SubKey, _SubEntry] = {}
+        self.new_scope: dict[SubKey, _SubEntry] = {}
+        # The route order of the root being compiled, of the compile before and of this one.
+        self.old_order: RouteOrder | None = None
+        self.new_order: RouteOrder | None = None
 
     def run(self) -> DialectOutput:
         """Recompiles the roots a change can affect (all of them without a compile before) and
@@ -310,6 +331,8 @@ class _Compiler:
         if memo.ready and self.patched and not self.real.memo.delta.everything:
             roots: list[Key] = sorted(self._affected())
             touched = set(self.changed.proxies)  # the proxies whose status may change
+            for key in touched:
+                memo.includes.pop(key, None)
         else:
             memo.reset()
             roots = [key for key, proxy in self.proxies.items() if proxy.is_root]
@@ -346,17 +369,23 @@ class _Compiler:
         its old or new work reaches."""
         memo = self.memo
         old = memo.roots.pop(key, None)
-        if old is not None:
-            memo.index.remove(key, old.trace, old.problems)
-            touched.update(old.problems, old.trace.reached)
         proxy = self.proxies.get(key)
         if proxy is None or not proxy.is_root:
+            if old is not None:
+                memo.index.remove(key, old.trace, old.problems)
+                touched.update(old.problems, old.trace.reached)
             memo.vhosts.set(key, ())
             memo.tcp.set(key, ())
             return
         entry = memo.roots[key] = self._kept_root(proxy, old)
-        memo.index.add(key, entry.trace, entry.problems)
-        touched.update(entry.problems, entry.trace.reached)
+        if old is None:
+            memo.index.add(key, entry.trace, entry.problems)
+            touched.update(entry.problems, entry.trace.reached)
+        elif entry is not old:
+            # By differences: a root that reads thousands of proxies changed a few of them.
+            was, now = (old.trace, old.problems), (entry.trace, entry.problems)
+            memo.index.replace(key, was, now)
+            touched.update(moved_statuses(was, now))
         memo.vhosts.set(key, entry.vhosts)
         memo.tcp.set(key, entry.tcp)
 
@@ -412,8 +441,7 @@ class _Compiler:
         """Does again what `trace` recorded, as part of the trace being recorded, if any."""
         for key, problem in trace.statuses:
             self.status[key].apply(problem)
-        if trace.reached:
-            set.update(self.reached, trace.reached)
+        # What it reached is in the trace (the orphan rule reads the index of the traces).
         current = self.recorder.current
         if current is not None:
             current.merge(trace)
@@ -422,8 +450,9 @@ class _Compiler:
         """`_root`, or what it gave the compile before while nothing it read changed."""
         if old is not None and old.proxy is proxy and self._fresh(old.trace):
             return old
-        self.old_subtrees = old.subtrees if old is not None else {}
-        self.new_subtrees = {}
+        self.old_scope = old.subtrees if old is not None else {}
+        self.new_scope = {}
+        self.old_order, self.new_order = (old.order if old is not None else None), None
         tcp_before = len(self.tcp_proxies)
         trace = self.recorder.push()
         try:
@@ -431,47 +460,41 @@ class _Compiler:
         finally:
             self.recorder.pop(trace)
         tcp = tuple(self.tcp_proxies[tcp_before:])
-        subtrees, problems = self.new_subtrees, problems_by_proxy(trace)
-        return _RootEntry(proxy, trace, tuple(vhosts), tcp, subtrees, problems)
+        subtrees, problems = self.new_scope, problems_by_proxy(trace)
+        order, self.old_order, self.new_order = self.new_order, None, None
+        return _RootEntry(proxy, trace, tuple(vhosts), tcp, subtrees, problems, order)
 
     def _kept_routes(
         self,
         child: ParsedProxy,
         conds: tuple[MatchCondition, ...],
         visited: tuple[ParsedProxy, ...],
-    ) -> list[_Candidate] | None:
+    ) -> list[Candidate] | None:
         """`_routes` of an included proxy, or what it gave under the same chain in this root's
         compile before while nothing it read changed and replaying its walk keeps within the
         revisit budget (else the walk runs, to stop where a full compile stops)."""
         key: SubKey = (child.key, conds, tuple(v.key for v in visited), self.jwt_default)
-        old = self.old_subtrees.get(key)
+        old = self.old_scope.get(key)
         if old is not None and old.proxy is child and not self.changed.stale(old.trace):
-            walk = replay_walks(old.trace.walks, self.budget, self.walked)
+            walk = replay_walks(old.trace, self.budget, self.walked)
             if walk is not None:
                 self.budget = walk.budget
                 self.walked |= walk.walked
                 self._replay(old.trace)
-                for nested in old.trace.subtrees:
-                    found = self.old_subtrees.get(nested)
-                    if found is not None:
-                        self.new_subtrees[nested] = found
-                self._keep_subtree(key, old)
+                self.new_scope[key] = old  # with its own includes' entries
                 return old.result
+        outer_old, outer_new = self.old_scope, self.new_scope
+        self.old_scope, self.new_scope = (old.children if old is not None else {}), {}
         trace = self.recorder.push()
         trace.proxies.add(child.key)
         try:
             result = self._routes(child, conds, visited)
         finally:
             self.recorder.pop(trace)
-        self._keep_subtree(key, _SubEntry(child, trace, result))
+            children = self.new_scope
+            self.old_scope, self.new_scope = outer_old, outer_new
+        outer_new[key] = _SubEntry(child, trace, result, children)
         return result
-
-    def _keep_subtree(self, key: SubKey, entry: _SubEntry) -> None:
-        """Keeps `entry` for this root's next compile, listed in the enclosing trace."""
-        self.new_subtrees[key] = entry
-        current = self.recorder.current
-        if current is not None:
-            current.subtrees.append(key)
 
     # --- roots ---------------------------------------------------------------------------------
 
@@ -522,7 +545,7 @@ class _Compiler:
         limit = self.ctx.options.max_include_revisits
         self.budget, self.walked = limit, set()
         try:
-            candidates = self._routes(proxy, (), ())
+            parts = self._walk(proxy, (), ())
         except _BudgetExceeded:
             st.add_error(
                 INCLUDE_ERROR,
@@ -538,12 +561,12 @@ class _Compiler:
         )
         if vhost_policies.report(st, problems) or policies is None:
             return []
-        if not candidates:
+        if parts is None or not any(parts):
             return []  # Contour prunes virtual hosts without routes
-        kept = self._with_jwt(st, self._dedupe(candidates), vhost_jwt)
-        if kept is None:
+        order = self._ordered(st, parts, vhost_jwt)
+        if order is None:
             return []
-        routes = contour_route_order([c.route for c in kept])
+        kept, routes = order.order, tuple(order.routes)
         hostname_match = (
             HostnameMatch.WILDCARD_ONE_LABEL if host.startswith("*.") else HostnameMatch.EXACT
         )
@@ -656,26 +679,6 @@ class _Compiler:
         self.status[proxy.key].add_error(*out)
         return False
 
-    def _with_jwt(
-        self, st: ProxyStatusAccessor, kept: list[_Candidate], vhost_jwt: jwt.VhostJwt
-    ) -> list[_Candidate] | None:
-        """The routes with the JWT validation of the provider each requires; None with
-        Contour's `JWTProviderNotDefined` when one names a provider the root does not define."""
-        out: list[_Candidate] = []
-        for c in kept:
-            if not c.jwt_provider:
-                out.append(c)
-                continue
-            validation = vhost_jwt.providers.get(c.jwt_provider)
-            if validation is None:
-                st.add_error(*jwt.undefined_provider(c.jwt_provider))
-                return None
-            policies = dataclasses.replace(c.route.policies, jwt=validation)
-            out.append(
-                dataclasses.replace(c, route=dataclasses.replace(c.route, policies=policies))
-            )
-        return out
-
     def _tls(self, proxy: ParsedProxy, tls: TLSSpec) -> TLSTermination | Passthrough | None:
         """The root's TLS termination (with its fallback certificate and client validation,
         `tls_options.py`), `PASSTHROUGH`, or None with the error reported (Contour's checks, in
@@ -739,23 +742,37 @@ class _Compiler:
             tls.enable_fallback_certificate,
         )
 
-    def _dedupe(self, candidates: list[_Candidate]) -> list[_Candidate]:
-        """Contour keys a virtual host's routes by their conditions, so a later route with the
-        same conditions replaces an earlier one; turnout does the same, and says so."""
-        kept: dict[RouteMatch, _Candidate] = {}
-        for c in candidates:
-            prev = kept.get(c.route.match)
-            if prev is not None:
-                src = c.route.source
-                self.status[prev.proxy].add_warning(
-                    ROUTE_ERROR,
-                    "DuplicateMatchConditions",
-                    f"{prev.route.source.field} has the same match conditions as "
-                    f"{src.field} of {src.object.kind} {src.object.namespace}/{src.object.name}, "
-                    "which replaces it",
-                )
-            kept[c.route.match] = c
-        return list(kept.values())
+    def _ordered(
+        self, st: ProxyStatusAccessor, parts: list[list[Candidate]], vhost_jwt: jwt.VhostJwt
+    ) -> RouteOrder | None:
+        """The root's routes deduplicated and in first-match order, patched from the compile
+        before's when it can be (`route_order.py`); None with Contour's `JWTProviderNotDefined`
+        when a route names a provider the root does not define.
+
+        Contour keys a virtual host's routes by their conditions, so a later route with the same
+        conditions replaces an earlier one; turnout does the same, and says so."""
+        old, own = self.old_order, parts[-1]
+        if old is not None and len(old.parts) == len(parts) and old.parts[-1] == own:
+            parts[-1] = own = old.parts[-1]  # the root's own routes, the very same objects
+        if any(c.route.policies.path_rewrite is not None for c in own):
+            parts = [_expanded(list(itertools.chain.from_iterable(parts)), own)]
+        order = route_order.patch(old, parts, vhost_jwt) if old is not None else None
+        if order is None:
+            order = route_order.build(parts, vhost_jwt)
+        for prev, c in order.replacements:
+            src = c.route.source
+            self.status[prev.proxy].add_warning(
+                ROUTE_ERROR,
+                "DuplicateMatchConditions",
+                f"{prev.route.source.field} has the same match conditions as "
+                f"{src.field} of {src.object.kind} {src.object.namespace}/{src.object.name}, "
+                "which replaces it",
+            )
+        if order.undefined:
+            st.add_error(*jwt.undefined_provider(order.undefined))
+            return None
+        self.new_order = order
+        return order
 
     # --- the include walk ----------------------------------------------------------------------
 
@@ -764,9 +781,22 @@ class _Compiler:
         proxy: ParsedProxy,
         conds: tuple[MatchCondition, ...],
         visited: tuple[ParsedProxy, ...],
-    ) -> list[_Candidate] | None:
+    ) -> list[Candidate] | None:
         """Routes of `proxy` and everything it includes, under the chain's conditions `conds`;
         None when an error drops them all."""
+        parts = self._walk(proxy, conds, visited)
+        if parts is None:
+            return None
+        return _expanded(list(itertools.chain.from_iterable(parts)), parts[-1])
+
+    def _walk(
+        self,
+        proxy: ParsedProxy,
+        conds: tuple[MatchCondition, ...],
+        visited: tuple[ParsedProxy, ...],
+    ) -> list[list[Candidate]] | None:
+        """`_routes` in parts, before Contour's prefix split: each include's routes, then the
+        proxy's own."""
         st = self.status[proxy.key]
         if any(v.key == proxy.key for v in visited):
             chain = " -> ".join(f"{v.obj.namespace}/{v.obj.name}" for v in (*visited, proxy))
@@ -788,69 +818,68 @@ class _Compiler:
             return None
         visited = (*visited, proxy)
         via = tuple(v.obj.ref for v in visited[:-1])
-        out: list[_Candidate] = []
         seen: set[IncludeKey] = set()
-        for inc in proxy.spec.includes:
-            out.extend(self._include(proxy, inc, conds, visited, via, seen))
+        parts = [
+            self._include(proxy, i, conds, visited, via, seen)
+            for i in range(len(proxy.spec.includes))
+        ]
+        own: list[Candidate] = []
         for route in proxy.spec.routes:
             candidate = self._route(proxy, route, conds, via)
             if candidate is None:
                 return None
-            out.append(candidate)
-        # Contour splits rewritten prefixes into `/foo` and `/foo/` here, per proxy.
-        if not any(c.route.policies.path_rewrite is not None for c in out):
-            return out
-        expanded = route_policies.expand_prefix_rewrites([c.route for c in out])
-        return [dataclasses.replace(out[i], route=r) for i, r in expanded]
+            own.append(candidate)
+        parts.append(own)
+        return parts
+
+    def _include_checks(self, proxy: ParsedProxy) -> tuple[_IncludeCheck, ...]:
+        """`_include_check` of each include of `proxy`, kept while it is the same object."""
+        found = self.memo.includes.get(proxy.key)
+        if found is not None and found[0] is proxy:
+            return found[1]
+        checks = tuple(_include_check(inc.conditions) for inc in proxy.spec.includes)
+        self.memo.includes[proxy.key] = (proxy, checks)
+        return checks
 
     def _include(
         self,
         proxy: ParsedProxy,
-        inc: IncludeSpec,
+        index: int,
         conds: tuple[MatchCondition, ...],
         visited: tuple[ParsedProxy, ...],
         via: tuple[ObjectRef, ...],
         seen: set[IncludeKey],
-    ) -> Iterator[_Candidate]:
+    ) -> list[Candidate]:
+        inc = proxy.spec.includes[index]
         st = self.status[proxy.key]
         namespace = inc.namespace or proxy.obj.namespace
-        err = include_conditions_error(inc.conditions) or path_conditions_error(inc.conditions)
-        if err is not None:
-            st.add_error(INCLUDE_ERROR, "PathMatchConditionsNotValid", f"include: {err}")
-            return
-        err = header_conditions_error(inc.conditions)
-        if err is not None:
-            st.add_error(ROUTE_ERROR, "HeaderMatchConditionsNotValid", err)
-            return
-        err = query_conditions_error(inc.conditions)
-        if err is not None:
-            st.add_error(ROUTE_ERROR, "QueryParameterMatchConditionsNotValid", err)
-            return
-        if include_conditions_identical(inc.conditions, seen):
+        error, key = self._include_checks(proxy)[index]
+        if error is not None:
+            st.add_error(*error)
+            return []
+        if include_identical(key, seen):
             st.add_error(
                 INCLUDE_ERROR,
                 "DuplicateMatchConditions",
                 "duplicate conditions defined on an include",
             )
-            return
+            return []
         child = self.lookup.get((namespace, inc.name))
         if child is None:
             st.add_error(
                 INCLUDE_ERROR, "IncludeNotFound", f"include {namespace}/{inc.name} not found"
             )
-            yield from self._bad_gateway(proxy, inc, conds, via)
-            return
+            return self._bad_gateway(proxy, inc, conds, via)
         if child.is_root:
             st.add_error(
                 INCLUDE_ERROR,
                 "RootIncludesRoot",
                 f"root httpproxy cannot include another root httpproxy ({namespace}/{inc.name})",
             )
-            yield from self._bad_gateway(proxy, inc, conds, via)
-            return
+            return self._bad_gateway(proxy, inc, conds, via)
         routes = self._kept_routes(child, (*conds, *inc.conditions), visited)
         self.reached.add(child.key)
-        yield from routes or ()
+        return routes or []
 
     def _bad_gateway(
         self,
@@ -858,12 +887,12 @@ class _Compiler:
         inc: IncludeSpec,
         conds: tuple[MatchCondition, ...],
         via: tuple[ObjectRef, ...],
-    ) -> Iterator[_Candidate]:
+    ) -> list[Candidate]:
         """A 502 for the space a broken include would have served, so requests there do not fall
         through to a shorter route. The space is the whole chain's conditions; Contour uses only
         the include's own conditions, which put the 502 outside the delegated space."""
         if not inc.conditions:
-            return
+            return []
         merged = (*conds, *inc.conditions)
         match = RouteMatch(
             path=merge_path(merged),
@@ -871,7 +900,7 @@ class _Compiler:
             query=sorted_queries(merge_query(merged)),
         )
         source = RouteSource(proxy.obj.ref, inc.field, via)
-        yield _Candidate(Route(match, DirectResponse(502), source), proxy.key)
+        return [Candidate(Route(match, DirectResponse(502), source), proxy.key)]
 
     # --- routes and services -------------------------------------------------------------------
 
@@ -881,7 +910,7 @@ class _Compiler:
         route: RouteSpec,
         conds: tuple[MatchCondition, ...],
         via: tuple[ObjectRef, ...],
-    ) -> _Candidate | None:
+    ) -> Candidate | None:
         st = self.status[proxy.key]
         matched = self._route_conditions(proxy, route, conds)
         if matched is None:
@@ -954,7 +983,7 @@ class _Compiler:
             return None
         built = vhost_policies.with_route_filters(built, ip_filter, rate_limit, global_limit)
         built = self._failure_policy(proxy, route, built)
-        return _Candidate(built, proxy.key, route.permit_insecure, route.auth_policy, provider)
+        return Candidate(built, proxy.key, route.permit_insecure, route.auth_policy, provider)
 
     def _route_conditions(
         self, proxy: ParsedProxy, route: RouteSpec, conds: tuple[MatchCondition, ...]
@@ -1140,11 +1169,24 @@ class _Compiler:
         return result
 
 
+def _expanded(out: list[Candidate], own: list[Candidate]) -> list[Candidate]:
+    """Contour splits rewritten prefixes into `/foo` and `/foo/` per proxy, over all the routes
+    it gathered. Only its own routes can be split here: an included route was split (or found
+    its slash twin) at its own proxy, and a group with two members is never split again, so
+    the includes' routes are left as they are, the very same candidates."""
+    if not any(c.route.policies.path_rewrite is not None for c in own):
+        return out
+    expanded = route_policies.expand_prefix_rewrites([c.route for c in out])
+    return [
+        out[i] if r is out[i].route else dataclasses.replace(out[i], route=r) for i, r in expanded
+    ]
+
+
 def _with_authorization(
     vhosts: list[tuple[str, VirtualHost]],
     auth: ExternalAuthorization,
     spec: authorization.AuthorizationSpec,
-    kept: list[_Candidate],
+    kept: list[Candidate],
 ) -> list[tuple[str, VirtualHost]]:
     """The HTTPS host checks requests with `auth`, each route with its own setting. The plain-HTTP
     host has no check, as in Contour: its routes redirect to HTTPS unless they permit insecure

@@ -12,10 +12,11 @@ A `Trace` is kept per root (and per included subtree of a root's walk, `processo
   proxies its walk entered with their cost (the include revisit budget is replayed exactly).
 
 A root's trace stands as it is while the delta does not make it stale (`root_index.py` finds the
-roots it does); a subtree's trace is replayed in the walk's order, which gives the accessors and
-the budget the state a full walk would give them. The clusters, TLS Secrets and CA bundles a kept
-part uses need no replay: the graph builder keeps those of the compile before by name while their
-inputs are the same (`services.ClusterBook`, `secrets.SecretBook`).
+roots it does); a subtree's trace (never changed once recorded) is replayed in the walk's order,
+which gives the accessors and the budget the state a full walk would give them. The clusters,
+TLS Secrets and CA bundles a kept part uses need no replay: the graph builder keeps those of the
+compile before by name while their inputs are the same (`services.ClusterBook`,
+`secrets.SecretBook`).
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ class Trace:
     services: set[Key] = field(default_factory=set)
     owners: dict[tuple[str, str], KubeObject | None] = field(default_factory=dict)
     walks: list[tuple[Key, int]] = field(default_factory=list)
-    subtrees: list[SubKey] = field(default_factory=list)
     secret_reads: bool = False
     extension_reads: bool = False
+    # The proxies `walks` entered and the cost of its own revisits, once the trace is complete
+    # (`replay_walks`).
+    walk_summary: tuple[frozenset[Key], int] | None = None
 
     def merge(self, other: Trace) -> None:
         """`other`, a part of this trace's work, done (or replayed) after what this one holds."""
@@ -71,7 +74,6 @@ class Trace:
         self.services |= other.services
         self.owners.update(other.owners)
         self.walks.extend(other.walks)
-        self.subtrees.extend(other.subtrees)
         self.secret_reads = self.secret_reads or other.secret_reads
         self.extension_reads = self.extension_reads or other.extension_reads
 
@@ -292,12 +294,32 @@ class Walk:
     walked: frozenset[Key]
 
 
-def replay_walks(walks: list[tuple[Key, int]], budget: int, walked: set[Key]) -> Walk | None:
+def replay_walks(trace: Trace, budget: int, walked: set[Key]) -> Walk | None:
+    """The budget after replaying the complete `trace`'s walks on top of `walked`. A walk that
+    enters no proxy walked before costs only its own revisits (the budget only falls, so it went
+    below zero somewhere exactly when it ends below zero): one C-speed set check, not a step per
+    proxy."""
+    summary = trace.walk_summary
+    if summary is None:
+        summary = trace.walk_summary = _walk_summary(trace.walks)
+    keys, own_cost = summary
+    if walked.isdisjoint(keys):
+        return Walk(budget - own_cost, keys) if budget >= own_cost else None
     entered: set[Key] = set()
-    for key, cost in walks:
+    for key, cost in trace.walks:
         if key in walked or key in entered:
             budget -= cost
             if budget < 0:
                 return None
         entered.add(key)
-    return Walk(budget, frozenset(entered))
+    return Walk(budget, keys)
+
+
+def _walk_summary(walks: list[tuple[Key, int]]) -> tuple[frozenset[Key], int]:
+    entered: set[Key] = set()
+    own_cost = 0
+    for key, cost in walks:
+        if key in entered:
+            own_cost += cost
+        entered.add(key)
+    return frozenset(entered), own_cost
