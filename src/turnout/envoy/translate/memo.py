@@ -24,9 +24,16 @@ from typing import Any
 
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.graph.memo import IdentityMemo
-from turnout.graph.model import Cluster, JwtValidation, Listener, TLSSecret, VirtualHost
+from turnout.graph.model import (
+    Cluster,
+    JwtValidation,
+    Listener,
+    Route,
+    TLSSecret,
+    VirtualHost,
+)
 
-__all__ = ["HostPart", "TLSGroupPart", "TranslateMemo"]
+__all__ = ["HostPart", "HostRoutes", "TLSGroupPart", "TranslateMemo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +45,20 @@ class HostPart:
     entry: bytes | None
     max_body: int
     invalid_backend: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HostRoutes:
+    """A big virtual host's routes as last translated (`routes.route_pieces`): each route's
+    piece by the route's identity (its serialized message prefixed with its length, and its
+    matcher-tree placement; `()`: the route cannot be translated), valid for hosts whose
+    routes read the same host-level context (`authority`: the serialized wildcard authority
+    matcher every route's match carries, or None). `routes` holds the routes alive, so their
+    ids are not reused while kept."""
+
+    authority: bytes | None
+    routes: tuple[Route, ...]
+    pieces: dict[int, tuple[Any, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +90,10 @@ class TranslateMemo:
         self.scoped_hosts: IdentityMemo[VirtualHost, tuple[str, tuple[Any, Any] | None]] = (
             IdentityMemo()
         )
+        # The routes of big hosts by (host name, hostname), kept per route: a change to one
+        # route of 50,000 translates that route. Two generations, aged like the memos.
+        self.host_routes: dict[tuple[str, str], HostRoutes] = {}
+        self.host_routes_before: dict[tuple[str, str], HostRoutes] = {}
         # Values are 1-tuples: a piece that translates to nothing is remembered too.
         self.listeners: IdentityMemo[Listener, tuple[Any]] = IdentityMemo()
         self.clusters: IdentityMemo[Cluster, tuple[tuple[Any, Any] | None]] = IdentityMemo()
@@ -107,9 +132,20 @@ class TranslateMemo:
             self.scoped_hosts = IdentityMemo()
             self.clusters, self.secrets = IdentityMemo(), IdentityMemo()
             self.encoded = IdentityMemo()
+            self.host_routes, self.host_routes_before = {}, {}
         else:
+            self.host_routes_before, self.host_routes = self.host_routes, {}
             for memo in memos:
                 memo.age()
+
+    def kept_routes(self, key: tuple[str, str]) -> HostRoutes | None:
+        """The routes of the host `key` as last translated (kept for this translation too)."""
+        known = self.host_routes.get(key)
+        if known is None:
+            known = self.host_routes_before.pop(key, None)
+            if known is not None:
+                self.host_routes[key] = known
+        return known
 
     def note_encoded(self, message: Any, data: bytes) -> Any:
         """Records that `data` is `message` serialized (deterministically); returns `message`."""

@@ -45,9 +45,12 @@ __all__ = [
     "RouteTree",
     "length_delimited",
     "matcher_tree",
+    "matcher_tree_bytes",
     "placement",
+    "plan_placed",
     "plan_route_tree",
     "regex_literal_prefix",
+    "varint",
 ]
 
 # Leaf entries per route beyond which the tree costs more memory than it saves time.
@@ -127,7 +130,13 @@ def plan_route_tree(
     """The leaves for routes with these matches (in first-match order), or None when the tree
     would hold more than `max_copies` entries per route or has no key at all (a list then
     costs the same, and Envoy refuses a tree without one)."""
-    placements = [placement(m) for m in matches]
+    return plan_placed([placement(m) for m in matches], max_copies)
+
+
+def plan_placed(
+    placements: Sequence[Placement], max_copies: int = MAX_COPIES_PER_ROUTE
+) -> RouteTree | None:
+    """`plan_route_tree` from the routes' placements (kept per route by the caller)."""
     everywhere = tuple(i for i, p in enumerate(placements) if p.key is None)
     by_key: dict[str, list[int]] = {}
     for i, p in enumerate(placements):
@@ -135,7 +144,7 @@ def plan_route_tree(
             by_key.setdefault(p.key, []).append(i)
     if not by_key:
         return None
-    budget = max_copies * len(matches) - len(everywhere) * (len(by_key) + 1)
+    budget = max_copies * len(placements) - len(everywhere) * (len(by_key) + 1)
     if budget < 0:
         return None
     lengths = sorted({len(k) for k in by_key})
@@ -193,6 +202,60 @@ _ROUTE_LIST_URL = "type.googleapis.com/" + rc.RouteList.DESCRIPTOR.full_name
 _ROUTES_TAG = b"\x0a"
 
 
+def matcher_tree_bytes(tree: RouteTree, routes: Sequence[bytes]) -> bytes:
+    """`matcher_tree(tree, ...)` serialized (deterministically), assembled from each route's
+    serialized message already prefixed with its length (`varint`): a route kept from the
+    translation before is not serialized again, nor is the tree built as messages."""
+    entries = [_ROUTES_TAG + r for r in routes]
+    pick = entries.__getitem__
+    leaves = b"".join(
+        [
+            length_delimited(
+                _ENTRY_TAG,
+                length_delimited(_KEY_TAG, key.encode())
+                + length_delimited(_VALUE_TAG, _on_match(b"".join(map(pick, indices)))),
+            )
+            for key, indices in tree.leaves
+        ]
+    )
+    node = _input_bytes() + length_delimited(_PREFIX_MAP_TAG, leaves)
+    out = length_delimited(_TREE_TAG, node)
+    if tree.no_match:
+        joined = b"".join(map(pick, tree.no_match))
+        out += length_delimited(_NO_MATCH_TAG, _on_match(joined))
+    return out
+
+
+# Matcher.matcher_tree (2), .on_no_match (3); MatcherTree.prefix_match_map (3); MatchMap.map (1):
+# entries {key (1), value (2)}; OnMatch.action (2); TypedExtensionConfig {name (1), typed_config
+# (2)}; Any {type_url (1), value (2)}. All length-delimited.
+_TREE_TAG, _NO_MATCH_TAG, _PREFIX_MAP_TAG = b"\x12", b"\x1a", b"\x1a"
+_ENTRY_TAG, _KEY_TAG, _VALUE_TAG, _ACTION_TAG = b"\x0a", b"\x0a", b"\x12", b"\x12"
+_INPUT: list[bytes] = []
+
+
+def _input_bytes() -> bytes:
+    """`MatcherTree.input` (field 1) on the wire: the same for every tree."""
+    if not _INPUT:
+        node = matcher_pb2.Matcher.MatcherTree()
+        node.input.name = "request-path"
+        node.input.typed_config.Pack(
+            http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=":path"), deterministic=True
+        )
+        _INPUT.append(node.SerializeToString(deterministic=True))
+    return _INPUT[0]
+
+
+def _on_match(routes: bytes) -> bytes:
+    """The `OnMatch` of a leaf whose `RouteList.routes` are `routes` on the wire: its action, a
+    `TypedExtensionConfig` named "routes" holding the `RouteList` in an `Any`."""
+    any_ = _ROUTE_LIST_URL_FIELD + length_delimited(b"\x12", routes)
+    return length_delimited(_ACTION_TAG, _ROUTES_NAME + length_delimited(b"\x12", any_))
+
+
+_ROUTES_NAME = b"\x0a\x06routes"
+
+
 def _route_list_entry(route: bytes) -> bytes:
     """One `RouteList.routes` entry on the wire."""
     return length_delimited(_ROUTES_TAG, route)
@@ -200,10 +263,20 @@ def _route_list_entry(route: bytes) -> bytes:
 
 def length_delimited(tag: bytes, payload: bytes) -> bytes:
     """One length-delimited field on the wire: the tag, the length as a varint, the payload."""
-    n = len(payload)
+    return tag + varint(len(payload)) + payload
+
+
+def varint(n: int) -> bytes:
+    """`n` (not negative) as a protobuf varint."""
+    if n <= 0x7F:
+        return bytes((n,))
     length = bytearray()
     while n > 0x7F:
         length.append((n & 0x7F) | 0x80)
         n >>= 7
     length.append(n)
-    return tag + bytes(length) + payload
+    return bytes(length)
+
+
+# The `Any.type_url` of every leaf, on the wire.
+_ROUTE_LIST_URL_FIELD = length_delimited(b"\x0a", _ROUTE_LIST_URL.encode())

@@ -15,9 +15,13 @@ left out of its RouteConfiguration. Each failure is logged once at ERROR with th
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
+import operator
 from collections import OrderedDict
 from collections.abc import Iterable
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from envoy.config.core.v3 import base_pb2
@@ -31,10 +35,16 @@ from turnout.envoy.translate.http_filters import (
     set_route_filter_configs,
     set_virtual_host_filter_configs,
 )
-from turnout.envoy.translate.memo import HostPart, TranslateMemo
+from turnout.envoy.translate.memo import HostPart, HostRoutes, TranslateMemo
 from turnout.envoy.translate.rate_limit import RATELIMIT_FILTER, opt_out, rate_limits
 from turnout.envoy.translate.route_policies import apply_route_policies
-from turnout.envoy.translate.route_tree import length_delimited, matcher_tree, plan_route_tree
+from turnout.envoy.translate.route_tree import (
+    length_delimited,
+    matcher_tree_bytes,
+    placement,
+    plan_placed,
+    varint,
+)
 from turnout.graph.evaluate import (
     NO_BACKEND_STATUS,
     effective_forward,
@@ -81,17 +91,20 @@ _REDIRECT_CODES = {
 
 __all__ = [
     "NO_BACKEND_STATUS",
+    "PER_ROUTE_MIN_ROUTES",
     "TRANSLATION_FAILED_STATUS",
     "host_part",
     "host_route_configuration",
     "log_translation_failure",
     "route_name",
+    "route_pieces",
     "translate_match",
     "translate_redirect",
     "translate_route",
     "translate_route_configuration",
     "translate_route_guarded",
     "translate_virtual_host",
+    "virtual_host_bytes",
     "wildcard_authority_matcher",
     "wildcard_authority_regex",
 ]
@@ -218,12 +231,8 @@ def host_part(
         return known
     invalid = _names_invalid_backend(vh)
     try:
-        message = translate_virtual_host(vh, matcher_tree_min_routes)
-        part = HostPart(
-            length_delimited(_VHOSTS_TAG, message.SerializeToString(deterministic=True)),
-            _max_direct_body(vh),
-            invalid,
-        )
+        entry = virtual_host_bytes(vh, matcher_tree_min_routes, memo)
+        part = HostPart(length_delimited(_VHOSTS_TAG, entry), _max_direct_body(vh), invalid)
     except Exception as err:
         log_translation_failure(f"virtual host {vh.name!r} of {vh.owner}", err)
         part = HostPart(None, 0, invalid)
@@ -240,22 +249,82 @@ def translate_virtual_host(
     Raises only when the virtual host itself (name, domain, authority match) cannot be expressed;
     a route that cannot be translated answers 500 instead (see `translate_route_guarded`).
     """
+    return rc.VirtualHost.FromString(virtual_host_bytes(vh, matcher_tree_min_routes))
+
+
+def virtual_host_bytes(
+    vh: VirtualHost, matcher_tree_min_routes: int, memo: TranslateMemo | None = None
+) -> bytes:
+    """`translate_virtual_host(vh, ...)` serialized (deterministically), assembled from each
+    route's serialized message (`route_pieces`: kept in `memo` per route for a big host) so that
+    a change to one route of a big host translates and serializes that route only."""
     authority = wildcard_authority_matcher(vh)
-    out = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
-    set_virtual_host_filter_configs(out, vh)
+    pieces = list(filter(None, route_pieces(vh, authority, memo)))
+    head = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
+    rest = rc.VirtualHost()
+    set_virtual_host_filter_configs(rest, vh)
     if vh.policies.global_rate_limit is not None:
-        out.rate_limits.extend(rate_limits(vh.policies.global_rate_limit, translate_header_match))
-    kept = [(r, translate_route_guarded(r, authority)) for r in vh.routes]
-    translated = [(route, message) for route, message in kept if message is not None]
+        rest.rate_limits.extend(rate_limits(vh.policies.global_rate_limit, translate_header_match))
     tree = None
-    if 0 < matcher_tree_min_routes <= len(translated):
-        tree = plan_route_tree([route.match for route, _ in translated])
-    messages = [message for _, message in translated]
+    if 0 < matcher_tree_min_routes <= len(pieces):
+        tree = plan_placed(list(map(itemgetter(1), pieces)))
+    encoded = list(map(itemgetter(0), pieces))
+    numbers = [f.number for f, _ in rest.ListFields()]
+    if numbers and not _ROUTES_FIELD < min(numbers) <= max(numbers) < _MATCHER_FIELD:
+        raise ValueError(f"virtual host fields {numbers} cannot be assembled around the routes")
+    # Deterministic serialization writes fields by number: name (1), domains (2), routes (3),
+    # the host's settings (4-20), matcher (21); the parts concatenate to the whole.
+    parts = [head.SerializeToString(deterministic=True)]
     if tree is None:
-        out.routes.extend(messages)
+        parts.extend(_ROUTES_TAG + e for e in encoded)
+        parts.append(rest.SerializeToString(deterministic=True))
     else:
-        out.matcher.CopyFrom(matcher_tree(tree, messages))
-    return out
+        parts.append(rest.SerializeToString(deterministic=True))
+        parts.append(length_delimited(_MATCHER_TAG, matcher_tree_bytes(tree, encoded)))
+    return b"".join(parts)
+
+
+# VirtualHost.routes (3) and .matcher (21), length-delimited.
+_ROUTES_FIELD, _MATCHER_FIELD = 3, 21
+_ROUTES_TAG, _MATCHER_TAG = b"\x1a", b"\xaa\x01"
+
+# Below this many routes a host is translated whole: keeping pieces per route costs more than
+# it saves.
+PER_ROUTE_MIN_ROUTES = 64
+
+
+def route_pieces(
+    vh: VirtualHost, authority: Any | None, memo: TranslateMemo | None = None
+) -> list[tuple[Any, ...]]:
+    """Per route of `vh`, in order: its serialized message prefixed with its length, and its
+    placement in a matcher tree; `()` when the route cannot be translated at all. A big host's
+    pieces are kept in `memo` by each route's identity and the host-level context its message
+    reads (the authority matcher), so a route kept from the host before is not translated again.
+    """
+    routes = vh.routes
+    if memo is None or len(routes) < PER_ROUTE_MIN_ROUTES:
+        return [_route_piece(r, authority) for r in routes]
+    key = (vh.name, vh.hostname)
+    context = None if authority is None else authority.SerializeToString(deterministic=True)
+    known = memo.kept_routes(key)
+    found: dict[int, tuple[Any, ...]] = {}
+    if known is not None and known.authority == context:
+        found = known.pieces
+    pieces = list(map(found.get, map(id, routes)))
+    for i in itertools.compress(range(len(pieces)), map(operator.is_, pieces, repeat(None))):
+        pieces[i] = _route_piece(routes[i], authority)
+    kept: list[tuple[Any, ...]] = pieces  # type: ignore[assignment]  # no None left
+    by_id = dict(zip(map(id, routes), kept, strict=True))
+    memo.host_routes[key] = HostRoutes(context, routes, by_id)
+    return kept
+
+
+def _route_piece(route: Route, authority: Any | None) -> tuple[Any, ...]:
+    message = translate_route_guarded(route, authority)
+    if message is None:
+        return ()
+    data = message.SerializeToString(deterministic=True)
+    return varint(len(data)) + data, placement(route.match)
 
 
 def translate_route_guarded(route: Route, authority: Any | None = None) -> Any | None:
