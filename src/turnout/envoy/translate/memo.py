@@ -59,6 +59,8 @@ class HostRoutes:
     authority: bytes | None
     routes: tuple[Route, ...]
     pieces: dict[int, tuple[Any, ...]]
+    # The matcher tree's map entries by leaf key and routes on the wire (`matcher_tree_bytes`).
+    leaves: dict[tuple[str, bytes], bytes]
 
 
 @dataclass(frozen=True, slots=True)

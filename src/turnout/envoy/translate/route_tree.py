@@ -29,8 +29,11 @@ built: the host stays a list, as does a host without any route a key can stand f
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from envoy.config.route.v3 import route_components_pb2 as rc
@@ -202,27 +205,33 @@ _ROUTE_LIST_URL = "type.googleapis.com/" + rc.RouteList.DESCRIPTOR.full_name
 _ROUTES_TAG = b"\x0a"
 
 
-def matcher_tree_bytes(tree: RouteTree, routes: Sequence[bytes]) -> bytes:
+def matcher_tree_bytes(
+    tree: RouteTree, routes: Sequence[bytes], leaves: dict[tuple[str, bytes], bytes] | None = None
+) -> bytes:
     """`matcher_tree(tree, ...)` serialized (deterministically), assembled from each route's
     serialized message already prefixed with its length (`varint`): a route kept from the
-    translation before is not serialized again, nor is the tree built as messages."""
+    translation before is not serialized again, nor is the tree built as messages. `leaves`
+    keeps each leaf's map entry by its key and routes on the wire, for the next tree."""
     entries = [_ROUTES_TAG + r for r in routes]
     pick = entries.__getitem__
-    leaves = b"".join(
-        [
-            length_delimited(
-                _ENTRY_TAG,
-                length_delimited(_KEY_TAG, key.encode())
-                + length_delimited(_VALUE_TAG, _on_match(b"".join(map(pick, indices)))),
-            )
-            for key, indices in tree.leaves
-        ]
-    )
-    node = _input_bytes() + length_delimited(_PREFIX_MAP_TAG, leaves)
+    known = leaves if leaves is not None else {}
+    joined = [(key, b"".join(map(pick, indices))) for key, indices in tree.leaves]
+    made = list(map(known.get, joined))
+    for i in itertools.compress(range(len(made)), map(operator.is_, made, repeat(None))):
+        key, data = joined[i]
+        value = length_delimited(_VALUE_TAG, _on_match(data))
+        made[i] = known[joined[i]] = length_delimited(
+            _ENTRY_TAG, length_delimited(_KEY_TAG, key.encode()) + value
+        )
+    if leaves is not None and len(leaves) > 2 * len(joined):
+        # Entries of leaves gone since: keep what this tree holds.
+        kept = dict(zip(joined, made, strict=True))
+        leaves.clear()
+        leaves.update(kept)  # type: ignore[arg-type]  # none is None any more
+    node = _input_bytes() + length_delimited(_PREFIX_MAP_TAG, b"".join(made))  # type: ignore[arg-type]
     out = length_delimited(_TREE_TAG, node)
     if tree.no_match:
-        joined = b"".join(map(pick, tree.no_match))
-        out += length_delimited(_NO_MATCH_TAG, _on_match(joined))
+        out += length_delimited(_NO_MATCH_TAG, _on_match(b"".join(map(pick, tree.no_match))))
     return out
 
 
@@ -268,8 +277,8 @@ def length_delimited(tag: bytes, payload: bytes) -> bytes:
 
 def varint(n: int) -> bytes:
     """`n` (not negative) as a protobuf varint."""
-    if n <= 0x7F:
-        return bytes((n,))
+    if n < _SHORT:
+        return _VARINTS[n]
     length = bytearray()
     while n > 0x7F:
         length.append((n & 0x7F) | 0x80)
@@ -277,6 +286,10 @@ def varint(n: int) -> bytes:
     length.append(n)
     return bytes(length)
 
+
+# The varints of short lengths, made once: most lengths on the wire are short.
+_SHORT = 1 << 14
+_VARINTS = [bytes((n,)) if n < 0x80 else bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(_SHORT)]
 
 # The `Any.type_url` of every leaf, on the wire.
 _ROUTE_LIST_URL_FIELD = length_delimited(b"\x0a", _ROUTE_LIST_URL.encode())

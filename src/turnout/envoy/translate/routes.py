@@ -259,7 +259,8 @@ def virtual_host_bytes(
     route's serialized message (`route_pieces`: kept in `memo` per route for a big host) so that
     a change to one route of a big host translates and serializes that route only."""
     authority = wildcard_authority_matcher(vh)
-    pieces = list(filter(None, route_pieces(vh, authority, memo)))
+    every, leaves = route_pieces(vh, authority, memo)
+    pieces = list(filter(None, every))
     head = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
     rest = rc.VirtualHost()
     set_virtual_host_filter_configs(rest, vh)
@@ -280,7 +281,7 @@ def virtual_host_bytes(
         parts.append(rest.SerializeToString(deterministic=True))
     else:
         parts.append(rest.SerializeToString(deterministic=True))
-        parts.append(length_delimited(_MATCHER_TAG, matcher_tree_bytes(tree, encoded)))
+        parts.append(length_delimited(_MATCHER_TAG, matcher_tree_bytes(tree, encoded, leaves)))
     return b"".join(parts)
 
 
@@ -295,19 +296,20 @@ PER_ROUTE_MIN_ROUTES = 64
 
 def route_pieces(
     vh: VirtualHost, authority: Any | None, memo: TranslateMemo | None = None
-) -> list[tuple[Any, ...]]:
+) -> tuple[list[tuple[Any, ...]], dict[tuple[str, bytes], bytes] | None]:
     """Per route of `vh`, in order: its serialized message prefixed with its length, and its
     placement in a matcher tree; `()` when the route cannot be translated at all. A big host's
     pieces are kept in `memo` by each route's identity and the host-level context its message
     reads (the authority matcher), so a route kept from the host before is not translated again.
-    """
+    Also the host's kept matcher-tree leaves (`matcher_tree_bytes`; None: not kept)."""
     routes = vh.routes
     if memo is None or len(routes) < PER_ROUTE_MIN_ROUTES:
-        return [_route_piece(r, authority) for r in routes]
+        return [_route_piece(r, authority) for r in routes], None
     key = (vh.name, vh.hostname)
     context = None if authority is None else authority.SerializeToString(deterministic=True)
     known = memo.kept_routes(key)
     found: dict[int, tuple[Any, ...]] = {}
+    leaves: dict[tuple[str, bytes], bytes] = {} if known is None else known.leaves
     if known is not None and known.authority == context:
         found = known.pieces
     pieces = list(map(found.get, map(id, routes)))
@@ -315,8 +317,8 @@ def route_pieces(
         pieces[i] = _route_piece(routes[i], authority)
     kept: list[tuple[Any, ...]] = pieces  # type: ignore[assignment]  # no None left
     by_id = dict(zip(map(id, routes), kept, strict=True))
-    memo.host_routes[key] = HostRoutes(context, routes, by_id)
-    return kept
+    memo.host_routes[key] = HostRoutes(context, routes, by_id, leaves)
+    return kept, leaves
 
 
 def _route_piece(route: Route, authority: Any | None) -> tuple[Any, ...]:
