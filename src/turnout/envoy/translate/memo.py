@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnout.envoy.translate.options import TranslateOptions
+from turnout.envoy.translate.route_tree import TreeBook
 from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import (
     Cluster,
@@ -59,8 +60,8 @@ class HostRoutes:
     authority: bytes | None
     routes: tuple[Route, ...]
     pieces: dict[int, tuple[Any, ...]]
-    # The matcher tree's map entries by leaf key and routes on the wire (`matcher_tree_bytes`).
-    leaves: dict[tuple[str, bytes], bytes]
+    # The host's matcher tree, to patch (None: none kept).
+    tree: TreeBook | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,11 +29,11 @@ built: the host stays a list, as does a host without any route a key can stand f
 
 from __future__ import annotations
 
+import bisect
 import itertools
-import operator
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 from envoy.config.route.v3 import route_components_pb2 as rc
@@ -44,16 +44,20 @@ from turnout.graph.model import PathMatchKind, RouteMatch
 
 __all__ = [
     "MAX_COPIES_PER_ROUTE",
+    "Piece",
     "Placement",
     "RouteTree",
+    "TreeBook",
     "length_delimited",
     "matcher_tree",
-    "matcher_tree_bytes",
+    "patch_tree_book",
     "placement",
     "plan_placed",
     "plan_route_tree",
     "regex_literal_prefix",
+    "tree_book",
     "varint",
+    "wire_order",
 ]
 
 # Leaf entries per route beyond which the tree costs more memory than it saves time.
@@ -205,34 +209,142 @@ _ROUTE_LIST_URL = "type.googleapis.com/" + rc.RouteList.DESCRIPTOR.full_name
 _ROUTES_TAG = b"\x0a"
 
 
-def matcher_tree_bytes(
-    tree: RouteTree, routes: Sequence[bytes], leaves: dict[tuple[str, bytes], bytes] | None = None
-) -> bytes:
-    """`matcher_tree(tree, ...)` serialized (deterministically), assembled from each route's
-    serialized message already prefixed with its length (`varint`): a route kept from the
-    translation before is not serialized again, nor is the tree built as messages. `leaves`
-    keeps each leaf's map entry by its key and routes on the wire, for the next tree."""
-    entries = [_ROUTES_TAG + r for r in routes]
-    pick = entries.__getitem__
-    known = leaves if leaves is not None else {}
-    joined = [(key, b"".join(map(pick, indices))) for key, indices in tree.leaves]
-    made = list(map(known.get, joined))
-    for i in itertools.compress(range(len(made)), map(operator.is_, made, repeat(None))):
-        key, data = joined[i]
-        value = length_delimited(_VALUE_TAG, _on_match(data))
-        made[i] = known[joined[i]] = length_delimited(
+Piece = tuple[Any, ...]  # (serialized Route prefixed with its length, Placement)
+
+
+@dataclass(slots=True)
+class TreeBook:
+    """A matcher tree kept for patching (`tree_book`): the pieces it was planned from in
+    first-match order, each key's own pieces, the pieces placed everywhere, the keys sorted and
+    how many keys have each length, and each leaf's pieces and map entry on the wire. Pieces
+    are kept by identity: an unchanged route's piece is the very same tuple. `keys` are in the
+    order the map's entries are written (`wire_order`), and `entries` is by those keys."""
+
+    members: list[Piece]
+    by_key: dict[str, list[Piece]]
+    everywhere: list[Piece]
+    keys: list[bytes]
+    lengths: Counter[int]
+    leaves: dict[str, list[Piece]]
+    entries: dict[bytes, bytes]
+    total: int = 0
+
+    def bytes_of(self, max_copies: int = MAX_COPIES_PER_ROUTE) -> bytes | None:
+        """`matcher_tree(plan_route_tree(...), ...)` serialized (deterministically), or None
+        when `plan_route_tree` plans no tree."""
+        everywhere, keys = self.everywhere, self.keys
+        budget = max_copies * len(self.members) - len(everywhere) * (len(keys) + 1)
+        if not keys or budget - self.total < 0:
+            return None
+        node = _input_bytes() + length_delimited(
+            _PREFIX_MAP_TAG, b"".join(map(self.entries.__getitem__, keys))
+        )
+        out = length_delimited(_TREE_TAG, node)
+        if everywhere:
+            out += length_delimited(_NO_MATCH_TAG, _on_match(_joined(everywhere)))
+        return out
+
+    def refill(self, key: str, pos: dict[int, int]) -> None:
+        """Plans the leaf `key` again (as `plan_route_tree` does); `pos`: pieces' positions."""
+        by_key, own = self.by_key, self.by_key[key]
+        shorter = [key[:n] for n in self.lengths if n < len(key) and key[:n] in by_key]
+        fitting = own + [p for s in shorter for p in by_key[s] if p[1].fits(key)]
+        if len(fitting) > len(own) or self.everywhere:
+            fitting = sorted(fitting + self.everywhere, key=lambda p: pos[id(p)])
+        old = self.leaves.get(key)
+        self.total += len(fitting) - (len(old) if old is not None else 0)
+        self.leaves[key] = fitting
+        value = length_delimited(_VALUE_TAG, _on_match(_joined(fitting)))
+        self.entries[wire_order(key)] = length_delimited(
             _ENTRY_TAG, length_delimited(_KEY_TAG, key.encode()) + value
         )
-    if leaves is not None and len(leaves) > 2 * len(joined):
-        # Entries of leaves gone since: keep what this tree holds.
-        kept = dict(zip(joined, made, strict=True))
-        leaves.clear()
-        leaves.update(kept)  # type: ignore[arg-type]  # none is None any more
-    node = _input_bytes() + length_delimited(_PREFIX_MAP_TAG, b"".join(made))  # type: ignore[arg-type]
-    out = length_delimited(_TREE_TAG, node)
-    if tree.no_match:
-        out += length_delimited(_NO_MATCH_TAG, _on_match(b"".join(map(pick, tree.no_match))))
+
+    def drop_key(self, key: str) -> None:
+        order = wire_order(key)
+        del self.by_key[key], self.entries[order]
+        self.total -= len(self.leaves.pop(key))
+        del self.keys[bisect.bisect_left(self.keys, order)]
+        self.lengths[len(key)] -= 1
+        if not self.lengths[len(key)]:
+            del self.lengths[len(key)]
+
+
+def _joined(pieces: Sequence[Piece]) -> bytes:
+    return _ROUTES_TAG + _ROUTES_TAG.join(p[0] for p in pieces) if pieces else b""
+
+
+def tree_book(members: list[Piece]) -> TreeBook:
+    """The tree of the pieces `members` (in first-match order), planned whole."""
+    by_key: dict[str, list[Piece]] = {}
+    everywhere = []
+    for p in members:
+        key = p[1].key
+        if key is None:
+            everywhere.append(p)
+        else:
+            by_key.setdefault(key, []).append(p)
+    keys = sorted(map(wire_order, by_key))
+    book = TreeBook(members, by_key, everywhere, keys, Counter(map(len, by_key)), {}, {})
+    pos = dict(zip(map(id, members), range(len(members)), strict=True))
+    for key in by_key:
+        book.refill(key, pos)
+    return book
+
+
+def patch_tree_book(book: TreeBook, members: list[Piece]) -> TreeBook:
+    """`tree_book(members)`, patched from `book` (which it changes) when only pieces with
+    keys were added or removed and the others kept their order: only the leaves under the
+    keys of those pieces are planned again."""
+    pos = dict(zip(map(id, members), range(len(members)), strict=True))
+    old = dict(zip(map(id, book.members), book.members, strict=True))
+    if len(pos) != len(members) or len(old) != len(book.members):
+        return tree_book(members)  # a piece twice: identities do not tell them apart
+    removed = [old[i] for i in old.keys() - pos.keys()]
+    added = [members[pos[i]] for i in pos.keys() - old.keys()]
+    kept_old = list(itertools.compress(book.members, map(pos.__contains__, old)))
+    kept_new = list(itertools.compress(members, map(old.__contains__, pos)))
+    if kept_old != kept_new or any(p[1].key is None for p in (*removed, *added)):
+        return tree_book(members)
+    touched: set[str] = set()
+    for p in removed:
+        own = book.by_key[p[1].key]
+        # By identity: an equal piece of another route may sit before it.
+        del own[next(i for i, q in enumerate(own) if q is p)]
+        touched.add(p[1].key)
+        if not own:
+            book.drop_key(p[1].key)
+    for p in added:
+        key = p[1].key
+        touched.add(key)
+        own = book.by_key.setdefault(key, [])
+        if not own:
+            bisect.insort(book.keys, wire_order(key))
+            book.lengths[len(key)] += 1
+        own.append(p)
+        own.sort(key=lambda q: pos[id(q)])
+    book.members = members
+    for key in _under(book.keys, touched):
+        book.refill(key, pos)
+    return book
+
+
+def _under(keys: list[bytes], prefixes: set[str]) -> set[str]:
+    """The keys that start with one of `prefixes` (`keys` in `wire_order`: those are
+    contiguous)."""
+    out = set()
+    for prefix in prefixes:
+        start = prefix.encode()
+        i = bisect.bisect_left(keys, start)
+        while i < len(keys) and keys[i].startswith(start):
+            out.add(keys[i][:-1].decode())
+            i += 1
     return out
+
+
+def wire_order(key: str) -> bytes:
+    """The sort key of a map key as upb writes a map deterministically: bytewise over the
+    common length, then the longer key first (`/ab` before `/a`). No UTF-8 byte is 0xFF."""
+    return key.encode() + b"\xff"
 
 
 # Matcher.matcher_tree (2), .on_no_match (3); MatcherTree.prefix_match_map (3); MatchMap.map (1):

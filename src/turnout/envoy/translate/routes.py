@@ -14,6 +14,7 @@ left out of its RouteConfiguration. Each failure is logged once at ERROR with th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -21,7 +22,6 @@ import operator
 from collections import OrderedDict
 from collections.abc import Iterable
 from itertools import repeat
-from operator import itemgetter
 from typing import Any
 
 from envoy.config.core.v3 import base_pb2
@@ -39,10 +39,11 @@ from turnout.envoy.translate.memo import HostPart, HostRoutes, TranslateMemo
 from turnout.envoy.translate.rate_limit import RATELIMIT_FILTER, opt_out, rate_limits
 from turnout.envoy.translate.route_policies import apply_route_policies
 from turnout.envoy.translate.route_tree import (
+    TreeBook,
     length_delimited,
-    matcher_tree_bytes,
+    patch_tree_book,
     placement,
-    plan_placed,
+    tree_book,
     varint,
 )
 from turnout.graph.evaluate import (
@@ -259,7 +260,7 @@ def virtual_host_bytes(
     route's serialized message (`route_pieces`: kept in `memo` per route for a big host) so that
     a change to one route of a big host translates and serializes that route only."""
     authority = wildcard_authority_matcher(vh)
-    every, leaves = route_pieces(vh, authority, memo)
+    every, book = route_pieces(vh, authority, memo)
     pieces = list(filter(None, every))
     head = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
     rest = rc.VirtualHost()
@@ -268,8 +269,11 @@ def virtual_host_bytes(
         rest.rate_limits.extend(rate_limits(vh.policies.global_rate_limit, translate_header_match))
     tree = None
     if 0 < matcher_tree_min_routes <= len(pieces):
-        tree = plan_placed(list(map(itemgetter(1), pieces)))
-    encoded = list(map(itemgetter(0), pieces))
+        book = tree_book(pieces) if book is None else patch_tree_book(book, pieces)
+        tree = book.bytes_of()
+        if memo is not None and len(vh.routes) >= PER_ROUTE_MIN_ROUTES:
+            key = (vh.name, vh.hostname)
+            memo.host_routes[key] = dataclasses.replace(memo.host_routes[key], tree=book)
     numbers = [f.number for f, _ in rest.ListFields()]
     if numbers and not _ROUTES_FIELD < min(numbers) <= max(numbers) < _MATCHER_FIELD:
         raise ValueError(f"virtual host fields {numbers} cannot be assembled around the routes")
@@ -277,11 +281,11 @@ def virtual_host_bytes(
     # the host's settings (4-20), matcher (21); the parts concatenate to the whole.
     parts = [head.SerializeToString(deterministic=True)]
     if tree is None:
-        parts.extend(_ROUTES_TAG + e for e in encoded)
+        parts.extend(_ROUTES_TAG + p[0] for p in pieces)
         parts.append(rest.SerializeToString(deterministic=True))
     else:
         parts.append(rest.SerializeToString(deterministic=True))
-        parts.append(length_delimited(_MATCHER_TAG, matcher_tree_bytes(tree, encoded, leaves)))
+        parts.append(length_delimited(_MATCHER_TAG, tree))
     return b"".join(parts)
 
 
@@ -296,12 +300,13 @@ PER_ROUTE_MIN_ROUTES = 64
 
 def route_pieces(
     vh: VirtualHost, authority: Any | None, memo: TranslateMemo | None = None
-) -> tuple[list[tuple[Any, ...]], dict[tuple[str, bytes], bytes] | None]:
+) -> tuple[list[tuple[Any, ...]], TreeBook | None]:
     """Per route of `vh`, in order: its serialized message prefixed with its length, and its
     placement in a matcher tree; `()` when the route cannot be translated at all. A big host's
     pieces are kept in `memo` by each route's identity and the host-level context its message
     reads (the authority matcher), so a route kept from the host before is not translated again.
-    Also the host's kept matcher-tree leaves (`matcher_tree_bytes`; None: not kept)."""
+    Also the host's matcher tree as last planned, to patch (None: none kept); the memo keeps
+    none until the caller puts the patched one back, so a failure on the way loses nothing."""
     routes = vh.routes
     if memo is None or len(routes) < PER_ROUTE_MIN_ROUTES:
         return [_route_piece(r, authority) for r in routes], None
@@ -309,7 +314,7 @@ def route_pieces(
     context = None if authority is None else authority.SerializeToString(deterministic=True)
     known = memo.kept_routes(key)
     found: dict[int, tuple[Any, ...]] = {}
-    leaves: dict[tuple[str, bytes], bytes] = {} if known is None else known.leaves
+    book = None if known is None else known.tree
     if known is not None and known.authority == context:
         found = known.pieces
     pieces = list(map(found.get, map(id, routes)))
@@ -317,8 +322,8 @@ def route_pieces(
         pieces[i] = _route_piece(routes[i], authority)
     kept: list[tuple[Any, ...]] = pieces  # type: ignore[assignment]  # no None left
     by_id = dict(zip(map(id, routes), kept, strict=True))
-    memo.host_routes[key] = HostRoutes(context, routes, by_id, leaves)
-    return kept, leaves
+    memo.host_routes[key] = HostRoutes(context, routes, by_id)
+    return kept, book
 
 
 def _route_piece(route: Route, authority: Any | None) -> tuple[Any, ...]:
