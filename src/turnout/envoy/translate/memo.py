@@ -51,8 +51,7 @@ class HostPart:
 @dataclass(frozen=True, slots=True)
 class HostRoutes:
     """A big virtual host's routes as last translated (`routes.route_pieces`): each route's
-    piece by the route's identity (its serialized message prefixed with its length, and its
-    matcher-tree placement; `()`: the route cannot be translated), valid for hosts whose
+    piece by the route's identity (`routes.route_pieces`), valid for hosts whose
     routes read the same host-level context (`authority`: the serialized wildcard authority
     matcher every route's match carries, or None). `routes` holds the routes alive, so their
     ids are not reused while kept."""

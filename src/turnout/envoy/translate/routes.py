@@ -22,6 +22,7 @@ import operator
 from collections import OrderedDict
 from collections.abc import Iterable
 from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from envoy.config.core.v3 import base_pb2
@@ -230,13 +231,12 @@ def host_part(
     very same object it translated before (the memo is emptied when options change)."""
     if memo is not None and (known := memo.hosts.get(vh)) is not None:
         return known
-    invalid = _names_invalid_backend(vh)
     try:
-        entry = virtual_host_bytes(vh, matcher_tree_min_routes, memo)
-        part = HostPart(length_delimited(_VHOSTS_TAG, entry), _max_direct_body(vh), invalid)
+        entry, invalid, max_body = _host_wire(vh, matcher_tree_min_routes, memo)
+        part = HostPart(length_delimited(_VHOSTS_TAG, entry), max_body, invalid)
     except Exception as err:
         log_translation_failure(f"virtual host {vh.name!r} of {vh.owner}", err)
-        part = HostPart(None, 0, invalid)
+        part = HostPart(None, 0, _names_invalid_backend(vh))
     return memo.hosts.put(vh, part) if memo is not None else part
 
 
@@ -259,9 +259,19 @@ def virtual_host_bytes(
     """`translate_virtual_host(vh, ...)` serialized (deterministically), assembled from each
     route's serialized message (`route_pieces`: kept in `memo` per route for a big host) so that
     a change to one route of a big host translates and serializes that route only."""
+    return _host_wire(vh, matcher_tree_min_routes, memo)[0]
+
+
+def _host_wire(
+    vh: VirtualHost, matcher_tree_min_routes: int, memo: TranslateMemo | None
+) -> tuple[bytes, bool, int]:
+    """`virtual_host_bytes`, whether a route names the invalid backend, and the largest
+    direct-response body of the routes (both read from the routes' pieces)."""
     authority = wildcard_authority_matcher(vh)
     every, book = route_pieces(vh, authority, memo)
-    pieces = list(filter(None, every))
+    invalid = any(map(itemgetter(2), every))
+    max_body = max(map(itemgetter(3), every), default=0)
+    pieces = list(itertools.compress(every, map(itemgetter(0), every)))
     head = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
     rest = rc.VirtualHost()
     set_virtual_host_filter_configs(rest, vh)
@@ -286,7 +296,7 @@ def virtual_host_bytes(
     else:
         parts.append(rest.SerializeToString(deterministic=True))
         parts.append(length_delimited(_MATCHER_TAG, tree))
-    return b"".join(parts)
+    return b"".join(parts), invalid, max_body
 
 
 # VirtualHost.routes (3) and .matcher (21), length-delimited.
@@ -301,8 +311,9 @@ PER_ROUTE_MIN_ROUTES = 64
 def route_pieces(
     vh: VirtualHost, authority: Any | None, memo: TranslateMemo | None = None
 ) -> tuple[list[tuple[Any, ...]], TreeBook | None]:
-    """Per route of `vh`, in order: its serialized message prefixed with its length, and its
-    placement in a matcher tree; `()` when the route cannot be translated at all. A big host's
+    """Per route of `vh`, in order: its serialized message prefixed with its length (None: the
+    route cannot be translated at all), its placement in a matcher tree, whether it names the
+    invalid backend, and the length of its direct-response body. A big host's
     pieces are kept in `memo` by each route's identity and the host-level context its message
     reads (the authority matcher), so a route kept from the host before is not translated again.
     Also the host's matcher tree as last planned, to patch (None: none kept); the memo keeps
@@ -327,11 +338,16 @@ def route_pieces(
 
 
 def _route_piece(route: Route, authority: Any | None) -> tuple[Any, ...]:
+    action = route.action
+    invalid = isinstance(action, Forward) and any(
+        wc.cluster == INVALID_BACKEND for wc in action.clusters
+    )
+    body = len(action.body.encode()) if isinstance(action, DirectResponse) else 0
     message = translate_route_guarded(route, authority)
     if message is None:
-        return ()
+        return None, None, invalid, body
     data = message.SerializeToString(deterministic=True)
-    return varint(len(data)) + data, placement(route.match)
+    return varint(len(data)) + data, placement(route.match), invalid, body
 
 
 def translate_route_guarded(route: Route, authority: Any | None = None) -> Any | None:
@@ -580,11 +596,4 @@ def _names_invalid_backend(vh: VirtualHost) -> bool:
         isinstance(r.action, Forward)
         and any(wc.cluster == INVALID_BACKEND for wc in r.action.clusters)
         for r in vh.routes
-    )
-
-
-def _max_direct_body(vh: VirtualHost) -> int:
-    return max(
-        (len(r.action.body.encode()) for r in vh.routes if isinstance(r.action, DirectResponse)),
-        default=0,
     )
