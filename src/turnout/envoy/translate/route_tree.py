@@ -48,6 +48,7 @@ __all__ = [
     "Placement",
     "RouteTree",
     "TreeBook",
+    "delimited",
     "length_delimited",
     "matcher_tree",
     "patch_tree_book",
@@ -229,19 +230,17 @@ class TreeBook:
     entries: dict[bytes, bytes]
     total: int = 0
 
-    def bytes_of(self, max_copies: int = MAX_COPIES_PER_ROUTE) -> bytes | None:
-        """`matcher_tree(plan_route_tree(...), ...)` serialized (deterministically), or None
-        when `plan_route_tree` plans no tree."""
+    def bytes_of(self, max_copies: int = MAX_COPIES_PER_ROUTE) -> list[bytes] | None:
+        """`matcher_tree(plan_route_tree(...), ...)` serialized (deterministically), in parts
+        to join (the leaves are copied once), or None when `plan_route_tree` plans no tree."""
         everywhere, keys = self.everywhere, self.keys
         budget = max_copies * len(self.members) - len(everywhere) * (len(keys) + 1)
         if not keys or budget - self.total < 0:
             return None
-        node = _input_bytes() + length_delimited(
-            _PREFIX_MAP_TAG, b"".join(map(self.entries.__getitem__, keys))
-        )
-        out = length_delimited(_TREE_TAG, node)
+        leaves = b"".join(map(self.entries.__getitem__, keys))
+        out = delimited(_TREE_TAG, [_input_bytes(), *delimited(_PREFIX_MAP_TAG, [leaves])])
         if everywhere:
-            out += length_delimited(_NO_MATCH_TAG, _on_match(_joined(everywhere)))
+            out.extend(delimited(_NO_MATCH_TAG, [_on_match(_joined(everywhere))]))
         return out
 
     def refill(self, key: str, pos: dict[int, int]) -> None:
@@ -385,6 +384,11 @@ def _route_list_entry(route: bytes) -> bytes:
 def length_delimited(tag: bytes, payload: bytes) -> bytes:
     """One length-delimited field on the wire: the tag, the length as a varint, the payload."""
     return tag + varint(len(payload)) + payload
+
+
+def delimited(tag: bytes, parts: list[bytes]) -> list[bytes]:
+    """`length_delimited(tag, b"".join(parts))` as parts to join: nothing copied yet."""
+    return [tag, varint(sum(map(len, parts))), *parts]
 
 
 def varint(n: int) -> bytes:

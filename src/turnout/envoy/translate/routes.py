@@ -41,6 +41,7 @@ from turnout.envoy.translate.rate_limit import RATELIMIT_FILTER, opt_out, rate_l
 from turnout.envoy.translate.route_policies import apply_route_policies
 from turnout.envoy.translate.route_tree import (
     TreeBook,
+    delimited,
     length_delimited,
     patch_tree_book,
     placement,
@@ -232,8 +233,8 @@ def host_part(
     if memo is not None and (known := memo.hosts.get(vh)) is not None:
         return known
     try:
-        entry, invalid, max_body = _host_wire(vh, matcher_tree_min_routes, memo)
-        part = HostPart(length_delimited(_VHOSTS_TAG, entry), max_body, invalid)
+        parts, invalid, max_body = _host_wire(vh, matcher_tree_min_routes, memo)
+        part = HostPart(b"".join(delimited(_VHOSTS_TAG, parts)), max_body, invalid)
     except Exception as err:
         log_translation_failure(f"virtual host {vh.name!r} of {vh.owner}", err)
         part = HostPart(None, 0, _names_invalid_backend(vh))
@@ -259,14 +260,14 @@ def virtual_host_bytes(
     """`translate_virtual_host(vh, ...)` serialized (deterministically), assembled from each
     route's serialized message (`route_pieces`: kept in `memo` per route for a big host) so that
     a change to one route of a big host translates and serializes that route only."""
-    return _host_wire(vh, matcher_tree_min_routes, memo)[0]
+    return b"".join(_host_wire(vh, matcher_tree_min_routes, memo)[0])
 
 
 def _host_wire(
     vh: VirtualHost, matcher_tree_min_routes: int, memo: TranslateMemo | None
-) -> tuple[bytes, bool, int]:
-    """`virtual_host_bytes`, whether a route names the invalid backend, and the largest
-    direct-response body of the routes (both read from the routes' pieces)."""
+) -> tuple[list[bytes], bool, int]:
+    """`virtual_host_bytes` in parts to join, whether a route names the invalid backend, and
+    the largest direct-response body of the routes (both read from the routes' pieces)."""
     authority = wildcard_authority_matcher(vh)
     every, book = route_pieces(vh, authority, memo)
     invalid = any(map(itemgetter(2), every))
@@ -295,8 +296,8 @@ def _host_wire(
         parts.append(rest.SerializeToString(deterministic=True))
     else:
         parts.append(rest.SerializeToString(deterministic=True))
-        parts.append(length_delimited(_MATCHER_TAG, tree))
-    return b"".join(parts), invalid, max_body
+        parts.extend(delimited(_MATCHER_TAG, tree))
+    return parts, invalid, max_body
 
 
 # VirtualHost.routes (3) and .matcher (21), length-delimited.
