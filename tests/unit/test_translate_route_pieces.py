@@ -119,3 +119,16 @@ def test_a_route_catching_every_path_joins_and_leaves_every_leaf() -> None:
     check(host(routes), memo)
     del routes[3]
     check(host(routes), memo)
+
+
+def test_a_route_twice_and_many_routes_added_at_one_place_match_a_fresh_tree() -> None:
+    routes = [route(f"/k{i}/") for i in range(PER_ROUTE_MIN_ROUTES)]
+    memo = TranslateMemo()
+    check(host(routes), memo)
+    routes.insert(5, routes[9])  # the very same Route object twice
+    check(host(routes), memo)
+    del routes[5]
+    check(host(routes), memo)
+    for step in range(80):  # each between the same two neighbours: their numbers run out
+        routes.insert(10, route(f"/k9/{step}"))
+        check(host(routes), memo)

@@ -50,15 +50,14 @@ class HostPart:
 
 @dataclass(frozen=True, slots=True)
 class HostRoutes:
-    """A big virtual host's routes as last translated (`routes.route_pieces`): each route's
-    piece by the route's identity (`routes.route_pieces`), valid for hosts whose
-    routes read the same host-level context (`authority`: the serialized wildcard authority
-    matcher every route's match carries, or None). `routes` holds the routes alive, so their
-    ids are not reused while kept."""
+    """A big virtual host's routes as last translated: each route's piece
+    (`routes.route_pieces`), kept for the very same Route object in a host whose routes read
+    the same host-level context (`authority`: the serialized wildcard authority matcher every
+    route's match carries, or None)."""
 
     authority: bytes | None
     routes: tuple[Route, ...]
-    pieces: dict[int, tuple[Any, ...]]
+    pieces: list[tuple[Any, ...]]  # aligned with `routes`
     # The host's matcher tree, to patch (None: none kept).
     tree: TreeBook | None = None
 

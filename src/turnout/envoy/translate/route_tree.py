@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,7 @@ __all__ = [
     "Placement",
     "RouteTree",
     "TreeBook",
+    "common_start",
     "delimited",
     "length_delimited",
     "matcher_tree",
@@ -222,6 +224,9 @@ class TreeBook:
     order the map's entries are written (`wire_order`), and `entries` is by those keys."""
 
     members: list[Piece]
+    # Each piece's place in the first-match order (by identity): increasing along `members`,
+    # so a piece added between two others gets a number between theirs.
+    order: dict[int, float]
     by_key: dict[str, list[Piece]]
     everywhere: list[Piece]
     keys: list[bytes]
@@ -243,13 +248,14 @@ class TreeBook:
             out.extend(delimited(_NO_MATCH_TAG, [_on_match(_joined(everywhere))]))
         return out
 
-    def refill(self, key: str, pos: dict[int, int]) -> None:
-        """Plans the leaf `key` again (as `plan_route_tree` does); `pos`: pieces' positions."""
+    def refill(self, key: str) -> None:
+        """Plans the leaf `key` again (as `plan_route_tree` does)."""
+        order = self.order
         by_key, own = self.by_key, self.by_key[key]
         shorter = [key[:n] for n in self.lengths if n < len(key) and key[:n] in by_key]
         fitting = own + [p for s in shorter for p in by_key[s] if p[1].fits(key)]
         if len(fitting) > len(own) or self.everywhere:
-            fitting = sorted(fitting + self.everywhere, key=lambda p: pos[id(p)])
+            fitting = sorted(fitting + self.everywhere, key=lambda p: order[id(p)])
         old = self.leaves.get(key)
         self.total += len(fitting) - (len(old) if old is not None else 0)
         self.leaves[key] = fitting
@@ -274,6 +280,11 @@ def _joined(pieces: Sequence[Piece]) -> bytes:
 
 def tree_book(members: list[Piece]) -> TreeBook:
     """The tree of the pieces `members` (in first-match order), planned whole."""
+    order = dict(zip(map(id, members), map(float, range(len(members))), strict=True))
+    if len(order) != len(members):
+        # A piece twice (one route twice): pieces are told apart by identity, so copy it.
+        members = _distinct(members)
+        order = dict(zip(map(id, members), map(float, range(len(members))), strict=True))
     by_key: dict[str, list[Piece]] = {}
     everywhere = []
     for p in members:
@@ -283,27 +294,50 @@ def tree_book(members: list[Piece]) -> TreeBook:
         else:
             by_key.setdefault(key, []).append(p)
     keys = sorted(map(wire_order, by_key))
-    book = TreeBook(members, by_key, everywhere, keys, Counter(map(len, by_key)), {}, {})
-    pos = dict(zip(map(id, members), range(len(members)), strict=True))
+    book = TreeBook(members, order, by_key, everywhere, keys, Counter(map(len, by_key)), {}, {})
     for key in by_key:
-        book.refill(key, pos)
+        book.refill(key)
     return book
 
 
+def _distinct(members: list[Piece]) -> list[Piece]:
+    seen: set[int] = set()
+    out = []
+    for p in members:
+        out.append((*p,) if id(p) in seen else p)
+        seen.add(id(p))
+    return out
+
+
 def patch_tree_book(book: TreeBook, members: list[Piece]) -> TreeBook:
-    """`tree_book(members)`, patched from `book` (which it changes) when only pieces with
-    keys were added or removed and the others kept their order: only the leaves under the
-    keys of those pieces are planned again."""
-    pos = dict(zip(map(id, members), range(len(members)), strict=True))
-    old = dict(zip(map(id, book.members), book.members, strict=True))
-    if len(pos) != len(members) or len(old) != len(book.members):
-        return tree_book(members)  # a piece twice: identities do not tell them apart
-    removed = [old[i] for i in old.keys() - pos.keys()]
-    added = [members[pos[i]] for i in pos.keys() - old.keys()]
-    kept_old = list(itertools.compress(book.members, map(pos.__contains__, old)))
-    kept_new = list(itertools.compress(members, map(old.__contains__, pos)))
-    if kept_old != kept_new or any(p[1].key is None for p in (*removed, *added)):
+    """`tree_book(members)`, patched from `book` (which it changes): the pieces between the
+    common start and end of the old and new members are removed and added (C-speed identity
+    passes find those ends), and only the leaves under their keys are planned again."""
+    old = book.members
+    head = common_start(old, members, min(len(old), len(members)))
+    shorter = min(len(old), len(members))
+    tail = min(common_start(reversed(old), reversed(members), shorter), shorter - head)
+    removed = old[head : len(old) - tail]
+    added = members[head : len(members) - tail]
+    if (not head and not tail) or any(p[1].key is None for p in (*removed, *added)):
         return tree_book(members)
+    order = book.order
+    for p in removed:
+        del order[id(p)]
+    left = order[id(members[head - 1])] if head else None
+    right = order[id(members[len(members) - tail])] if tail else None
+    if left is None and right is not None:
+        left = right - len(added) - 1
+    elif left is not None and right is None:
+        right = left + len(added) + 1
+    assert left is not None and right is not None
+    step = (right - left) / (len(added) + 1)
+    numbers = [left + step * (k + 1) for k in range(len(added))]
+    if any(id(p) in order for p in added) or not all(
+        map(operator.lt, [left, *numbers], [*numbers, right])
+    ):
+        return tree_book(members)  # a piece twice, or no room left between two numbers
+    order.update(zip(map(id, added), numbers, strict=True))
     touched: set[str] = set()
     for p in removed:
         own = book.by_key[p[1].key]
@@ -320,11 +354,17 @@ def patch_tree_book(book: TreeBook, members: list[Piece]) -> TreeBook:
             bisect.insort(book.keys, wire_order(key))
             book.lengths[len(key)] += 1
         own.append(p)
-        own.sort(key=lambda q: pos[id(q)])
+        own.sort(key=lambda q: order[id(q)])
     book.members = members
     for key in _under(book.keys, touched):
-        book.refill(key, pos)
+        book.refill(key)
     return book
+
+
+def common_start(old: Iterable[Any], new: Iterable[Any], shorter: int) -> int:
+    """How many items `old` and `new` (`shorter`: the shorter's length) start with that are
+    the very same objects."""
+    return next(itertools.compress(itertools.count(), map(operator.is_not, old, new)), shorter)
 
 
 def _under(keys: list[bytes], prefixes: set[str]) -> set[str]:

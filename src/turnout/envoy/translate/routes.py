@@ -18,10 +18,8 @@ import dataclasses
 import hashlib
 import itertools
 import logging
-import operator
 from collections import OrderedDict
 from collections.abc import Iterable
-from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -41,6 +39,7 @@ from turnout.envoy.translate.rate_limit import RATELIMIT_FILTER, opt_out, rate_l
 from turnout.envoy.translate.route_policies import apply_route_policies
 from turnout.envoy.translate.route_tree import (
     TreeBook,
+    common_start,
     delimited,
     length_delimited,
     patch_tree_book,
@@ -325,17 +324,31 @@ def route_pieces(
     key = (vh.name, vh.hostname)
     context = None if authority is None else authority.SerializeToString(deterministic=True)
     known = memo.kept_routes(key)
-    found: dict[int, tuple[Any, ...]] = {}
     book = None if known is None else known.tree
-    if known is not None and known.authority == context:
-        found = known.pieces
-    pieces = list(map(found.get, map(id, routes)))
-    for i in itertools.compress(range(len(pieces)), map(operator.is_, pieces, repeat(None))):
-        pieces[i] = _route_piece(routes[i], authority)
-    kept: list[tuple[Any, ...]] = pieces  # type: ignore[assignment]  # no None left
-    by_id = dict(zip(map(id, routes), kept, strict=True))
-    memo.host_routes[key] = HostRoutes(context, routes, by_id)
-    return kept, book
+    if known is None or known.authority != context:
+        pieces = [_route_piece(r, authority) for r in routes]
+    else:
+        pieces = _patched_pieces(known, routes, authority)
+    memo.host_routes[key] = HostRoutes(context, routes, pieces)
+    return pieces, book
+
+
+def _patched_pieces(
+    known: HostRoutes, routes: tuple[Route, ...], authority: Any | None
+) -> list[tuple[Any, ...]]:
+    """The pieces of `routes`, those of the routes `known` holds kept: the routes between the
+    common start and end of the old and new tuples (C-speed identity passes find those ends)
+    are looked up by identity, the others translated."""
+    old = known.routes
+    shorter = min(len(old), len(routes))
+    head = common_start(old, routes, shorter)
+    tail = min(common_start(reversed(old), reversed(routes), shorter), shorter - head)
+    by_id = dict(
+        zip(map(id, old[head : len(old) - tail]), known.pieces[head : len(old) - tail], strict=True)
+    )
+    changed = routes[head : len(routes) - tail]
+    middle = [by_id.get(id(r)) or _route_piece(r, authority) for r in changed]
+    return [*known.pieces[:head], *middle, *known.pieces[len(old) - tail :]]
 
 
 def _route_piece(route: Route, authority: Any | None) -> tuple[Any, ...]:
