@@ -310,34 +310,29 @@ def _distinct(members: list[Piece]) -> list[Piece]:
 
 
 def patch_tree_book(book: TreeBook, members: list[Piece]) -> TreeBook:
-    """`tree_book(members)`, patched from `book` (which it changes): the pieces between the
-    common start and end of the old and new members are removed and added (C-speed identity
-    passes find those ends), and only the leaves under their keys are planned again."""
+    """`tree_book(members)`, patched from `book` (which it changes): between the common start
+    and end of the old and new members (C-speed identity passes), the pieces only one side
+    holds are removed or added; only the leaves under their keys are planned again."""
     old = book.members
-    head = common_start(old, members, min(len(old), len(members)))
     shorter = min(len(old), len(members))
+    head = common_start(old, members, shorter)
     tail = min(common_start(reversed(old), reversed(members), shorter), shorter - head)
-    removed = old[head : len(old) - tail]
-    added = members[head : len(members) - tail]
-    if (not head and not tail) or any(p[1].key is None for p in (*removed, *added)):
-        return tree_book(members)
-    order = book.order
-    for p in removed:
-        del order[id(p)]
-    left = order[id(members[head - 1])] if head else None
-    right = order[id(members[len(members) - tail])] if tail else None
-    if left is None and right is not None:
-        left = right - len(added) - 1
-    elif left is not None and right is None:
-        right = left + len(added) + 1
-    assert left is not None and right is not None
-    step = (right - left) / (len(added) + 1)
-    numbers = [left + step * (k + 1) for k in range(len(added))]
-    if any(id(p) in order for p in added) or not all(
-        map(operator.lt, [left, *numbers], [*numbers, right])
+    old_w = old[head : len(old) - tail]
+    new_w = members[head : len(members) - tail]
+    old_ids = dict(zip(map(id, old_w), old_w, strict=True))
+    new_ids = dict(zip(map(id, new_w), range(head, head + len(new_w)), strict=True))
+    if len(old_ids) != len(old_w) or len(new_ids) != len(new_w):
+        return tree_book(members)  # a piece twice
+    kept_old = list(itertools.compress(old_w, map(new_ids.__contains__, old_ids)))
+    kept_new = list(itertools.compress(new_w, map(old_ids.__contains__, new_ids)))
+    removed = [old_ids[i] for i in old_ids.keys() - new_ids.keys()]
+    added = sorted(new_ids[i] for i in new_ids.keys() - old_ids.keys())
+    if (
+        kept_old != kept_new
+        or any(p[1].key is None for p in removed)
+        or not _number(book, removed, members, added)
     ):
-        return tree_book(members)  # a piece twice, or no room left between two numbers
-    order.update(zip(map(id, added), numbers, strict=True))
+        return tree_book(members)
     touched: set[str] = set()
     for p in removed:
         own = book.by_key[p[1].key]
@@ -346,7 +341,8 @@ def patch_tree_book(book: TreeBook, members: list[Piece]) -> TreeBook:
         touched.add(p[1].key)
         if not own:
             book.drop_key(p[1].key)
-    for p in added:
+    order = book.order
+    for p in map(members.__getitem__, added):
         key = p[1].key
         touched.add(key)
         own = book.by_key.setdefault(key, [])
@@ -359,6 +355,37 @@ def patch_tree_book(book: TreeBook, members: list[Piece]) -> TreeBook:
     for key in _under(book.keys, touched):
         book.refill(key)
     return book
+
+
+def _number(book: TreeBook, removed: list[Piece], members: list[Piece], added: list[int]) -> bool:
+    """Forgets the numbers of `removed` and numbers the pieces at the positions `added`
+    (sorted) between their kept neighbours; False when that cannot be done (a piece added has
+    no key or is held twice, a run has no neighbour, or no room is left between two numbers)."""
+    order = book.order
+    for p in removed:
+        del order[id(p)]
+    pieces = [members[i] for i in added]
+    if any(p[1].key is None or id(p) in order for p in pieces):
+        return False
+    runs: list[list[int]] = []
+    for i in added:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    for run in runs:
+        lo = order[id(members[run[0] - 1])] if run[0] else None
+        hi = order[id(members[run[-1] + 1])] if run[-1] + 1 < len(members) else None
+        if lo is None and hi is None:
+            return False
+        lo = hi - len(run) - 1 if lo is None else lo  # type: ignore[operator]
+        hi = lo + len(run) + 1 if hi is None else hi
+        step = (hi - lo) / (len(run) + 1)
+        numbers = [lo + step * (k + 1) for k in range(len(run))]
+        if not all(map(operator.lt, [lo, *numbers], [*numbers, hi])):
+            return False
+        order.update(zip((id(members[i]) for i in run), numbers, strict=True))
+    return True
 
 
 def common_start(old: Iterable[Any], new: Iterable[Any], shorter: int) -> int:

@@ -18,8 +18,10 @@ import dataclasses
 import hashlib
 import itertools
 import logging
+import operator
 from collections import OrderedDict
 from collections.abc import Iterable
+from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -347,8 +349,10 @@ def _patched_pieces(
         zip(map(id, old[head : len(old) - tail]), known.pieces[head : len(old) - tail], strict=True)
     )
     changed = routes[head : len(routes) - tail]
-    middle = [by_id.get(id(r)) or _route_piece(r, authority) for r in changed]
-    return [*known.pieces[:head], *middle, *known.pieces[len(old) - tail :]]
+    middle = list(map(by_id.get, map(id, changed)))
+    for i in itertools.compress(range(len(middle)), map(operator.is_, middle, repeat(None))):
+        middle[i] = _route_piece(changed[i], authority)
+    return [*known.pieces[:head], *middle, *known.pieces[len(old) - tail :]]  # type: ignore[list-item]
 
 
 def _route_piece(route: Route, authority: Any | None) -> tuple[Any, ...]:
