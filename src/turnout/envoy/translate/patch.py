@@ -325,12 +325,13 @@ def _patch_plain(
     ):
         raise Unpatchable("not a plain listener's hosts")
     removed, added = replaced(old.virtual_hosts, new.virtual_hosts)
-    for vh in (*removed, *added):
-        _check_plain_host(vh, memo)
     try:
+        # First: translating a big host notes its JWT providers from its routes' pieces.
         out = translate_listener(new, opts, memo)
     except Exception as err:
         raise Unpatchable("the listener does not translate alone") from err
+    for vh in (*removed, *added):
+        _check_plain_host(vh, memo)
     listeners, routes = last.books[LISTENER_TYPE], last.books[ROUTE_TYPE]
     before = listeners.by_name.get(new.name)
     if out is None or before is None or len(out.route_configurations) != 1:
