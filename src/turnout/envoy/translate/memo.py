@@ -10,7 +10,10 @@ first: every message depends on the options.
 A virtual host is kept serialized as well (`HostPart.entry`): the RouteConfiguration holding
 every host of a listener is assembled from those bytes rather than by copying thousands of
 messages, and the xDS server is handed the assembled bytes (`EnvoyResources.encoded`) instead of
-serializing the whole table again. `tests/unit/test_translate_memo.py` holds a carried memo to a
+serializing the whole table again. Inside a big host (`HostRoutes`) each route's serialized
+message is kept too, with its matcher-tree placement, and the host's tree per leaf
+(`route_tree.TreeBook`): a change to one route of 50,000 translates that route and plans again
+only the leaves under its path. `tests/unit/test_translate_memo.py` holds a carried memo to a
 fresh translation, byte for byte.
 
 `last` goes further: what the last translation was made of and made, per xDS type by name, so
