@@ -132,3 +132,12 @@ def test_a_route_twice_and_many_routes_added_at_one_place_match_a_fresh_tree() -
     for step in range(80):  # each between the same two neighbours: their numbers run out
         routes.insert(10, route(f"/k9/{step}"))
         check(host(routes), memo)
+
+
+def test_routes_placed_everywhere_count_once_per_leaf_against_the_copy_budget() -> None:
+    # 10 keys and 3 routes everywhere: 4 * 13 - 3 * 11 - 10 = 9 copies to spare, a tree.
+    routes = [route(f"/k{i}/") for i in range(10)]
+    routes += [route(f".*/x{i}", PathMatchKind.REGEX) for i in range(3)]
+    check(host(routes), TranslateMemo())
+    assert b"prefix" not in virtual_host_bytes(host(routes), 4)  # no field name on the wire
+    assert rc.VirtualHost.FromString(virtual_host_bytes(host(routes), 4)).HasField("matcher")

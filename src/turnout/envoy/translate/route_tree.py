@@ -240,7 +240,8 @@ class TreeBook:
         to join (the leaves are copied once), or None when `plan_route_tree` plans no tree."""
         everywhere, keys = self.everywhere, self.keys
         budget = max_copies * len(self.members) - len(everywhere) * (len(keys) + 1)
-        if not keys or budget - self.total < 0:
+        # `plan_route_tree` counts the pieces placed everywhere once per leaf in `budget`.
+        if not keys or budget - (self.total - len(everywhere) * len(keys)) < 0:
             return None
         leaves = b"".join(map(self.entries.__getitem__, keys))
         out = delimited(_TREE_TAG, [_input_bytes(), *delimited(_PREFIX_MAP_TAG, [leaves])])
