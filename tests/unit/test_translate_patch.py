@@ -22,6 +22,7 @@ from turnout.envoy.resources import (
 )
 from turnout.envoy.translate import TranslateMemo, retranslate_clusters, translate
 from turnout.envoy.translate.options import TranslateOptions
+from turnout.envoy.translate.routes import PER_ROUTE_MIN_ROUTES
 from turnout.envoy.xds import XdsServer
 from turnout.graph.model import (
     Cluster,
@@ -41,6 +42,8 @@ from turnout.graph.model import (
 from turnout.objects import ObjectRef
 
 SCOPED = TranslateOptions(scoped_routes_min_hosts=2)
+# One table for every host, a tree from 4 routes on.
+PLAIN = TranslateOptions(scoped_routes_min_hosts=0, matcher_tree_min_routes=4)
 
 
 def _name(message: Any) -> str:
@@ -107,6 +110,35 @@ def assert_changes_lead_from(before: EnvoyResources, after: EnvoyResources) -> N
 
 
 def test_random_walks_give_the_bytes_of_a_fresh_translation() -> None:
+    _random_walks(SCOPED)
+
+
+def test_random_walks_of_a_plain_listener_give_the_bytes_of_a_fresh_translation() -> None:
+    _random_walks(PLAIN)
+
+
+def test_a_route_changed_in_a_big_host_of_a_plain_listener_patches_its_table_only() -> None:
+    prefixes = tuple(f"/team-{i}/" for i in range(PER_ROUTE_MIN_ROUTES * 3))
+    hosts = {"big.example.com": host("big.example.com", cluster(0).name, prefixes)}
+    hosts["small.example.com"] = host("small.example.com", cluster(1).name)
+    memo = TranslateMemo()
+    clusters = (cluster(0), cluster(1))
+    before = translate(graph(tuple(hosts.values()), clusters), PLAIN, memo)
+    for step, where in enumerate((5, 0, len(prefixes) - 1)):
+        changed = list(prefixes)
+        changed.insert(where, f"/team-{where}/new{step}")
+        hosts["big.example.com"] = host("big.example.com", cluster(step % 2).name, tuple(changed))
+        g = graph(tuple(hosts.values()), clusters)
+        after = translate(g, PLAIN, memo)
+        assert wire(after) == wire(translate(g, PLAIN)), step
+        assert set(after.changes) == {ROUTE_TYPE}, step  # the listener is the very same
+        assert_changes_lead_from(before, after)
+        [table] = after.routes
+        assert after.serialized(table) == table.SerializeToString(deterministic=True)
+        before = after
+
+
+def _random_walks(options: TranslateOptions) -> None:
     patches = 0
     for seed in range(4):
         rng = random.Random(seed)
@@ -116,13 +148,14 @@ def test_random_walks_give_the_bytes_of_a_fresh_translation() -> None:
         secrets = {0: secret(0)}
         memo = TranslateMemo()
         server = XdsServer()
-        before = translate(graph(tuple(hosts.values()), tuple(clusters.values())), SCOPED, memo)
+        first = graph(tuple(hosts.values()), tuple(clusters.values()))
+        before = translate(first, options, memo)
         server.set_resources(before)
         for step in range(40):
             _mutate(rng, step, hosts, clusters, secrets)
             g = graph(tuple(hosts.values()), tuple(clusters.values()), tuple(secrets.values()))
-            after = translate(g, SCOPED, memo)
-            fresh = translate(g, SCOPED)
+            after = translate(g, options, memo)
+            fresh = translate(g, options)
             assert wire(after) == wire(fresh), (seed, step)
             # The server patching its snapshot with the changes has the fresh snapshot's
             # content and references.

@@ -10,7 +10,10 @@ first: every message depends on the options.
 A virtual host is kept serialized as well (`HostPart.entry`): the RouteConfiguration holding
 every host of a listener is assembled from those bytes rather than by copying thousands of
 messages, and the xDS server is handed the assembled bytes (`EnvoyResources.encoded`) instead of
-serializing the whole table again. `tests/unit/test_translate_memo.py` holds a carried memo to a
+serializing the whole table again. Inside a big host (`HostRoutes`) each route's serialized
+message is kept too, with its matcher-tree placement, and the host's tree per leaf
+(`route_tree.TreeBook`): a change to one route of 50,000 translates that route and plans again
+only the leaves under its path. `tests/unit/test_translate_memo.py` holds a carried memo to a
 fresh translation, byte for byte.
 
 `last` goes further: what the last translation was made of and made, per xDS type by name, so
@@ -23,10 +26,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnout.envoy.translate.options import TranslateOptions
+from turnout.envoy.translate.route_tree import TreeBook
 from turnout.graph.memo import IdentityMemo
-from turnout.graph.model import Cluster, JwtValidation, Listener, TLSSecret, VirtualHost
+from turnout.graph.model import (
+    Cluster,
+    JwtValidation,
+    Listener,
+    Route,
+    TLSSecret,
+    VirtualHost,
+)
 
-__all__ = ["HostPart", "TLSGroupPart", "TranslateMemo"]
+__all__ = ["HostPart", "HostRoutes", "TLSGroupPart", "TranslateMemo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +49,20 @@ class HostPart:
     entry: bytes | None
     max_body: int
     invalid_backend: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HostRoutes:
+    """A big virtual host's routes as last translated: each route's piece
+    (`routes.route_pieces`), kept for the very same Route object in a host whose routes read
+    the same host-level context (`authority`: the serialized wildcard authority matcher every
+    route's match carries, or None)."""
+
+    authority: bytes | None
+    routes: tuple[Route, ...]
+    pieces: list[tuple[Any, ...]]  # aligned with `routes`
+    # The host's matcher tree, to patch (None: none kept).
+    tree: TreeBook | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +94,10 @@ class TranslateMemo:
         self.scoped_hosts: IdentityMemo[VirtualHost, tuple[str, tuple[Any, Any] | None]] = (
             IdentityMemo()
         )
+        # The routes of big hosts by (host name, hostname), kept per route: a change to one
+        # route of 50,000 translates that route. Two generations, aged like the memos.
+        self.host_routes: dict[tuple[str, str], HostRoutes] = {}
+        self.host_routes_before: dict[tuple[str, str], HostRoutes] = {}
         # Values are 1-tuples: a piece that translates to nothing is remembered too.
         self.listeners: IdentityMemo[Listener, tuple[Any]] = IdentityMemo()
         self.clusters: IdentityMemo[Cluster, tuple[tuple[Any, Any] | None]] = IdentityMemo()
@@ -107,9 +136,20 @@ class TranslateMemo:
             self.scoped_hosts = IdentityMemo()
             self.clusters, self.secrets = IdentityMemo(), IdentityMemo()
             self.encoded = IdentityMemo()
+            self.host_routes, self.host_routes_before = {}, {}
         else:
+            self.host_routes_before, self.host_routes = self.host_routes, {}
             for memo in memos:
                 memo.age()
+
+    def kept_routes(self, key: tuple[str, str]) -> HostRoutes | None:
+        """The routes of the host `key` as last translated (kept for this translation too)."""
+        known = self.host_routes.get(key)
+        if known is None:
+            known = self.host_routes_before.pop(key, None)
+            if known is not None:
+                self.host_routes[key] = known
+        return known
 
     def note_encoded(self, message: Any, data: bytes) -> Any:
         """Records that `data` is `message` serialized (deterministically); returns `message`."""

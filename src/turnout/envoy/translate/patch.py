@@ -9,9 +9,11 @@ change among 10,000 costs that host. The result is byte-identical to a full tran
 (`tests/unit/test_translate_memo.py`, `tests/unit/test_translate_patch.py`).
 
 Only the common change is patched: the same options and CA bundles, the same listeners but for
-the virtual hosts of scoped listeners (`scoped_routes`), and any change of clusters and TLS
-secrets. Anything else (a host with client validation or JWT providers changed, a scope key two
-hosts share, a host that stops a listener from being scoped, a name clash) gives up
+the virtual hosts of scoped listeners (`scoped_routes`) or of a plain HTTP listener (its one
+table translated again from the memo: a big host costs its changed routes), and any change of
+clusters and TLS secrets. Anything else (a host with client validation or JWT providers
+changed, a scope key two hosts share, a host that stops a listener from being scoped, a name
+clash) gives up
 (`Unpatchable`) and `translate` translates everything, which records the books afresh.
 
 Every patched type also goes to the xDS server as the names it changed
@@ -29,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from turnout.compile_inputs import ListenerProtocol
 from turnout.envoy.resources import (
     CLUSTER_TYPE,
     ENDPOINT_TYPE,
@@ -39,12 +42,22 @@ from turnout.envoy.resources import (
     EnvoyResources,
 )
 from turnout.envoy.translate.http_filters import host_jwts
-from turnout.envoy.translate.listeners import ListenerResources
+from turnout.envoy.translate.listeners import ListenerResources, translate_listener
 from turnout.envoy.translate.memo import TranslateMemo
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.pieces import cluster_resources, secret_message
-from turnout.envoy.translate.scoped_routes import host_scope, scoped_route_name
-from turnout.graph.model import Cluster, Listener, RoutingGraph, TLSSecret, VirtualHost
+from turnout.envoy.translate.scoped_routes import (
+    host_scope,
+    scoped_route_name,
+    uses_scoped_routes,
+)
+from turnout.graph.model import (
+    Cluster,
+    Listener,
+    RoutingGraph,
+    TLSSecret,
+    VirtualHost,
+)
 
 __all__ = [
     "LastTranslation",
@@ -233,13 +246,17 @@ def patch_translation(
     memo.last = None  # until the patch is whole
     try:
         for before, after in zip(old.listeners, graph.listeners, strict=True):
-            if before is not after:
+            if before is after:
+                continue
+            if before.name in last.scoped:
                 _patch_scoped(before, after, last, opts, memo)
+            else:
+                _patch_plain(before, after, last, opts, memo)
         _patch_clusters(old.clusters, graph.clusters, last, opts, memo)
         _patch_secrets(old.secrets, graph.secrets, last, memo)
     except Unpatchable:
         return None
-    resources = _assemble(last)
+    resources = _assemble(last, memo)
     last.graph, last.resources = graph, resources
     memo.last = last
     return resources
@@ -287,6 +304,68 @@ def _patch_scoped(
         memo.scoped_hosts.discard(vh)
         memo.jwts.discard(vh)
     memo.listeners.discard(old)
+
+
+def _patch_plain(
+    old: Listener,
+    new: Listener,
+    last: LastTranslation,
+    opts: TranslateOptions,
+    memo: TranslateMemo,
+) -> None:
+    """A plain HTTP listener (one table holding every host) whose hosts changed: its table is
+    translated again, each unchanged host (and each unchanged route of a big host) kept in the
+    memo; the listener message stays the very same when its bytes do."""
+    if (
+        new.protocol is not ListenerProtocol.HTTP
+        or (new.name, new.address, new.port, new.protocol)
+        != (old.name, old.address, old.port, old.protocol)
+        or (new.tcp_proxies is not old.tcp_proxies and new.tcp_proxies != old.tcp_proxies)
+        or uses_scoped_routes(new, opts)
+    ):
+        raise Unpatchable("not a plain listener's hosts")
+    removed, added = replaced(old.virtual_hosts, new.virtual_hosts)
+    try:
+        # First: translating a big host notes its JWT providers from its routes' pieces.
+        out = translate_listener(new, opts, memo)
+    except Exception as err:
+        raise Unpatchable("the listener does not translate alone") from err
+    for vh in (*removed, *added):
+        _check_plain_host(vh, memo)
+    listeners, routes = last.books[LISTENER_TYPE], last.books[ROUTE_TYPE]
+    before = listeners.by_name.get(new.name)
+    if out is None or before is None or len(out.route_configurations) != 1:
+        raise Unpatchable("not one listener with one table")
+    listener, table = out.listener, out.route_configurations[0]
+    if listener.SerializeToString(deterministic=True) != before.SerializeToString(
+        deterministic=True
+    ):
+        listeners.drop(new.name)
+        listeners.put(new.name, listener)
+    else:
+        listener = before
+    name = str(table.name)
+    if name in routes.by_name:
+        memo.encoded.discard(routes.by_name[name])
+        routes.drop(name)
+    routes.put(name, table)
+    for vh in removed:
+        memo.hosts.discard(vh)
+        memo.jwts.discard(vh)
+    memo.listeners.discard(old)
+    memo.listeners.put(new, (ListenerResources(listener, (table,)),))
+
+
+def _check_plain_host(vh: VirtualHost, memo: TranslateMemo) -> None:
+    """A host a plain listener's patch may add or drop: no client validation, no JWT
+    provider (see `_check_host`)."""
+    if vh.tls is not None and vh.tls.client_validation is not None:
+        raise Unpatchable("a host with client validation")
+    jwts = memo.jwts.get(vh)
+    if jwts is None:
+        jwts = memo.jwts.put(vh, host_jwts(vh))
+    if jwts:
+        raise Unpatchable("a host with JWT providers")
 
 
 def _check_host(vh: VirtualHost, memo: TranslateMemo) -> None:
@@ -384,7 +463,7 @@ def _patch_secrets(
             secrets.put(_message_name(message), message)
 
 
-def _assemble(last: LastTranslation) -> EnvoyResources:
+def _assemble(last: LastTranslation, memo: TranslateMemo) -> EnvoyResources:
     """The patched resources, with each changed type's changes for the xDS server."""
     tuples: dict[str, tuple[Any, ...]] = {}
     changes: dict[str, tuple[tuple[Any, ...], Mapping[str, Any]]] = {}
@@ -394,6 +473,10 @@ def _assemble(last: LastTranslation) -> EnvoyResources:
         # The tables of the patched hosts are not assembled from bytes: drop what they replaced.
         gone = {id(m) for m in dropped_routes.values()}
         encoded = {k: v for k, v in encoded.items() if k not in gone}
+    fresh = [m for m in last.books[ROUTE_TYPE].changed.values() if m is not None]
+    if fresh:
+        # A plain listener's table is assembled from bytes: hand those on.
+        encoded = {**encoded, **memo.encoded_of(tuple(fresh))}
     for type_url, book in last.books.items():
         base = book.out
         tuples[type_url] = book.finish()

@@ -14,10 +14,15 @@ left out of its RouteConfiguration. Each failure is logged once at ERROR with th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import itertools
 import logging
+import operator
 from collections import OrderedDict
 from collections.abc import Iterable
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from envoy.config.core.v3 import base_pb2
@@ -31,10 +36,19 @@ from turnout.envoy.translate.http_filters import (
     set_route_filter_configs,
     set_virtual_host_filter_configs,
 )
-from turnout.envoy.translate.memo import HostPart, TranslateMemo
+from turnout.envoy.translate.memo import HostPart, HostRoutes, TranslateMemo
 from turnout.envoy.translate.rate_limit import RATELIMIT_FILTER, opt_out, rate_limits
 from turnout.envoy.translate.route_policies import apply_route_policies
-from turnout.envoy.translate.route_tree import length_delimited, matcher_tree, plan_route_tree
+from turnout.envoy.translate.route_tree import (
+    TreeBook,
+    common_start,
+    delimited,
+    length_delimited,
+    patch_tree_book,
+    placement,
+    tree_book,
+    varint,
+)
 from turnout.graph.evaluate import (
     NO_BACKEND_STATUS,
     effective_forward,
@@ -81,17 +95,20 @@ _REDIRECT_CODES = {
 
 __all__ = [
     "NO_BACKEND_STATUS",
+    "PER_ROUTE_MIN_ROUTES",
     "TRANSLATION_FAILED_STATUS",
     "host_part",
     "host_route_configuration",
     "log_translation_failure",
     "route_name",
+    "route_pieces",
     "translate_match",
     "translate_redirect",
     "translate_route",
     "translate_route_configuration",
     "translate_route_guarded",
     "translate_virtual_host",
+    "virtual_host_bytes",
     "wildcard_authority_matcher",
     "wildcard_authority_regex",
 ]
@@ -216,17 +233,12 @@ def host_part(
     very same object it translated before (the memo is emptied when options change)."""
     if memo is not None and (known := memo.hosts.get(vh)) is not None:
         return known
-    invalid = _names_invalid_backend(vh)
     try:
-        message = translate_virtual_host(vh, matcher_tree_min_routes)
-        part = HostPart(
-            length_delimited(_VHOSTS_TAG, message.SerializeToString(deterministic=True)),
-            _max_direct_body(vh),
-            invalid,
-        )
+        parts, invalid, max_body = _host_wire(vh, matcher_tree_min_routes, memo)
+        part = HostPart(b"".join(delimited(_VHOSTS_TAG, parts)), max_body, invalid)
     except Exception as err:
         log_translation_failure(f"virtual host {vh.name!r} of {vh.owner}", err)
-        part = HostPart(None, 0, invalid)
+        part = HostPart(None, 0, _names_invalid_backend(vh))
     return memo.hosts.put(vh, part) if memo is not None else part
 
 
@@ -240,22 +252,128 @@ def translate_virtual_host(
     Raises only when the virtual host itself (name, domain, authority match) cannot be expressed;
     a route that cannot be translated answers 500 instead (see `translate_route_guarded`).
     """
+    return rc.VirtualHost.FromString(virtual_host_bytes(vh, matcher_tree_min_routes))
+
+
+def virtual_host_bytes(
+    vh: VirtualHost, matcher_tree_min_routes: int, memo: TranslateMemo | None = None
+) -> bytes:
+    """`translate_virtual_host(vh, ...)` serialized (deterministically), assembled from each
+    route's serialized message (`route_pieces`: kept in `memo` per route for a big host) so that
+    a change to one route of a big host translates and serializes that route only."""
+    return b"".join(_host_wire(vh, matcher_tree_min_routes, memo)[0])
+
+
+def _host_wire(
+    vh: VirtualHost, matcher_tree_min_routes: int, memo: TranslateMemo | None
+) -> tuple[list[bytes], bool, int]:
+    """`virtual_host_bytes` in parts to join, whether a route names the invalid backend, and
+    the largest direct-response body of the routes (both read from the routes' pieces)."""
     authority = wildcard_authority_matcher(vh)
-    out = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
-    set_virtual_host_filter_configs(out, vh)
+    every, book = route_pieces(vh, authority, memo)
+    invalid = any(map(itemgetter(2), every))
+    max_body = max(map(itemgetter(3), every), default=0)
+    pieces = list(itertools.compress(every, map(itemgetter(0), every)))
+    if memo is not None and len(every) >= PER_ROUTE_MIN_ROUTES:
+        # What `http_filters.host_jwts(vh)` gives, from the pieces (one C-speed pass).
+        jwts = set(map(itemgetter(4), every))
+        jwts.discard(None)
+        memo.jwts.put(vh, frozenset(jwts))
+    head = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
+    rest = rc.VirtualHost()
+    set_virtual_host_filter_configs(rest, vh)
     if vh.policies.global_rate_limit is not None:
-        out.rate_limits.extend(rate_limits(vh.policies.global_rate_limit, translate_header_match))
-    kept = [(r, translate_route_guarded(r, authority)) for r in vh.routes]
-    translated = [(route, message) for route, message in kept if message is not None]
+        rest.rate_limits.extend(rate_limits(vh.policies.global_rate_limit, translate_header_match))
     tree = None
-    if 0 < matcher_tree_min_routes <= len(translated):
-        tree = plan_route_tree([route.match for route, _ in translated])
-    messages = [message for _, message in translated]
+    if 0 < matcher_tree_min_routes <= len(pieces):
+        book = tree_book(pieces) if book is None else patch_tree_book(book, pieces)
+        tree = book.bytes_of()
+        if memo is not None and len(vh.routes) >= PER_ROUTE_MIN_ROUTES:
+            key = (vh.name, vh.hostname)
+            memo.host_routes[key] = dataclasses.replace(memo.host_routes[key], tree=book)
+    numbers = [f.number for f, _ in rest.ListFields()]
+    if numbers and not _ROUTES_FIELD < min(numbers) <= max(numbers) < _MATCHER_FIELD:
+        raise ValueError(f"virtual host fields {numbers} cannot be assembled around the routes")
+    # Deterministic serialization writes fields by number: name (1), domains (2), routes (3),
+    # the host's settings (4-20), matcher (21); the parts concatenate to the whole.
+    parts = [head.SerializeToString(deterministic=True)]
     if tree is None:
-        out.routes.extend(messages)
+        parts.extend(_ROUTES_TAG + p[0] for p in pieces)
+        parts.append(rest.SerializeToString(deterministic=True))
     else:
-        out.matcher.CopyFrom(matcher_tree(tree, messages))
-    return out
+        parts.append(rest.SerializeToString(deterministic=True))
+        parts.extend(delimited(_MATCHER_TAG, tree))
+    return parts, invalid, max_body
+
+
+# VirtualHost.routes (3) and .matcher (21), length-delimited.
+_ROUTES_FIELD, _MATCHER_FIELD = 3, 21
+_ROUTES_TAG, _MATCHER_TAG = b"\x1a", b"\xaa\x01"
+
+# Below this many routes a host is translated whole: keeping pieces per route costs more than
+# it saves.
+PER_ROUTE_MIN_ROUTES = 64
+
+
+def route_pieces(
+    vh: VirtualHost, authority: Any | None, memo: TranslateMemo | None = None
+) -> tuple[list[tuple[Any, ...]], TreeBook | None]:
+    """Per route of `vh`, in order: its serialized message prefixed with its length (None: the
+    route cannot be translated at all), its placement in a matcher tree, whether it names the
+    invalid backend, the length of its direct-response body, and its JWT validation with a
+    JWKS endpoint (None: none; `http_filters.host_jwts`). A big host's
+    pieces are kept in `memo` by each route's identity and the host-level context its message
+    reads (the authority matcher), so a route kept from the host before is not translated again.
+    Also the host's matcher tree as last planned, to patch (None: none kept); the memo keeps
+    none until the caller puts the patched one back, so a failure on the way loses nothing."""
+    routes = vh.routes
+    if memo is None or len(routes) < PER_ROUTE_MIN_ROUTES:
+        return [_route_piece(r, authority) for r in routes], None
+    key = (vh.name, vh.hostname)
+    context = None if authority is None else authority.SerializeToString(deterministic=True)
+    known = memo.kept_routes(key)
+    book = None if known is None else known.tree
+    if known is None or known.authority != context:
+        pieces = [_route_piece(r, authority) for r in routes]
+    else:
+        pieces = _patched_pieces(known, routes, authority)
+    memo.host_routes[key] = HostRoutes(context, routes, pieces)
+    return pieces, book
+
+
+def _patched_pieces(
+    known: HostRoutes, routes: tuple[Route, ...], authority: Any | None
+) -> list[tuple[Any, ...]]:
+    """The pieces of `routes`, those of the routes `known` holds kept: the routes between the
+    common start and end of the old and new tuples (C-speed identity passes find those ends)
+    are looked up by identity, the others translated."""
+    old = known.routes
+    shorter = min(len(old), len(routes))
+    head = common_start(old, routes, shorter)
+    tail = min(common_start(reversed(old), reversed(routes), shorter), shorter - head)
+    by_id = dict(
+        zip(map(id, old[head : len(old) - tail]), known.pieces[head : len(old) - tail], strict=True)
+    )
+    changed = routes[head : len(routes) - tail]
+    middle = list(map(by_id.get, map(id, changed)))
+    for i in itertools.compress(range(len(middle)), map(operator.is_, middle, repeat(None))):
+        middle[i] = _route_piece(changed[i], authority)
+    return [*known.pieces[:head], *middle, *known.pieces[len(old) - tail :]]  # type: ignore[list-item]
+
+
+def _route_piece(route: Route, authority: Any | None) -> tuple[Any, ...]:
+    action = route.action
+    invalid = isinstance(action, Forward) and any(
+        wc.cluster == INVALID_BACKEND for wc in action.clusters
+    )
+    body = len(action.body.encode()) if isinstance(action, DirectResponse) else 0
+    jwt = route.policies.jwt
+    jwt = jwt if jwt is not None and jwt.jwks_endpoint() is not None else None
+    message = translate_route_guarded(route, authority)
+    if message is None:
+        return None, None, invalid, body, jwt
+    data = message.SerializeToString(deterministic=True)
+    return varint(len(data)) + data, placement(route.match), invalid, body, jwt
 
 
 def translate_route_guarded(route: Route, authority: Any | None = None) -> Any | None:
@@ -504,11 +622,4 @@ def _names_invalid_backend(vh: VirtualHost) -> bool:
         isinstance(r.action, Forward)
         and any(wc.cluster == INVALID_BACKEND for wc in r.action.clusters)
         for r in vh.routes
-    )
-
-
-def _max_direct_body(vh: VirtualHost) -> int:
-    return max(
-        (len(r.action.body.encode()) for r in vh.routes if isinstance(r.action, DirectResponse)),
-        default=0,
     )
