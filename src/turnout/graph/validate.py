@@ -1423,8 +1423,11 @@ class HostVerdicts:
         flipped: frozenset[str],
     ) -> None:
         redo: set[int] = set()
-        for name in flipped:
-            redo.update(self.askers.get(name, ()))
+        # The smaller side: a first compile flips every name, and each host asks about few.
+        askers = self.askers
+        names = flipped if len(flipped) <= len(askers) else [n for n in askers if n in flipped]
+        for name in names:
+            redo.update(askers.get(name, ()))
         added, removed = route_diff(self.ids, ids, checker[1])
         self.ids = ids
         if not (redo or added or removed) and routes is self.routes:
