@@ -51,6 +51,7 @@ from turnout.envoy.translate.scoped_routes import (
     scoped_route_name,
     uses_scoped_routes,
 )
+from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import (
     Cluster,
     Listener,
@@ -211,21 +212,29 @@ def record_translation(
             scoped[lst.name] = ScopedBook(
                 dict(Counter(vh.hostname.lower() for vh in lst.virtual_hosts))
             )
-    clusters = {}
-    for cluster in graph.clusters:
-        known = memo.clusters.get(cluster)
-        if known is None:
-            return
-        clusters[str(cluster.name)] = known[0]
-    secrets = {}
-    for secret in graph.secrets:
-        message = memo.secrets.get(secret)
-        if message is None:
-            return
-        secrets[str(secret.name)] = message[0]
+    clusters = _kept_by_name(graph.clusters, memo.clusters)
+    secrets = _kept_by_name(graph.secrets, memo.secrets)
+    if clusters is None or secrets is None:
+        return
     if len(clusters) != len(graph.clusters) or len(secrets) != len(graph.secrets):
         return
     memo.last = LastTranslation(graph, books, scoped, clusters, secrets, resources)
+
+
+_Piece = TypeVar("_Piece", Cluster, TLSSecret)
+
+
+def _kept_by_name(
+    pieces: Sequence[_Piece], kept: IdentityMemo[_Piece, Any]
+) -> dict[str, Any] | None:
+    """What the memo kept for each piece, by the piece's name; None when one is missing."""
+    out: dict[str, Any] = {}
+    for piece in pieces:
+        known = kept.get(piece)
+        if known is None:
+            return None
+        out[str(piece.name)] = known[0]
+    return out
 
 
 def patch_translation(
