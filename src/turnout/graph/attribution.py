@@ -66,17 +66,6 @@ def vhost_writers(vh: VirtualHost) -> Writers:
     return {name: tuple(sources) for name, sources in found.items()}
 
 
-def vhost_clusters(vh: VirtualHost) -> frozenset[str]:
-    """The clusters a virtual host's routes send or mirror to and its authorization server:
-    the names `cluster_writers` lists for it."""
-    names: set[str] = set()
-    if vh.policies.authorization is not None:
-        names.add(vh.policies.authorization.cluster)
-    for route in vh.routes:
-        names.update(route_clusters(route))
-    return frozenset(names)
-
-
 def route_clusters(route: Route) -> dict[str, None]:
     """The clusters a route sends or mirrors to, each once, in the order it names them."""
     names: dict[str, None] = {}

@@ -537,10 +537,6 @@ class BackendResolver:
         """The EndpointSlices of the snapshot by (namespace, Service) (`index_endpoint_slices`)."""
         return self._slices
 
-    def service_backends(self) -> tuple[ServiceBackend, ...]:
-        """The EDS clusters made from a Service port, by cluster name."""
-        return tuple(self._backends[k] for k in sorted(self._backends))
-
     def _resolve(self, name: str) -> Cluster:
         found = self._resolved.get(name)
         if found is None:

@@ -28,15 +28,6 @@ def tls_secret_names(listeners: Iterable[Listener]) -> set[str]:
     return names
 
 
-def tcp_cluster_names(listeners: Iterable[Listener]) -> set[str]:
-    return {
-        wc.cluster
-        for listener in listeners
-        for proxy in listener.tcp_proxies
-        for wc in proxy.clusters
-    }
-
-
 def ca_bundle_names(listeners: Iterable[Listener], clusters: Iterable[Cluster]) -> set[str]:
     """CA bundles and CRLs: client validation on terminations, upstream validation on clusters,
     and the key servers of JWT validations (Contour's `remoteJWKS.validation`)."""
@@ -75,18 +66,6 @@ def termination_ca_names(tls: TLSTermination) -> frozenset[str]:
 def vhost_secret_names(vh: VirtualHost) -> frozenset[str]:
     """`tls_secret_names` of one virtual host."""
     return frozenset() if vh.tls is None else termination_secret_names(vh.tls)
-
-
-def vhost_ca_names(vh: VirtualHost) -> frozenset[str]:
-    """`ca_bundle_names` of one virtual host: its routes' JWT key servers, its termination's."""
-    names = {
-        route.policies.jwt.validation.ca_secret
-        for route in vh.routes
-        if route.policies.jwt is not None and route.policies.jwt.validation is not None
-    }
-    if vh.tls is not None:
-        names.update(termination_ca_names(vh.tls))
-    return frozenset(names)
 
 
 def route_ca_names(route: Route) -> tuple[str, ...]:
