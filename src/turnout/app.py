@@ -98,6 +98,7 @@ def translate_options(config: ServeConfig) -> TranslateOptions:
         rate_limit_service=rate_limit_service(config),
         matcher_tree_min_routes=config.matcher_tree_min_routes,
         scoped_routes_min_hosts=config.scoped_routes_min_hosts,
+        split_host_min_routes=config.split_host_min_routes,
     )
 
 

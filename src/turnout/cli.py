@@ -32,6 +32,7 @@ from turnout.compile_inputs import (
     DEFAULT_MATCHER_TREE_MIN_ROUTES,
     DEFAULT_MAX_INCLUDE_REVISITS,
     DEFAULT_SCOPED_ROUTES_MIN_HOSTS,
+    DEFAULT_SPLIT_HOST_MIN_ROUTES,
     DEFAULT_SYSTEM_CA_FILE,
     HTTP_LISTENER,
     HTTPS_LISTENER,
@@ -336,6 +337,17 @@ def _add_compile_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
         "0: never). Only `serve` and `translate` use it",
     )
     p.add_argument(
+        "--split-host-min-routes",
+        type=_route_count,
+        default=DEFAULT_SPLIT_HOST_MIN_ROUTES,
+        metavar="N",
+        help="a virtual host with at least N routes on a plain HTTP listener without wildcard "
+        "hosts is split into route configurations by a leading path directory (scoped RDS, "
+        "the listener is scoped for it), so that a change to some of its routes makes Envoy "
+        "rebuild the directories holding them only (docs/data-plane.md; default: %(default)s, "
+        "0: never). Only `serve` and `translate` use it",
+    )
+    p.add_argument(
         "--enable-external-name-service",
         action="store_true",
         help="route to ExternalName Services (off by default: such a Service can point Envoy at "
@@ -587,6 +599,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         escaped_slashes=args.escaped_slashes,
         matcher_tree_min_routes=args.matcher_tree_min_routes,
         scoped_routes_min_hosts=args.scoped_routes_min_hosts,
+        split_host_min_routes=args.split_host_min_routes,
         access_log=args.access_log,
         access_log_format=args.access_log_format,
         tracing_collector=args.tracing_collector,

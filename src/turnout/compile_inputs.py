@@ -34,6 +34,11 @@ DEFAULT_MATCHER_TREE_MIN_ROUTES = 128
 # time for a one-host change").
 DEFAULT_SCOPED_ROUTES_MIN_HOSTS = 1000
 
+# From this many routes on, a virtual host of a plain HTTP listener is split into scopes by a
+# leading path directory (`--split-host-min-routes`; docs/data-plane.md, "One big host: path
+# scopes").
+DEFAULT_SPLIT_HOST_MIN_ROUTES = 2048
+
 
 class ListenerProtocol(enum.Enum):
     HTTP = "HTTP"

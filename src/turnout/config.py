@@ -10,6 +10,7 @@ from turnout.compile_inputs import (
     DEFAULT_MATCHER_TREE_MIN_ROUTES,
     DEFAULT_MAX_INCLUDE_REVISITS,
     DEFAULT_SCOPED_ROUTES_MIN_HOSTS,
+    DEFAULT_SPLIT_HOST_MIN_ROUTES,
     DEFAULT_SYSTEM_CA_FILE,
     EscapedSlashes,
 )
@@ -82,6 +83,9 @@ class ServeConfig:
     # A plain HTTP listener with this many virtual hosts or more (none of them a wildcard) gets
     # one route configuration per host, chosen by a scope on the Host (0: never).
     scoped_routes_min_hosts: int = DEFAULT_SCOPED_ROUTES_MIN_HOSTS
+    # A virtual host with this many routes or more (on a plain HTTP listener without wildcard
+    # hosts) is split into route configurations by a leading path directory (0: never).
+    split_host_min_routes: int = DEFAULT_SPLIT_HOST_MIN_ROUTES
     # Envoy's access log on every HTTP connection manager and TCP proxy: "off", "stdout" (the
     # child Envoy's stdout is copied to turnout's stdout; turnout logs to stderr) or a file
     # path; "json" (Contour's field names) or "text" (docs/observability.md).

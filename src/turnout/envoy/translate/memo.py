@@ -89,11 +89,15 @@ class TranslateMemo:
         self.tls_groups: IdentityMemo[VirtualHost, TLSGroupPart] = IdentityMemo()
         # One table per host (`routes.host_route_configuration`): (its name, the message).
         self.host_tables: IdentityMemo[VirtualHost, tuple[str, Any]] = IdentityMemo()
-        # Scoped routes (`scoped_routes`): (the table's name, (RouteConfiguration, scope) or None
-        # when the host cannot be a scope).
-        self.scoped_hosts: IdentityMemo[VirtualHost, tuple[str, tuple[Any, Any] | None]] = (
-            IdentityMemo()
-        )
+        # Scoped routes (`scoped_routes`): (the host's table name, its (RouteConfiguration,
+        # scope) pairs, one or a split host's several, or None when it cannot be a scope).
+        self.scoped_hosts: IdentityMemo[
+            VirtualHost, tuple[str, tuple[tuple[Any, Any], ...] | None]
+        ] = IdentityMemo()
+        # The scopes of split hosts (`split_host.SplitBook`) by (listener, scope key), so that a
+        # change to some routes builds their scopes only. Two generations, like `host_routes`.
+        self.split_books: dict[tuple[str, str], Any] = {}
+        self.split_books_before: dict[tuple[str, str], Any] = {}
         # The routes of big hosts by (host name, hostname), kept per route: a change to one
         # route of 50,000 translates that route. Two generations, aged like the memos.
         self.host_routes: dict[tuple[str, str], HostRoutes] = {}
@@ -137,8 +141,10 @@ class TranslateMemo:
             self.clusters, self.secrets = IdentityMemo(), IdentityMemo()
             self.encoded = IdentityMemo()
             self.host_routes, self.host_routes_before = {}, {}
+            self.split_books, self.split_books_before = {}, {}
         else:
             self.host_routes_before, self.host_routes = self.host_routes, {}
+            self.split_books_before, self.split_books = self.split_books, {}
             for memo in memos:
                 memo.age()
 
@@ -149,6 +155,15 @@ class TranslateMemo:
             known = self.host_routes_before.pop(key, None)
             if known is not None:
                 self.host_routes[key] = known
+        return known
+
+    def kept_split(self, key: tuple[str, str]) -> Any:
+        """The split host `key`'s book as last made (None: none), kept for this translation."""
+        known = self.split_books.get(key)
+        if known is None:
+            known = self.split_books_before.pop(key, None)
+            if known is not None:
+                self.split_books[key] = known
         return known
 
     def note_encoded(self, message: Any, data: bytes) -> Any:

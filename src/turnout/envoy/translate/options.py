@@ -10,6 +10,7 @@ from turnout.compile_inputs import (
     DEFAULT_MATCHER_TREE_MIN_ROUTES,
     DEFAULT_PATH_NORMALIZATION,
     DEFAULT_SCOPED_ROUTES_MIN_HOSTS,
+    DEFAULT_SPLIT_HOST_MIN_ROUTES,
     DEFAULT_SYSTEM_CA_FILE,
     PathNormalization,
     RateLimitService,
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 MAX_TRUSTED_HOPS = 2**32 - 1
 DEFAULT_TRACING_SERVICE_NAME = "turnout"
 DEFAULT_TRACING_SAMPLING_PERCENT = 100.0
+# A path scope of a split host holds at most about this many routes (`path_scopes`).
+DEFAULT_SPLIT_SCOPE_MAX_ROUTES = 1024
 
 
 class AccessLogFormat(StrEnum):
@@ -98,6 +101,10 @@ class TranslateOptions:
     wildcard one) gets one RouteConfiguration per host, chosen by a scope keyed on the Host
     (`scoped_routes`), so that a change to one host makes Envoy rebuild that host only; 0: every
     listener keeps one RouteConfiguration.
+    `split_host_min_routes`: a virtual host with at least this many routes (none of its
+    listener's hosts a wildcard) is split into scopes by a leading path directory, each with at
+    most about `split_scope_max_routes` routes (`path_scopes`), so that a change to some of its
+    routes makes Envoy rebuild their scopes only; its listener is scoped for it. 0: never.
     `jwt_providers`: set by `translate` from the graph (`http_filters.jwt_providers`), not by
     callers: the JWT providers every HTTP connection manager carries.
     """
@@ -112,6 +119,8 @@ class TranslateOptions:
     rate_limit_service: RateLimitService | None = None
     matcher_tree_min_routes: int = DEFAULT_MATCHER_TREE_MIN_ROUTES
     scoped_routes_min_hosts: int = DEFAULT_SCOPED_ROUTES_MIN_HOSTS
+    split_host_min_routes: int = DEFAULT_SPLIT_HOST_MIN_ROUTES
+    split_scope_max_routes: int = DEFAULT_SPLIT_SCOPE_MAX_ROUTES
     jwt_providers: tuple[JwtValidation, ...] = ()
 
     def __post_init__(self) -> None:
@@ -128,4 +137,12 @@ class TranslateOptions:
         if self.scoped_routes_min_hosts < 0:
             raise ValueError(
                 f"scoped_routes_min_hosts must be 0 or more, got {self.scoped_routes_min_hosts}"
+            )
+        if self.split_host_min_routes < 0:
+            raise ValueError(
+                f"split_host_min_routes must be 0 or more, got {self.split_host_min_routes}"
+            )
+        if self.split_scope_max_routes < 1:
+            raise ValueError(
+                f"split_scope_max_routes must be 1 or more, got {self.split_scope_max_routes}"
             )

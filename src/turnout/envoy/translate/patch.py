@@ -47,7 +47,7 @@ from turnout.envoy.translate.memo import TranslateMemo
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.pieces import cluster_resources, secret_message
 from turnout.envoy.translate.scoped_routes import (
-    host_scope,
+    host_scopes,
     scoped_route_name,
     uses_scoped_routes,
 )
@@ -154,9 +154,13 @@ class TypeBook:
 
 @dataclass(slots=True)
 class ScopedBook:
-    """A scoped listener's hosts per scope key (how many hosts hold each key)."""
+    """A scoped listener's hosts per scope key (how many hosts hold each key), the names of the
+    tables of each split host (by its key: `split_host`), and how many of its hosts have
+    enough routes to be split (`scoped_routes.splits_hosts`)."""
 
     key_count: dict[str, int]
+    split_names: dict[str, tuple[str, ...]]
+    big: int
 
 
 @dataclass(slots=True)
@@ -209,9 +213,7 @@ def record_translation(
     for lst in graph.listeners:
         out = outputs.get(lst.name)
         if out is not None and out.scoped_routes:
-            scoped[lst.name] = ScopedBook(
-                dict(Counter(vh.hostname.lower() for vh in lst.virtual_hosts))
-            )
+            scoped[lst.name] = _scoped_book(lst, out, memo)
     clusters = _kept_by_name(graph.clusters, memo.clusters)
     secrets = _kept_by_name(graph.secrets, memo.secrets)
     if clusters is None or secrets is None:
@@ -219,6 +221,24 @@ def record_translation(
     if len(clusters) != len(graph.clusters) or len(secrets) != len(graph.secrets):
         return
     memo.last = LastTranslation(graph, books, scoped, clusters, secrets, resources)
+
+
+def _scoped_book(lst: Listener, out: ListenerResources, memo: TranslateMemo) -> ScopedBook:
+    names: dict[str, list[str]] = {}
+    start = len(lst.name) + 1
+    for scope in out.scoped_routes:
+        # `<listener>/<host>` or a split host's `<listener>/<host>/<path>`.
+        names.setdefault(str(scope.name)[start:].partition("/")[0], []).append(str(scope.name))
+    split = _split_min(memo)
+    return ScopedBook(
+        dict(Counter(vh.hostname.lower() for vh in lst.virtual_hosts)),
+        {key: tuple(held) for key, held in names.items() if len(held) > 1},
+        sum(1 for vh in lst.virtual_hosts if 0 < split <= len(vh.routes)),
+    )
+
+
+def _split_min(memo: TranslateMemo) -> int:
+    return memo.options.split_host_min_routes if memo.options is not None else 0
 
 
 _Piece = TypeVar("_Piece", Cluster, TLSSecret)
@@ -285,12 +305,16 @@ def _patch_scoped(
         or (new.name, new.address, new.port, new.protocol)
         != (old.name, old.address, old.port, old.protocol)
         or (new.tcp_proxies is not old.tcp_proxies and new.tcp_proxies != old.tcp_proxies)
-        or not 0 < opts.scoped_routes_min_hosts <= len(new.virtual_hosts)
     ):
         raise Unpatchable("not a scoped listener's hosts")
     removed, added = replaced(old.virtual_hosts, new.virtual_hosts)
     for vh in (*removed, *added):
         _check_host(vh, memo)
+    split = opts.split_host_min_routes
+    big = book.big + sum(0 < split <= len(vh.routes) for vh in added)
+    big -= sum(0 < split <= len(vh.routes) for vh in removed)
+    if not (0 < opts.scoped_routes_min_hosts <= len(new.virtual_hosts) or big):
+        raise Unpatchable("the listener is no longer scoped")
     counts = book.key_count
     touched = {vh.hostname.lower() for vh in (*removed, *added)}
     after = {key: counts.get(key, 0) for key in touched}
@@ -303,7 +327,8 @@ def _patch_scoped(
         holder[key] = vh
     if any(counts.get(k, 0) > 1 or n > 1 for k, n in after.items()):
         raise Unpatchable("hosts share a scope key")  # the first of them holds it: walk
-    _patch_keys(new.name, holder, after, last, opts, memo)
+    _patch_keys(new.name, holder, after, book, last, opts, memo)
+    book.big = big
     for key, n in after.items():
         if n:
             counts[key] = n
@@ -393,28 +418,34 @@ def _patch_keys(
     listener: str,
     holder: Mapping[str, VirtualHost],
     after: Mapping[str, int],
+    book: ScopedBook,
     last: LastTranslation,
     opts: TranslateOptions,
     memo: TranslateMemo,
 ) -> None:
+    """The tables and scopes of the keys `after` counts the hosts of, made again for the hosts
+    `holder` names: each name the key held before is dropped and each it holds now put back,
+    so a table or scope that is the very same message as before is no change."""
     routes, scopes = last.books[ROUTE_TYPE], last.books[SCOPED_ROUTE_TYPE]
     for key, n in after.items():
         name = scoped_route_name(listener, key)
-        old_scope = scopes.by_name.get(name)
-        if n == 0:
-            if old_scope is not None:
-                routes.drop(name)
-                scopes.drop(name)
-            continue
-        pair = host_scope(listener, key, holder[key], opts, memo)
-        if pair is None:
-            raise Unpatchable("a table names the scope key header")
-        if old_scope is not None:
-            routes.drop(name)
-            scopes.drop(name)
-        routes.put(name, pair[0])
-        # A scope is a function of its name and key: the one Envoy has stays.
-        scopes.put(name, pair[1] if old_scope is None else old_scope)
+        held = book.split_names.pop(key, (name,) if name in scopes.by_name else ())
+        pairs: tuple[tuple[Any, Any], ...] = ()
+        if n:
+            found = host_scopes(listener, key, holder[key], opts, memo)
+            if found is None:
+                raise Unpatchable("a table names the scope key header")
+            pairs = found
+        for old in held:
+            routes.drop(old)
+            scopes.drop(old)
+        for config, scope in pairs:
+            new_name = str(config.name)
+            routes.put(new_name, config)
+            # A scope is a function of its name and key: the one Envoy has stays.
+            scopes.put(new_name, scopes.dropped.get(new_name, scope))
+        if len(pairs) > 1:
+            book.split_names[key] = tuple(str(p[0].name) for p in pairs)
 
 
 def _patch_clusters(
@@ -477,10 +508,14 @@ def _assemble(last: LastTranslation, memo: TranslateMemo) -> EnvoyResources:
     tuples: dict[str, tuple[Any, ...]] = {}
     changes: dict[str, tuple[tuple[Any, ...], Mapping[str, Any]]] = {}
     encoded = last.resources.encoded
-    dropped_routes = last.books[ROUTE_TYPE].dropped
+    route_book = last.books[ROUTE_TYPE]
+    dropped_routes = route_book.dropped
     if dropped_routes and encoded:
-        # The tables of the patched hosts are not assembled from bytes: drop what they replaced.
-        gone = {id(m) for m in dropped_routes.values()}
+        # The tables of the patched hosts are not assembled from bytes: drop what they replaced
+        # (a table put back as it was keeps its bytes).
+        gone = {
+            id(m) for name, m in dropped_routes.items() if route_book.by_name.get(name) is not m
+        }
         encoded = {k: v for k, v in encoded.items() if k not in gone}
     fresh = [m for m in last.books[ROUTE_TYPE].changed.values() if m is not None]
     if fresh:

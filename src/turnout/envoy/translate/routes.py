@@ -37,6 +37,7 @@ from turnout.envoy.translate.http_filters import (
     set_virtual_host_filter_configs,
 )
 from turnout.envoy.translate.memo import HostPart, HostRoutes, TranslateMemo
+from turnout.envoy.translate.path_scopes import EVERYWHERE, path_spot
 from turnout.envoy.translate.rate_limit import RATELIMIT_FILTER, opt_out, rate_limits
 from turnout.envoy.translate.route_policies import apply_route_policies
 from turnout.envoy.translate.route_tree import (
@@ -97,11 +98,14 @@ __all__ = [
     "NO_BACKEND_STATUS",
     "PER_ROUTE_MIN_ROUTES",
     "TRANSLATION_FAILED_STATUS",
+    "assemble_host",
+    "host_frame",
     "host_part",
     "host_route_configuration",
     "log_translation_failure",
     "route_name",
     "route_pieces",
+    "route_table_bytes",
     "translate_match",
     "translate_redirect",
     "translate_route",
@@ -185,8 +189,27 @@ def translate_route_configuration(
     entries.extend(
         length_delimited(_VHOSTS_TAG, m.SerializeToString(deterministic=True)) for m in extra
     )
+    data = route_table_bytes(name, entries, max_body, invalid_backend)
+    config = route_pb2.RouteConfiguration.FromString(data)
+    if memo is not None:
+        memo.note_encoded(config, data)
+    return config
+
+
+def route_table_bytes(
+    name: str,
+    entries: list[bytes],
+    max_body: int,
+    invalid_backend: bool,
+    headers_to_remove: tuple[str, ...] = (),
+) -> bytes:
+    """A RouteConfiguration `name` on the wire holding the `virtual_hosts` entries `entries`
+    (each a whole field), sized for direct-response bodies of `max_body` bytes, not checking
+    its clusters when a route names the invalid backend, removing `headers_to_remove`."""
     head = route_pb2.RouteConfiguration(name=name)
-    tail = route_pb2.RouteConfiguration(ignore_port_in_host_matching=True)
+    tail = route_pb2.RouteConfiguration(
+        ignore_port_in_host_matching=True, request_headers_to_remove=headers_to_remove
+    )
     if invalid_backend:
         # The invalid backend is a cluster Envoy does not know. RDS tables are not checked
         # against the clusters by default, but inline ones are (`envoy --mode validate`): say it.
@@ -195,17 +218,13 @@ def translate_route_configuration(
         tail.max_direct_response_body_size_bytes.value = max_body
     # Deterministic serialization writes fields by number: `name` (1), `virtual_hosts` (2),
     # then the rest, so the parts concatenate to exactly what serializing the whole gives.
-    data = b"".join(
+    return b"".join(
         (
             head.SerializeToString(deterministic=True),
             *entries,
             tail.SerializeToString(deterministic=True),
         )
     )
-    config = route_pb2.RouteConfiguration.FromString(data)
-    if memo is not None:
-        memo.note_encoded(config, data)
-    return config
 
 
 def host_route_configuration(
@@ -279,11 +298,7 @@ def _host_wire(
         jwts = set(map(itemgetter(4), every))
         jwts.discard(None)
         memo.jwts.put(vh, frozenset(jwts))
-    head = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
-    rest = rc.VirtualHost()
-    set_virtual_host_filter_configs(rest, vh)
-    if vh.policies.global_rate_limit is not None:
-        rest.rate_limits.extend(rate_limits(vh.policies.global_rate_limit, translate_header_match))
+    head, rest = host_frame(vh)
     tree = None
     if 0 < matcher_tree_min_routes <= len(pieces):
         book = tree_book(pieces) if book is None else patch_tree_book(book, pieces)
@@ -291,19 +306,39 @@ def _host_wire(
         if memo is not None and len(vh.routes) >= PER_ROUTE_MIN_ROUTES:
             key = (vh.name, vh.hostname)
             memo.host_routes[key] = dataclasses.replace(memo.host_routes[key], tree=book)
+    return assemble_host(head, rest, pieces, tree), invalid, max_body
+
+
+def host_frame(vh: VirtualHost) -> tuple[bytes, bytes]:
+    """What a virtual host's entry holds besides its routes, serialized: its name and domain
+    (the fields before the routes) and its own settings (the fields between the routes and the
+    matcher). Raises when they cannot be expressed."""
+    head = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
+    rest = rc.VirtualHost()
+    set_virtual_host_filter_configs(rest, vh)
+    if vh.policies.global_rate_limit is not None:
+        rest.rate_limits.extend(rate_limits(vh.policies.global_rate_limit, translate_header_match))
     numbers = [f.number for f, _ in rest.ListFields()]
     if numbers and not _ROUTES_FIELD < min(numbers) <= max(numbers) < _MATCHER_FIELD:
         raise ValueError(f"virtual host fields {numbers} cannot be assembled around the routes")
+    return head.SerializeToString(deterministic=True), rest.SerializeToString(deterministic=True)
+
+
+def assemble_host(
+    head: bytes, rest: bytes, pieces: list[tuple[Any, ...]], tree: list[bytes] | None
+) -> list[bytes]:
+    """A virtual host on the wire, in parts to join: `host_frame`'s parts around the routes
+    `pieces` as a list, or around the matcher `tree` (`TreeBook.bytes_of`) when given."""
     # Deterministic serialization writes fields by number: name (1), domains (2), routes (3),
     # the host's settings (4-20), matcher (21); the parts concatenate to the whole.
-    parts = [head.SerializeToString(deterministic=True)]
+    parts = [head]
     if tree is None:
         parts.extend(_ROUTES_TAG + p[0] for p in pieces)
-        parts.append(rest.SerializeToString(deterministic=True))
+        parts.append(rest)
     else:
-        parts.append(rest.SerializeToString(deterministic=True))
+        parts.append(rest)
         parts.extend(delimited(_MATCHER_TAG, tree))
-    return parts, invalid, max_body
+    return parts
 
 
 # VirtualHost.routes (3) and .matcher (21), length-delimited.
@@ -320,8 +355,9 @@ def route_pieces(
 ) -> tuple[list[tuple[Any, ...]], TreeBook | None]:
     """Per route of `vh`, in order: its serialized message prefixed with its length (None: the
     route cannot be translated at all), its placement in a matcher tree, whether it names the
-    invalid backend, the length of its direct-response body, and its JWT validation with a
-    JWKS endpoint (None: none; `http_filters.host_jwts`). A big host's
+    invalid backend, the length of its direct-response body, its JWT validation with a
+    JWKS endpoint (None: none; `http_filters.host_jwts`), and its path scope placement
+    (`path_scopes.path_spot`) with the segments it pins (None: every scope). A big host's
     pieces are kept in `memo` by each route's identity and the host-level context its message
     reads (the authority matcher), so a route kept from the host before is not translated again.
     Also the host's matcher tree as last planned, to patch (None: none kept); the memo keeps
@@ -371,9 +407,11 @@ def _route_piece(route: Route, authority: Any | None) -> tuple[Any, ...]:
     jwt = jwt if jwt is not None and jwt.jwks_endpoint() is not None else None
     message = translate_route_guarded(route, authority)
     if message is None:
-        return None, None, invalid, body, jwt
+        return None, None, invalid, body, jwt, EVERYWHERE, None
     data = message.SerializeToString(deterministic=True)
-    return varint(len(data)) + data, placement(route.match), invalid, body, jwt
+    spot = path_spot(route.match.path)
+    pinned = None if spot is EVERYWHERE else spot[1]
+    return varint(len(data)) + data, placement(route.match), invalid, body, jwt, spot, pinned
 
 
 def translate_route_guarded(route: Route, authority: Any | None = None) -> Any | None:

@@ -26,6 +26,12 @@ It is used only where it answers every request as the single RouteConfiguration 
 
 Hosts whose names differ only in case are one key; the first keeps it, as
 `translate_route_configuration` keeps the first of such duplicates.
+
+A host with at least `split_host_min_routes` routes is split further by path (`path_scopes`,
+`split_host`): its own scope is then an index whose routes name, in their metadata, the scope of
+the request's path directory; the filter reads that metadata after choosing the host's scope and,
+when there is some, selects that scope instead. A listener is scoped for such a host even with
+fewer than `scoped_routes_min_hosts` hosts.
 """
 
 from __future__ import annotations
@@ -34,7 +40,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
-from envoy.config.route.v3 import scoped_route_pb2
 from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -51,24 +56,32 @@ from turnout.envoy.translate.listeners import (
 from turnout.envoy.translate.memo import TranslateMemo
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.routes import translate_route_configuration
+from turnout.envoy.translate.scope_keys import (
+    SCOPE_KEY_FILTER,
+    SCOPE_KEY_HEADER,
+    SCOPE_METADATA_KEY,
+    scope_message,
+    scoped_route_name,
+)
+from turnout.envoy.translate.split_host import split_host_scopes
 from turnout.graph.model import Listener, VirtualHost
 
 __all__ = [
     "SCOPE_KEY_FILTER",
     "SCOPE_KEY_HEADER",
-    "host_scope",
+    "host_scopes",
     "hosts_by_key",
     "scope_key",
     "scoped_http_listener",
     "scoped_listener_message",
     "scoped_route_name",
+    "splits_hosts",
     "uses_scoped_routes",
 ]
 
-SCOPE_KEY_HEADER = "x-turnout-scope-key"
-SCOPE_KEY_FILTER = "turnout.scope_key"
-
 # `scope_key` in Lua. `h:headers():get` returns nil without a Host; "" then matches no scope.
+# Then the route's metadata (which makes Envoy find the route in the Host's scope): a split
+# host's index names the scope of the path's directory (`split_host`); other tables name none.
 _SCOPE_KEY_LUA = f"""function envoy_on_request(h)
   local headers = h:headers()
   local host = headers:get(":authority") or ""
@@ -78,6 +91,11 @@ _SCOPE_KEY_LUA = f"""function envoy_on_request(h)
   end
   headers:replace("{SCOPE_KEY_HEADER}", host:lower())
   h:clearRouteCache()
+  local scope = h:metadata():get("{SCOPE_METADATA_KEY}")
+  if scope ~= nil then
+    headers:replace("{SCOPE_KEY_HEADER}", scope)
+    h:clearRouteCache()
+  end
 end
 """
 
@@ -92,21 +110,23 @@ def scope_key(host: str) -> str:
     return host.lower()
 
 
-def scoped_route_name(listener: str, hostname: str) -> str:
-    """The scope and the RouteConfiguration of one host of a scoped listener (two xDS types,
-    one name). "/" never occurs in a hostname, so no other route configuration is named so."""
-    return f"{listener}/{hostname.lower()}"
-
-
 def uses_scoped_routes(listener: Listener, options: TranslateOptions) -> bool:
-    """Whether `listener` is translated to scoped RDS: a plain HTTP listener with at least
-    `scoped_routes_min_hosts` virtual hosts (0: never), none of them a wildcard."""
+    """Whether `listener` is translated to scoped RDS: a plain HTTP listener, none of whose
+    virtual hosts is a wildcard, with at least `scoped_routes_min_hosts` of them (0: never) or
+    a host to split (`splits_hosts`)."""
+    if listener.protocol is not ListenerProtocol.HTTP or any(
+        "*" in vh.hostname for vh in listener.virtual_hosts
+    ):
+        return False
     minimum = options.scoped_routes_min_hosts
-    return (
-        listener.protocol is ListenerProtocol.HTTP
-        and 0 < minimum <= len(listener.virtual_hosts)
-        and not any("*" in vh.hostname for vh in listener.virtual_hosts)
-    )
+    return 0 < minimum <= len(listener.virtual_hosts) or splits_hosts(listener, options)
+
+
+def splits_hosts(listener: Listener, options: TranslateOptions) -> bool:
+    """Whether a virtual host of `listener` has at least `split_host_min_routes` routes (0:
+    never), so that it is split into path scopes when the listener is scoped."""
+    minimum = options.split_host_min_routes
+    return minimum > 0 and any(len(vh.routes) >= minimum for vh in listener.virtual_hosts)
 
 
 def scoped_http_listener(
@@ -116,14 +136,14 @@ def scoped_http_listener(
     something in its route tables names `SCOPE_KEY_HEADER` (then the caller translates it as a
     single RouteConfiguration). With `memo`, a host that is the very same object as in the
     translation before keeps its messages, so only the changed hosts' tables are new."""
-    scopes = []
-    configs = []
+    scopes: list[Any] = []
+    configs: list[Any] = []
     for key, vh in hosts_by_key(listener.virtual_hosts):
-        pair = host_scope(listener.name, key, vh, options, memo)
-        if pair is None:
+        pairs = host_scopes(listener.name, key, vh, options, memo)
+        if pairs is None:
             return None
-        configs.append(pair[0])
-        scopes.append(pair[1])
+        configs.extend(p[0] for p in pairs)
+        scopes.extend(p[1] for p in pairs)
     return ListenerResources(
         listener=scoped_listener_message(listener, options),
         route_configurations=tuple(configs),
@@ -144,20 +164,25 @@ def scoped_listener_message(listener: Listener, options: TranslateOptions) -> An
     return out
 
 
-def host_scope(
+def host_scopes(
     listener_name: str,
     key: str,
     vh: VirtualHost,
     options: TranslateOptions,
     memo: TranslateMemo | None = None,
-) -> tuple[Any, Any] | None:
-    """The RouteConfiguration and the scope of the host `vh` holding scope `key`, kept in
-    `memo` while `vh` is the very same object (and its name the same); None when its table
-    names the key header (see `scoped_http_listener`)."""
+) -> tuple[tuple[Any, Any], ...] | None:
+    """The RouteConfigurations and scopes of the host `vh` holding scope `key`: one pair, or a
+    split host's index and path scopes (`split_host`); kept in `memo` while `vh` is the very
+    same object (and its name the same); None when its table names the key header (see
+    `scoped_http_listener`)."""
     name = scoped_route_name(listener_name, key)
     known = memo.scoped_hosts.get(vh) if memo is not None else None
     if known is None or known[0] != name:
-        known = (name, _host_scope(name, key, vh, options))
+        pairs = split_host_scopes(listener_name, key, vh, options, memo)
+        if pairs is None:
+            pair = _host_scope(name, key, vh, options)
+            pairs = None if pair is None else (pair,)
+        known = (name, pairs)
         if memo is not None:
             memo.scoped_hosts.put(vh, known)
     return known[1]
@@ -172,9 +197,7 @@ def _host_scope(
     if SCOPE_KEY_HEADER.encode() in config.SerializeToString():
         return None
     config.request_headers_to_remove.append(SCOPE_KEY_HEADER)
-    scope = scoped_route_pb2.ScopedRouteConfiguration(name=name, route_configuration_name=name)
-    scope.key.fragments.add().string_key = key
-    return config, scope
+    return config, scope_message(name, key)
 
 
 def scoped_connection_manager(listener_name: str, options: TranslateOptions) -> Any:

@@ -1,0 +1,217 @@
+"""A big host of a scoped listener -> an index scope and one scope per path directory.
+
+`path_scopes` decides the directories and which routes each scope holds; this module makes the
+Envoy resources. A split host `h` with directories `D1..Dn` has:
+
+- its own scope `<listener>/h` (key `h`, as an unsplit host's): the INDEX, a RouteConfiguration
+  whose virtual host (`h`'s name and domain) holds one route per directory, deepest first,
+  `path_separated_prefix: Di` (a matcher tree from `matcher_tree_min_routes` directories),
+  each answering 404 and naming in its metadata (`filter_metadata["turnout.scope_key"]["key"]`)
+  the key `h` + `Di`, then a last route matching every path, naming the root scope `h/`;
+- per directory, the scope `<listener>/h` + `Di` (key `h` + `Di`), and the root scope
+  `<listener>/h/` (key `h/`): each a RouteConfiguration with `h`'s virtual host (name, domain,
+  every host-level setting) holding the routes of that scope in the host's order.
+
+The scope key filter (Lua, `scoped_routes`) sets the key header to the Host, so the index is the
+request's route table; it then reads the route's metadata and, when it names a scope, replaces
+the header with that key and clears the route cache: the request is routed in the directory's
+scope. A new directory therefore changes the index and adds a scope, never the listener.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+from envoy.config.route.v3 import route_components_pb2 as rc
+from envoy.config.route.v3 import route_pb2
+
+from turnout.envoy.translate.memo import TranslateMemo
+from turnout.envoy.translate.options import TranslateOptions
+from turnout.envoy.translate.path_scopes import Dir, PathSplit, dir_path, plan_split
+from turnout.envoy.translate.route_tree import (
+    Placement,
+    length_delimited,
+    tree_book,
+    varint,
+)
+from turnout.envoy.translate.routes import (
+    assemble_host,
+    host_frame,
+    log_translation_failure,
+    route_pieces,
+    route_table_bytes,
+)
+from turnout.envoy.translate.scope_keys import (
+    SCOPE_KEY_FILTER,
+    SCOPE_KEY_HEADER,
+    SCOPE_METADATA_KEY,
+    scope_message,
+    scoped_route_name,
+)
+from turnout.graph.model import PathMatchKind, VirtualHost
+
+__all__ = ["INDEX_MISS_STATUS", "SplitBook", "index_routes", "split_host_scopes"]
+
+# What an index route answers should the request not go on to the directory's scope (it does
+# whenever the scope key filter runs).
+INDEX_MISS_STATUS = 404
+# RouteConfiguration.virtual_hosts (2), length-delimited.
+_VHOSTS_TAG = b"\x12"
+
+Pair = tuple[Any, Any]  # (RouteConfiguration, ScopedRouteConfiguration)
+
+
+@dataclass(slots=True)
+class SplitBook:
+    """A split host's scopes as last made: the host-level parts they were made with, the
+    directories and the index, and per table name the routes' pieces and the pair."""
+
+    frame: tuple[bytes, bytes]
+    dirs: tuple[Dir, ...]
+    index: Pair
+    members: dict[str, list[tuple[Any, ...]]]
+    pairs: dict[str, Pair]
+
+
+def split_host_scopes(
+    listener: str, key: str, vh: VirtualHost, options: TranslateOptions, memo: TranslateMemo | None
+) -> tuple[Pair, ...] | None:
+    """The index and path scopes of `vh` (holding the scope `key`), or None when it is not
+    split (too few routes, no directory, too many copies, a table naming the key header, or a
+    host-level setting that cannot be expressed: the host is then translated whole)."""
+    if not 0 < options.split_host_min_routes <= len(vh.routes):
+        return None
+    every, _ = route_pieces(vh, None, memo)
+    pieces = list(itertools.compress(every, map(itemgetter(0), every)))
+    plan = plan_split(
+        list(map(itemgetter(5), pieces)),
+        list(map(itemgetter(6), pieces)),
+        options.split_scope_max_routes,
+    )
+    if plan is None:
+        return None
+    try:
+        frame = host_frame(vh)
+    except Exception as err:
+        log_translation_failure(f"virtual host {vh.name!r} of {vh.owner}", err)
+        return None
+    if SCOPE_KEY_HEADER.encode() in b"".join((*frame, *map(itemgetter(0), pieces))):
+        return None
+    book = memo.kept_split((listener, key)) if memo is not None else None
+    if book is not None and book.frame != frame:
+        book = None  # every table holds the host-level parts
+    out = _scopes(listener, key, vh, plan, pieces, frame, book, options, memo)
+    if memo is not None:
+        memo.split_books[(listener, key)] = out
+    return (out.index, *out.pairs.values())
+
+
+def _scopes(
+    listener: str,
+    key: str,
+    vh: VirtualHost,
+    plan: PathSplit,
+    pieces: list[tuple[Any, ...]],
+    frame: tuple[bytes, bytes],
+    book: SplitBook | None,
+    options: TranslateOptions,
+    memo: TranslateMemo | None,
+) -> SplitBook:
+    """The book of the split `plan`, each scope whose routes are the very same pieces as in
+    `book` kept, the index kept while the directories are the same."""
+    index = book.index if book is not None and book.dirs == plan.dirs else None
+    if index is None:
+        index = _index(listener, vh, plan.dirs, options.matcher_tree_min_routes)
+    members: dict[str, list[tuple[Any, ...]]] = {}
+    pairs: dict[str, Pair] = {}
+    for d, positions in zip(((), *plan.dirs), plan.scopes, strict=True):
+        path = dir_path(d) if d else "/"
+        name = scoped_route_name(listener, vh.hostname, path)
+        held = list(map(pieces.__getitem__, positions))
+        old = book.members.get(name) if book is not None else None
+        if old is not None and old == held:
+            pairs[name] = book.pairs[name]  # type: ignore[union-attr]
+        else:
+            pairs[name] = _scope(name, key + path, frame, held, options, memo)
+        members[name] = held
+    return SplitBook(frame, plan.dirs, index, members, pairs)
+
+
+def _scope(
+    name: str,
+    key: str,
+    frame: tuple[bytes, bytes],
+    held: list[tuple[Any, ...]],
+    options: TranslateOptions,
+    memo: TranslateMemo | None,
+) -> Pair:
+    """One path scope: the host's virtual host holding the routes `held` (a matcher tree from
+    `matcher_tree_min_routes` of them, as a whole host would be)."""
+    tree = None
+    if 0 < options.matcher_tree_min_routes <= len(held):
+        tree = tree_book(held).bytes_of()
+    entry = length_delimited(_VHOSTS_TAG, b"".join(assemble_host(*frame, held, tree)))
+    data = route_table_bytes(
+        name,
+        [entry],
+        max(map(itemgetter(3), held), default=0),
+        any(map(itemgetter(2), held)),
+        (SCOPE_KEY_HEADER,),
+    )
+    config = route_pb2.RouteConfiguration.FromString(data)
+    if memo is not None:
+        memo.note_encoded(config, data)
+    return config, scope_message(name, key)
+
+
+def _index(listener: str, vh: VirtualHost, dirs: Sequence[Dir], tree_min: int) -> Pair:
+    """The host's own scope: its table leads each request to its directory's scope."""
+    key = vh.hostname.lower()
+    name = scoped_route_name(listener, vh.hostname)
+    routes = index_routes(key, dirs)
+    head = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
+    placements = [
+        *(Placement(PathMatchKind.SEGMENT_PREFIX, dir_path(d)) for d in dirs_deepest_first(dirs)),
+        Placement(PathMatchKind.PREFIX, None),
+    ]
+    pieces: list[tuple[Any, ...]] = []
+    for route, where in zip(routes, placements, strict=True):
+        data = route.SerializeToString(deterministic=True)
+        pieces.append((varint(len(data)) + data, where))
+    tree = tree_book(pieces).bytes_of() if 0 < tree_min <= len(pieces) else None
+    entry = length_delimited(
+        _VHOSTS_TAG,
+        b"".join(assemble_host(head.SerializeToString(deterministic=True), b"", pieces, tree)),
+    )
+    data = route_table_bytes(name, [entry], 0, False, (SCOPE_KEY_HEADER,))
+    return route_pb2.RouteConfiguration.FromString(data), scope_message(name, key)
+
+
+def dirs_deepest_first(dirs: Sequence[Dir]) -> list[Dir]:
+    """The order of the index routes: a directory before the directories it is in."""
+    return sorted(dirs, key=lambda d: (-len(d), d))
+
+
+def index_routes(key: str, dirs: Sequence[Dir]) -> list[Any]:
+    """The index's routes for a host with scope key `key`: one per directory, deepest first,
+    then one for every other path (the root scope)."""
+    out = []
+    for d in dirs_deepest_first(dirs):
+        route = _index_route(dir_path(d), key + dir_path(d))
+        route.match.path_separated_prefix = dir_path(d)
+        out.append(route)
+    last = _index_route("/", key + "/")
+    last.match.prefix = ""  # every path, one not starting with "/" too
+    out.append(last)
+    return out
+
+
+def _index_route(path: str, scope: str) -> Any:
+    route = rc.Route(name=f"turnout/path-scope{path}")
+    route.direct_response.status = INDEX_MISS_STATUS
+    route.metadata.filter_metadata[SCOPE_KEY_FILTER][SCOPE_METADATA_KEY] = scope
+    return route
