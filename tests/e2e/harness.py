@@ -155,18 +155,23 @@ class Harness:
         files: Mapping[str, str],
         timeout: float = 10.0,
         options: Mapping[str, Any] | None = None,
+        translate: Mapping[str, Any] | None = None,
     ) -> str:
         """Replaces the watched files, recompiles, and waits until Envoy ACKs the result.
 
         `options` overrides `ServeConfig` fields that only change the compile (e.g.
         `disable_permit_insecure`) until the next `apply`; the same Envoy keeps running.
+        `translate` overrides `TranslateOptions` fields no flag sets (e.g. the size of a split
+        host's path scopes) the same way.
         """
         if self._base_config is None:
             self._base_config = self.controller.config
         config = dataclasses.replace(self._base_config, **(options or {}))
         self.controller.config = config
         self.controller.compile_options = compile_options(config)
-        self.controller.translate_options = translate_options(config)
+        self.controller.translate_options = dataclasses.replace(
+            translate_options(config), **(translate or {})
+        )
         self.write(files)
         applied = await self.controller.reload()
         assert applied is not None, self.controller.compile_error

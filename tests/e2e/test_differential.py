@@ -821,3 +821,70 @@ def test_the_scoped_requests_reach_every_kind_of_host() -> None:
     assert SCOPED_COVERAGE, "the scoped differential test must run first (file order)"
     for outcome in ("routed", "no route", "upper-case host", "port", "ipv6 literal"):
         assert SCOPED_COVERAGE[outcome] >= 10, (outcome, SCOPED_COVERAGE)
+
+
+# --- a host split into path scopes ----------------------------------------------------------------
+
+# Every host with two routes or more is split, each directory holding one route gets a scope,
+# however many copies that makes: the index and the path scopes answer every request.
+SPLIT = TranslateOptions(
+    scoped_routes_min_hosts=1,
+    split_host_min_routes=2,
+    split_scope_max_routes=1,
+    split_max_extra_share=1000.0,
+)
+SPLIT_COVERAGE: Counter[str] = Counter()
+# Paths into the directories the generated routes pin, with a query, a trailing slash, more
+# segments, a partial segment or none at all.
+split_paths = st.tuples(
+    st.sampled_from(["/a", "/a/b", "/b/a", "/A", "/bb", "/ab", "/b", "/x", "", "/a/b/c"]),
+    st.sampled_from(["", "/", "x", "/c", "/a", "?q=a", "/?q=/a", "?", "#f"]),
+).map(lambda t: (t[0] + t[1]) or "/")
+
+
+@st.composite
+def split_probes_for(draw: st.DrawFn, graph: RoutingGraph) -> Probe:
+    choice = draw(st.integers(0, 3))
+    if choice == 0:
+        return draw(scoped_probes_for(graph))
+    host = draw(st.sampled_from([h for h, _ in SCOPED_HOSTS] + ["other.org"]))
+    return draw(st.builds(Probe, st.just(host), split_paths, methods, random_headers))
+
+
+@settings(
+    max_examples=40,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(graph=route_sets(SCOPED_HOSTS), data=st.data())
+def test_split_hosts_route_generated_requests_as_the_evaluator_decides(
+    envoy: EnvoyUnderTest, graph: RoutingGraph, data: st.DataObject
+) -> None:
+    """The same comparison with every host of two routes or more split into path scopes (an
+    index scope leading to one scope per directory): requests into each directory, beside it,
+    under it, with a query string, a trailing slash, dot segments, and to no host at all."""
+    enforced, _ = enforce_envoy_limits(graph)
+    probes = data.draw(st.lists(split_probes_for(enforced), min_size=16, max_size=16))
+    served = envoy.serve(enforced, SPLIT)
+    scopes = translate(served, SPLIT).scoped_routes
+    hosts = served.listeners[0].virtual_hosts
+    SPLIT_COVERAGE["split hosts"] += any(len(vh.routes) >= 2 for vh in hosts)
+    SPLIT_COVERAGE["path scopes"] += len(scopes) - len(hosts)
+    disagreements = []
+    for p in probes:
+        decision = evaluate(served, make_request(p.host, p.target, p.method, p.headers))
+        SPLIT_COVERAGE["routed" if decision.route is not None else "no route"] += 1
+        SPLIT_COVERAGE["query"] += "?" in p.target
+        disagreement = disagrees(envoy, p, decision)
+        if disagreement is not None:
+            disagreements.append(disagreement)
+    assert not disagreements, "\n".join(disagreements)
+
+
+def test_the_split_requests_reach_path_scopes() -> None:
+    assert SPLIT_COVERAGE, "the split differential test must run first (file order)"
+    for outcome in ("split hosts", "routed", "no route", "query"):
+        assert SPLIT_COVERAGE[outcome] >= 10, (outcome, SPLIT_COVERAGE)
+    assert SPLIT_COVERAGE["path scopes"] >= 40, SPLIT_COVERAGE

@@ -21,6 +21,7 @@ from turnout.envoy.translate.path_scopes import (
     request_scope,
 )
 from turnout.envoy.translate.scope_keys import SCOPE_KEY_FILTER, SCOPE_KEY_HEADER
+from turnout.envoy.translate.split_host import dirs_generation
 from turnout.envoy.validate import validate_resources
 from turnout.graph.evaluate import path_matches
 from turnout.graph.model import (
@@ -167,23 +168,24 @@ def index_key(config: Any, path: str) -> str:
 
 def test_a_big_host_is_an_index_and_path_scopes_on_a_scoped_listener() -> None:
     res = translate(graph(big_host(24), small_host()), SPLIT)
+    g = dirs_generation([("g0",), ("g1",), ("g2",)])
     (listener,) = res.listeners
     assert b"scoped_routes" in listener.SerializeToString() or res.scoped_routes
     names = [s.name for s in res.scoped_routes]
     assert names == [
         "ingress_http/big.example.com",
-        "ingress_http/big.example.com/",
-        "ingress_http/big.example.com/g0",
-        "ingress_http/big.example.com/g1",
-        "ingress_http/big.example.com/g2",
+        f"ingress_http/big.example.com{g}/",
+        f"ingress_http/big.example.com{g}/g0",
+        f"ingress_http/big.example.com{g}/g1",
+        f"ingress_http/big.example.com{g}/g2",
         "ingress_http/small.example.com",
     ]
     tables = {c.name: c for c in res.routes}
     index = tables["ingress_http/big.example.com"]
-    assert index_key(index, "/g1/t1/r?x") == "big.example.com/g1"
-    assert index_key(index, "/g1") == "big.example.com/g1"
-    assert index_key(index, "/g10/t1") == "big.example.com/"
-    assert index_key(index, "/") == "big.example.com/"
+    assert index_key(index, "/g1/t1/r?x") == f"big.example.com{g}/g1"
+    assert index_key(index, "/g1") == f"big.example.com{g}/g1"
+    assert index_key(index, "/g10/t1") == f"big.example.com{g}/"
+    assert index_key(index, "/") == f"big.example.com{g}/"
     for scope in res.scoped_routes:
         assert scope.key.fragments[0].string_key == scope.name.removeprefix("ingress_http/")
         config = tables[scope.route_configuration_name]
@@ -191,12 +193,12 @@ def test_a_big_host_is_an_index_and_path_scopes_on_a_scoped_listener() -> None:
         (vh,) = config.virtual_hosts
         if "big" in scope.name:
             assert (vh.name, list(vh.domains)) == ("big", ["Big.example.com"])
-    g1 = tables["ingress_http/big.example.com/g1"].virtual_hosts[0]
+    g1 = tables[f"ingress_http/big.example.com{g}/g1"].virtual_hosts[0]
     assert [r.match.prefix for r in g1.routes] == [f"/g1/t{i}/r" for i in range(1, 24, 4)]
     # The largest directories get scopes until what is left is small enough: /g3 is left.
-    root = tables["ingress_http/big.example.com/"].virtual_hosts[0]
+    root = tables[f"ingress_http/big.example.com{g}/"].virtual_hosts[0]
     assert [r.match.prefix for r in root.routes] == [f"/g3/t{i}/r" for i in range(3, 24, 4)]
-    assert index_key(index, "/g3/t3/r") == "big.example.com/"
+    assert index_key(index, "/g3/t3/r") == f"big.example.com{g}/"
     result = validate_resources(res)
     assert result.ok, result.output
 
@@ -232,14 +234,17 @@ def test_a_change_to_one_route_sends_its_scope_only_and_matches_a_fresh_translat
     patched = translate(graph(changed, small), options, memo)
     assert wire(patched) == wire(translate(graph(changed, small), options))
     assert set(patched.changes) == {ROUTE_TYPE}
-    assert set(patched.changes[ROUTE_TYPE][1]) == {"ingress_http/big.example.com/g1"}
-    # A new directory: its scope and the index change.
+    g = dirs_generation([("g0",), ("g1",), ("g2",)])
+    assert set(patched.changes[ROUTE_TYPE][1]) == {f"ingress_http/big.example.com{g}/g1"}
+    # A new directory: new scopes for the new directories, the index names them, the old go.
     grown = dataclasses.replace(
         changed,
         routes=(*changed.routes, *(route(n + i, PathMatch.prefix(f"/g9/{i}")) for i in range(70))),
     )
     patched = translate(graph(grown, small), options, memo)
     assert wire(patched) == wire(translate(graph(grown, small), options))
-    assert "ingress_http/big.example.com/g9" in patched.changes[SCOPED_ROUTE_TYPE][1]
+    g2 = dirs_generation([("g0",), ("g1",), ("g2",), ("g9",)])
+    scopes = patched.changes[SCOPED_ROUTE_TYPE][1]
+    assert scopes[f"ingress_http/big.example.com{g2}/g9"] is not None
+    assert scopes[f"ingress_http/big.example.com{g}/g1"] is None
     assert "ingress_http/big.example.com" in patched.changes[ROUTE_TYPE][1]
-    assert "ingress_http/big.example.com/g1" not in patched.changes[ROUTE_TYPE][1]

@@ -116,12 +116,13 @@ _PARENT_TYPES: Mapping[str, tuple[str, ...]] = {
     SECRET_TYPE: (LISTENER_TYPE,),
 }
 # Make-before-break: a type is sent only once these types have nothing in flight or left to send.
-# Route configurations do not wait for scopes: Envoy asks for a new scope's route configuration
-# only after taking the scope, and a changed one is sent on its own.
+# Route configurations wait for scopes: a split host's index (`translate.split_host`) may name
+# the scopes just sent, whose route configurations Envoy asks for once it took them, and those
+# go before the index (`_new_first`).
 _GATES = {
     LISTENER_TYPE: (CLUSTER_TYPE, ENDPOINT_TYPE),
     SCOPED_ROUTE_TYPE: (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE),
-    ROUTE_TYPE: (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE),
+    ROUTE_TYPE: (CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, SCOPED_ROUTE_TYPE),
 }
 
 _DOWNSTREAM_TLS_TYPE = "type.googleapis.com/" + tls_pb2.DownstreamTlsContext.DESCRIPTOR.full_name
@@ -480,6 +481,18 @@ def _pack_type(
     return by_name, frozenset(changed)
 
 
+def _new_first(st: _TypeState, names: list[str]) -> list[str]:
+    """Of the route configurations `names` to send, the ones Envoy never had, when there are
+    some beside changed ones: the changed ones (a split host's index naming the new scopes)
+    wait until Envoy took the new ones, and stay to be looked at (`dirty`)."""
+    new = [name for name in names if name not in st.acked]
+    if not new or len(new) == len(names):
+        return names
+    held = st.dirty if st.dirty is not None else set()
+    st.dirty = held | {name for name in names if name in st.acked}
+    return new
+
+
 def _referenced(
     parents: Iterable[_Resource], children: Mapping[str, _Resource], child_type: str
 ) -> frozenset[str]:
@@ -660,8 +673,13 @@ class _Stream:
         # last found subscribed: until one of them changes, it still is.
         self._endpoints_subscribed: tuple[Any, ...] | None = None
         # Resources the current snapshot dropped but Envoy may still use until it has the new
-        # listeners and routes (make-before-break).
-        self.retained: dict[str, dict[str, _Resource]] = {CLUSTER_TYPE: {}, ENDPOINT_TYPE: {}}
+        # listeners and routes (make-before-break): clusters, and scopes a split host's index
+        # Envoy holds may still name.
+        self.retained: dict[str, dict[str, _Resource]] = {
+            CLUSTER_TYPE: {},
+            ENDPOINT_TYPE: {},
+            SCOPED_ROUTE_TYPE: {},
+        }
         # Per retained type, the (resources, nonce, pending, requested) of the last switch that
         # found nothing to retain (`switch_snapshot`).
         self._clean: dict[str, tuple[Any, ...] | None] = {}
@@ -1092,6 +1110,8 @@ class _Stream:
             return version, [target[name] for name in sorted(target)]
         send = sorted(name for name in self._candidates(st, target) if name in target)
         st.dirty = set()
+        if type_url == ROUTE_TYPE:
+            send = _new_first(st, send)
         if not send:
             return None
         return version, [target[name] for name in send]
@@ -1126,9 +1146,12 @@ class _Stream:
             return None
         target = self._target(type_url)
         candidates = self._candidates(st, target)
+        names = sorted(name for name in candidates if name in target)
+        if type_url == ROUTE_TYPE:
+            names = _new_first(st, names)
         send = [
             target[name]
-            for name in sorted(name for name in candidates if name in target)
+            for name in names
             # A stand-in for what a reconnected Envoy has (`_resume_delta`) has no content.
             if target[name].packed.type_url
         ]

@@ -25,6 +25,9 @@ DEFAULT_TRACING_SERVICE_NAME = "turnout"
 DEFAULT_TRACING_SAMPLING_PERCENT = 100.0
 # A path scope of a split host holds at most about this many routes (`path_scopes`).
 DEFAULT_SPLIT_SCOPE_MAX_ROUTES = 1024
+# A host is not split when the routes placed in several scopes add more than this share of its
+# routes (`path_scopes`).
+DEFAULT_SPLIT_MAX_EXTRA_SHARE = 0.25
 
 
 class AccessLogFormat(StrEnum):
@@ -104,7 +107,9 @@ class TranslateOptions:
     `split_host_min_routes`: a virtual host with at least this many routes (none of its
     listener's hosts a wildcard) is split into scopes by a leading path directory, each with at
     most about `split_scope_max_routes` routes (`path_scopes`), so that a change to some of its
-    routes makes Envoy rebuild their scopes only; its listener is scoped for it. 0: never.
+    routes makes Envoy rebuild their scopes only; its listener is scoped for it. 0: never. A
+    host is not split when the routes placed in several scopes would add more than
+    `split_max_extra_share` of its routes.
     `jwt_providers`: set by `translate` from the graph (`http_filters.jwt_providers`), not by
     callers: the JWT providers every HTTP connection manager carries.
     """
@@ -121,6 +126,7 @@ class TranslateOptions:
     scoped_routes_min_hosts: int = DEFAULT_SCOPED_ROUTES_MIN_HOSTS
     split_host_min_routes: int = DEFAULT_SPLIT_HOST_MIN_ROUTES
     split_scope_max_routes: int = DEFAULT_SPLIT_SCOPE_MAX_ROUTES
+    split_max_extra_share: float = DEFAULT_SPLIT_MAX_EXTRA_SHARE
     jwt_providers: tuple[JwtValidation, ...] = ()
 
     def __post_init__(self) -> None:
@@ -145,4 +151,8 @@ class TranslateOptions:
         if self.split_scope_max_routes < 1:
             raise ValueError(
                 f"split_scope_max_routes must be 1 or more, got {self.split_scope_max_routes}"
+            )
+        if not self.split_max_extra_share >= 0:  # NaN fails the comparison too
+            raise ValueError(
+                f"split_max_extra_share must be 0 or more, got {self.split_max_extra_share}"
             )

@@ -227,8 +227,9 @@ def _scoped_book(lst: Listener, out: ListenerResources, memo: TranslateMemo) -> 
     names: dict[str, list[str]] = {}
     start = len(lst.name) + 1
     for scope in out.scoped_routes:
-        # `<listener>/<host>` or a split host's `<listener>/<host>/<path>`.
-        names.setdefault(str(scope.name)[start:].partition("/")[0], []).append(str(scope.name))
+        # `<listener>/<host>`, or a split host's `<listener>/<host>#<generation>/<path>`.
+        key = str(scope.name)[start:].partition("/")[0].partition("#")[0]
+        names.setdefault(key, []).append(str(scope.name))
     split = _split_min(memo)
     return ScopedBook(
         dict(Counter(vh.hostname.lower() for vh in lst.virtual_hosts)),

@@ -29,8 +29,8 @@ a directory (first the root) holding more than `max_scope` routes gives its larg
 directories scopes of their own, largest first, until what is left is small enough, and so on
 down. A directory segment is plain path text (`_SEGMENT`): a segment Envoy's path normalisation
 would rewrite can never be matched, so it never becomes a directory. The host is not split when
-no directory is found or when the routes placed in several scopes copy more than
-`MAX_EXTRA_SHARE` of the routes.
+no directory is found or when the routes placed in several scopes would add more than a share
+of its routes (`TranslateOptions.split_max_extra_share`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from turnout.graph.model import PathMatch, PathMatchKind
 
 __all__ = [
     "EVERYWHERE",
-    "MAX_EXTRA_SHARE",
     "PathSplit",
     "Spot",
     "choose_dirs",
@@ -63,9 +62,6 @@ Dir = tuple[str, ...]
 Spot = tuple[str, Dir, str]
 
 EVERYWHERE: Spot = ("*", (), "")
-
-# The routes placed in more than one scope may add at most this share of the host's routes.
-MAX_EXTRA_SHARE = 0.25
 
 # Unreserved and sub-delimiter characters, ":" and "@" (RFC 3986 pchar without "%"): text a
 # normalised path keeps as it is.
@@ -176,7 +172,7 @@ def plan_split(
     spots: Sequence[Spot],
     pinned: Sequence[Dir | None],
     max_scope: int,
-    max_extra: float = MAX_EXTRA_SHARE,
+    max_extra: float,
 ) -> PathSplit | None:
     """The split of a host whose routes have these spots and pinned segments (None: placed
     everywhere), or None when it is not split (see the module docstring)."""

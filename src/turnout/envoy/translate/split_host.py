@@ -8,18 +8,28 @@ Envoy resources. A split host `h` with directories `D1..Dn` has:
   `path_separated_prefix: Di` (a matcher tree from `matcher_tree_min_routes` directories),
   each answering 404 and naming in its metadata (`filter_metadata["turnout.scope_key"]["key"]`)
   the key `h` + `Di`, then a last route matching every path, naming the root scope `h/`;
-- per directory, the scope `<listener>/h` + `Di` (key `h` + `Di`), and the root scope
-  `<listener>/h/` (key `h/`): each a RouteConfiguration with `h`'s virtual host (name, domain,
-  every host-level setting) holding the routes of that scope in the host's order.
+- per directory, the scope `<listener>/h#G` + `Di` (key `h#G` + `Di`), and the root scope
+  `<listener>/h#G/` (key `h#G/`): each a RouteConfiguration with `h`'s virtual host (name,
+  domain, every host-level setting) holding the routes of that scope in the host's order. `G`
+  is a digest of the directories (`dirs_generation`).
 
 The scope key filter (Lua, `scoped_routes`) sets the key header to the Host, so the index is the
 request's route table; it then reads the route's metadata and, when it names a scope, replaces
 the header with that key and clears the route cache: the request is routed in the directory's
 scope. A new directory therefore changes the index and adds a scope, never the listener.
+
+No request fails while the directories change. Routes move between scopes when they do (a new
+directory takes its routes from its parent's scope), so the scopes of one set of directories
+are never changed into those of another: each set has its own keys (`G`), and the xDS server
+sends the new scopes and their tables first, then the index (one RouteConfiguration, switched
+at once), and removes the old scopes only once the index no longer names them (`xds`). While
+the directories stay, a change replaces the tables of the scopes holding the changed routes in
+place.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,6 +101,7 @@ def split_host_scopes(
         list(map(itemgetter(5), pieces)),
         list(map(itemgetter(6), pieces)),
         options.split_scope_max_routes,
+        options.split_max_extra_share,
     )
     if plan is None:
         return None
@@ -128,8 +139,9 @@ def _scopes(
         index = _index(listener, vh, plan.dirs, options.matcher_tree_min_routes)
     members: dict[str, list[tuple[Any, ...]]] = {}
     pairs: dict[str, Pair] = {}
+    generation = dirs_generation(plan.dirs)
     for d, positions in zip(((), *plan.dirs), plan.scopes, strict=True):
-        path = dir_path(d) if d else "/"
+        path = generation + (dir_path(d) if d else "/")
         name = scoped_route_name(listener, vh.hostname, path)
         held = list(map(pieces.__getitem__, positions))
         old = book.members.get(name) if book is not None else None
@@ -172,7 +184,7 @@ def _index(listener: str, vh: VirtualHost, dirs: Sequence[Dir], tree_min: int) -
     """The host's own scope: its table leads each request to its directory's scope."""
     key = vh.hostname.lower()
     name = scoped_route_name(listener, vh.hostname)
-    routes = index_routes(key, dirs)
+    routes = index_routes(key + dirs_generation(dirs), dirs)
     head = rc.VirtualHost(name=vh.name, domains=[vh.hostname])
     placements = [
         *(Placement(PathMatchKind.SEGMENT_PREFIX, dir_path(d)) for d in dirs_deepest_first(dirs)),
@@ -189,6 +201,17 @@ def _index(listener: str, vh: VirtualHost, dirs: Sequence[Dir], tree_min: int) -
     )
     data = route_table_bytes(name, [entry], 0, False, (SCOPE_KEY_HEADER,))
     return route_pb2.RouteConfiguration.FromString(data), scope_message(name, key)
+
+
+def dirs_generation(dirs: Sequence[Dir]) -> str:
+    """What the keys of a split host's path scopes start with after the host: `#` and a digest
+    of its directories, so that scopes of another set of directories have other keys (see the
+    module docstring). No directory holds `#`, no hostname either."""
+    digest = hashlib.sha256("\n".join(map(dir_path, dirs)).encode()).hexdigest()
+    return "#" + digest[:_GENERATION_DIGITS]
+
+
+_GENERATION_DIGITS = 8
 
 
 def dirs_deepest_first(dirs: Sequence[Dir]) -> list[Dir]:
