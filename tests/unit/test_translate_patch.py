@@ -44,6 +44,14 @@ from turnout.objects import ObjectRef
 SCOPED = TranslateOptions(scoped_routes_min_hosts=2)
 # One table for every host, a tree from 4 routes on.
 PLAIN = TranslateOptions(scoped_routes_min_hosts=0, matcher_tree_min_routes=4)
+# Hosts of 6 routes or more split into path scopes of about 4, trees from 4 routes on.
+SPLIT = TranslateOptions(
+    scoped_routes_min_hosts=2,
+    split_host_min_routes=6,
+    split_scope_max_routes=4,
+    split_max_extra_share=100.0,
+    matcher_tree_min_routes=4,
+)
 
 
 def _name(message: Any) -> str:
@@ -117,6 +125,10 @@ def test_random_walks_of_a_plain_listener_give_the_bytes_of_a_fresh_translation(
     _random_walks(PLAIN)
 
 
+def test_random_walks_with_split_hosts_give_the_bytes_of_a_fresh_translation() -> None:
+    _random_walks(SPLIT, big=True)
+
+
 def test_a_route_changed_in_a_big_host_of_a_plain_listener_patches_its_table_only() -> None:
     prefixes = tuple(f"/team-{i}/" for i in range(PER_ROUTE_MIN_ROUTES * 3))
     hosts = {"big.example.com": host("big.example.com", cluster(0).name, prefixes)}
@@ -138,12 +150,15 @@ def test_a_route_changed_in_a_big_host_of_a_plain_listener_patches_its_table_onl
         before = after
 
 
-def _random_walks(options: TranslateOptions) -> None:
+def _random_walks(options: TranslateOptions, big: bool = False) -> None:
     patches = 0
     for seed in range(4):
         rng = random.Random(seed)
         names = [f"h{i}.example.com" for i in range(6)]
         hosts = {n: host(n, cluster(i % 3).name) for i, n in enumerate(names)}
+        big_prefixes = [f"/g{i % 3}/t{i}/" for i in range(12)]
+        if big:
+            hosts[BIG] = host(BIG, cluster(0).name, tuple(big_prefixes))
         clusters = {i: cluster(i) for i in range(3)}
         secrets = {0: secret(0)}
         memo = TranslateMemo()
@@ -152,7 +167,11 @@ def _random_walks(options: TranslateOptions) -> None:
         before = translate(first, options, memo)
         server.set_resources(before)
         for step in range(40):
-            _mutate(rng, step, hosts, clusters, secrets)
+            if big and rng.random() < 0.5:
+                _mutate_big(rng, step, big_prefixes)
+                hosts[BIG] = host(BIG, cluster(step % 3).name, tuple(big_prefixes))
+            else:
+                _mutate(rng, step, hosts, clusters, secrets)
             g = graph(tuple(hosts.values()), tuple(clusters.values()), tuple(secrets.values()))
             after = translate(g, options, memo)
             fresh = translate(g, options)
@@ -203,6 +222,22 @@ def _mutate(
     else:
         name = rng.choice(sorted(hosts))
         hosts[name] = host(name, rng.choice(list(clusters.values())).name, ("/", f"/s{step}"))
+
+
+BIG = "big.example.com"
+
+
+def _mutate_big(rng: random.Random, step: int, prefixes: list[str]) -> None:
+    """A route of the big host added (in a directory, new or not), removed or changed."""
+    choice = rng.randrange(4)
+    if choice == 0 and len(prefixes) > 7:
+        del prefixes[rng.randrange(len(prefixes))]
+    elif choice == 1:
+        prefixes.insert(rng.randrange(len(prefixes) + 1), f"/g{rng.randrange(6)}/s{step}")
+    elif choice == 2:
+        prefixes[rng.randrange(len(prefixes))] = rng.choice(("/", "/g1", f"/g2/t{step}/x"))
+    else:
+        prefixes.extend(f"/d{step}/x{k}" for k in range(5))
 
 
 def _three_hosts() -> tuple[dict[str, VirtualHost], RoutingGraph]:
