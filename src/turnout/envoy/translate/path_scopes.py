@@ -36,24 +36,31 @@ of its routes (`TranslateOptions.split_max_extra_share`).
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from turnout.envoy.translate.route_tree import regex_literal_prefix
 from turnout.graph.model import PathMatch, PathMatchKind
 
 __all__ = [
     "EVERYWHERE",
+    "Dir",
+    "DirCounts",
     "PathSplit",
     "Spot",
     "choose_dirs",
     "dir_path",
+    "group",
+    "held_scopes",
     "path_spot",
     "plan_split",
     "request_scope",
     "spot_scopes",
+    "too_many_copies",
 ]
 
 Dir = tuple[str, ...]
@@ -102,34 +109,101 @@ def request_scope(path: str, dirs: Iterable[Dir]) -> Dir:
     return found[-1] if found else ()
 
 
-def choose_dirs(pinned: Mapping[Dir, int], max_scope: int) -> list[Dir]:
-    """The directories, sorted, for routes pinned at these segments (with their counts): see
-    the module docstring."""
+@dataclass(slots=True)
+class DirCounts:
+    """How many routes are pinned at or under each directory a request can reach (`total`),
+    and under each such directory per child segment that can be a directory (`children`): what
+    `choose_dirs` reads, kept so that a change adds and takes away its routes' counts only."""
+
+    total: Counter[Dir] = field(default_factory=Counter)
+    children: dict[Dir, Counter[str]] = field(default_factory=dict)
+
+    @staticmethod
+    def of(pinned: Iterable[Dir | None]) -> DirCounts:
+        counts = DirCounts()
+        counts.add(pinned, 1)
+        return counts
+
+    def add(self, pinned: Iterable[Dir | None], sign: int) -> None:
+        """Counts the routes pinned at `pinned` (None: not pinned) once more (`sign` 1) or once
+        less (-1)."""
+        total, children = self.total, self.children
+        for segments, n in Counter(pinned).items():
+            if segments is None:
+                continue
+            n *= sign
+            for depth in range(len(segments) + 1):
+                d = segments[:depth]
+                total[d] += n
+                if not total[d]:
+                    del total[d]
+                if depth == len(segments) or not _is_dir_segment(segments[depth]):
+                    break
+                below = children.setdefault(d, Counter())
+                below[segments[depth]] += n
+                if not below[segments[depth]]:
+                    del below[segments[depth]]
+                    if not below:
+                        del children[d]
+
+
+def _is_dir_segment(segment: str) -> bool:
+    # Normalisation resolves "." and "..": no request path holds one.
+    return segment not in (".", "..") and _SEGMENT.fullmatch(segment) is not None
+
+
+def choose_dirs(counts: DirCounts, max_scope: int) -> tuple[Dir, ...]:
+    """The directories, sorted, for routes with these counts: see the module docstring."""
     out: list[Dir] = []
-    stack: list[tuple[Dir, list[tuple[Dir, int]]]] = [((), list(pinned.items()))]
+    stack: list[Dir] = [()]
     while stack:
-        d, items = stack.pop()
-        remaining = sum(n for _, n in items)
+        d = stack.pop()
+        remaining = counts.total.get(d, 0)
         if remaining <= max_scope:
             continue
-        depth = len(d)
-        children: dict[str, list[tuple[Dir, int]]] = {}
-        for segments, n in items:
-            if len(segments) > depth and _SEGMENT.fullmatch(segments[depth]):
-                children.setdefault(segments[depth], []).append((segments, n))
-        sizes = sorted(
-            ((sum(n for _, n in v), k) for k, v in children.items()), key=lambda t: (-t[0], t[1])
-        )
-        for size, segment in sizes:
+        sizes = sorted(counts.children.get(d, {}).items(), key=lambda t: (-t[1], t[0]))
+        for segment, size in sizes:
             if remaining <= max_scope:
                 break
-            if segment in (".", ".."):
-                continue  # normalisation resolves these: no request path holds one
             child = (*d, segment)
             out.append(child)
             remaining -= size
-            stack.append((child, children[segment]))
-    return sorted(out)
+            stack.append(child)
+    return tuple(sorted(out))
+
+
+def held_scopes(
+    spots: Sequence[Spot], pinned: Sequence[Dir | None], dirs: Sequence[Dir]
+) -> list[tuple[int, ...]]:
+    """The scopes holding each route (`spot_scopes`), for routes with these spots and pinned
+    segments. A route pinned where no directory lies below has the one scope its pinned
+    segments give, whatever its kind: those are looked up by the pinned segments (C-speed for
+    repeated ones); only the others are placed one by one."""
+    index = {d: i + 1 for i, d in enumerate(dirs)}
+    by_pinned = _ByPinned(dirs, index)
+    out: list[tuple[int, ...] | None] = list(map(by_pinned.__getitem__, pinned))
+    for i in itertools.compress(range(len(out)), map(operator.not_, out)):
+        out[i] = spot_scopes(spots[i], dirs, index)
+    return out  # type: ignore[return-value]
+
+
+class _ByPinned(dict[Dir | None, tuple[int, ...]]):
+    """Pinned segments -> their one scope, or () when some directory lies below them (then the
+    route's kind decides); None (every scope) -> every scope."""
+
+    def __init__(self, dirs: Sequence[Dir], index: Mapping[Dir, int]) -> None:
+        super().__init__()
+        self.dirs, self.index = dirs, index
+
+    def __missing__(self, segments: Dir | None) -> tuple[int, ...]:
+        if segments is None:
+            found = tuple(range(len(self.dirs) + 1))
+        else:
+            i = bisect.bisect_right(self.dirs, segments)
+            below = i < len(self.dirs) and self.dirs[i][: len(segments)] == segments
+            found = () if below else (_longest(segments, self.index),)
+        self[segments] = found
+        return found
 
 
 def spot_scopes(spot: Spot, dirs: Sequence[Dir], index: Mapping[Dir, int]) -> tuple[int, ...]:
@@ -159,6 +233,20 @@ def _longest(segments: Dir, index: Mapping[Dir, int]) -> int:
     return 0
 
 
+def too_many_copies(held: Sequence[tuple[int, ...]], max_extra: float) -> bool:
+    """Whether the routes placed in several scopes add more than `max_extra` of the routes."""
+    return sum(map(len, held)) - len(held) > max_extra * len(held)
+
+
+def group(held: Sequence[tuple[int, ...]], scopes: int) -> list[list[int]]:
+    """Per scope, the positions of the routes it holds (`held`: each route's scopes)."""
+    out: list[list[int]] = [[] for _ in range(scopes)]
+    for position, where in enumerate(held):
+        for scope in where:
+            out[scope].append(position)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class PathSplit:
     """A host's directories (sorted) and, per scope (the root first, then each directory), the
@@ -176,22 +264,10 @@ def plan_split(
 ) -> PathSplit | None:
     """The split of a host whose routes have these spots and pinned segments (None: placed
     everywhere), or None when it is not split (see the module docstring)."""
-    counts = Counter(pinned)
-    counts.pop(None, None)
-    dirs = tuple(choose_dirs(counts, max_scope))  # type: ignore[arg-type]
+    dirs = choose_dirs(DirCounts.of(pinned), max_scope)
     if not dirs:
         return None
-    index = {d: i + 1 for i, d in enumerate(dirs)}
-    memo: dict[Spot, tuple[int, ...]] = {}
-    scopes: list[list[int]] = [[] for _ in range(len(dirs) + 1)]
-    entries = 0
-    for position, spot in enumerate(spots):
-        held = memo.get(spot)
-        if held is None:
-            held = memo[spot] = spot_scopes(spot, dirs, index)
-        entries += len(held)
-        for scope in held:
-            scopes[scope].append(position)
-    if entries - len(spots) > max_extra * len(spots):
+    held = held_scopes(spots, pinned, dirs)
+    if too_many_copies(held, max_extra):
         return None
-    return PathSplit(dirs, tuple(map(tuple, scopes)))
+    return PathSplit(dirs, tuple(map(tuple, group(held, len(dirs) + 1))))

@@ -33,7 +33,8 @@ import hashlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import repeat
+from operator import contains, itemgetter
 from typing import Any
 
 from envoy.config.route.v3 import route_components_pb2 as rc
@@ -41,9 +42,18 @@ from envoy.config.route.v3 import route_pb2
 
 from turnout.envoy.translate.memo import TranslateMemo
 from turnout.envoy.translate.options import TranslateOptions
-from turnout.envoy.translate.path_scopes import Dir, PathSplit, dir_path, plan_split
+from turnout.envoy.translate.path_scopes import (
+    Dir,
+    DirCounts,
+    choose_dirs,
+    dir_path,
+    group,
+    held_scopes,
+    too_many_copies,
+)
 from turnout.envoy.translate.route_tree import (
     Placement,
+    common_start,
     length_delimited,
     tree_book,
     varint,
@@ -73,18 +83,35 @@ INDEX_MISS_STATUS = 404
 _VHOSTS_TAG = b"\x12"
 
 Pair = tuple[Any, Any]  # (RouteConfiguration, ScopedRouteConfiguration)
+Piece = tuple[Any, ...]  # `routes.route_pieces`
 
 
 @dataclass(slots=True)
 class SplitBook:
-    """A split host's scopes as last made: the host-level parts they were made with, the
-    directories and the index, and per table name the routes' pieces and the pair."""
+    """A split host as last split: its routes' pieces with the scopes holding each, the
+    directory counts and the directories, the host-level parts the tables were made with, the
+    index, and per scope (the root first) its pieces and its pair."""
 
-    frame: tuple[bytes, bytes]
+    pieces: list[Piece]
+    held: list[tuple[int, ...]]
+    counts: DirCounts
     dirs: tuple[Dir, ...]
+    frame: tuple[bytes, bytes]
     index: Pair
-    members: dict[str, list[tuple[Any, ...]]]
-    pairs: dict[str, Pair]
+    members: list[list[Piece]]
+    pairs: list[Pair]
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A split worked out: the counts, the directories, each piece's scopes, the scopes whose
+    routes may differ from the book's (None: every one), and the pieces not in the book."""
+
+    counts: DirCounts
+    dirs: tuple[Dir, ...]
+    held: list[tuple[int, ...]]
+    touched: set[int] | None
+    fresh: list[Piece]
 
 
 def split_host_scopes(
@@ -92,17 +119,21 @@ def split_host_scopes(
 ) -> tuple[Pair, ...] | None:
     """The index and path scopes of `vh` (holding the scope `key`), or None when it is not
     split (too few routes, no directory, too many copies, a table naming the key header, or a
-    host-level setting that cannot be expressed: the host is then translated whole)."""
+    host-level setting that cannot be expressed: the host is then translated whole). With
+    `memo`, the split before is patched: the pieces between the common start and end of the
+    old and new routes (C-speed identity passes) change the counts, and only the scopes they
+    are held by are made again."""
     if not 0 < options.split_host_min_routes <= len(vh.routes):
         return None
+    book = None
+    if memo is not None:
+        # Taken out until this split is whole: a failure on the way must not leave it half
+        # patched.
+        book = memo.kept_split((listener, key))
+        memo.split_books.pop((listener, key), None)
     every, _ = route_pieces(vh, None, memo)
     pieces = list(itertools.compress(every, map(itemgetter(0), every)))
-    plan = plan_split(
-        list(map(itemgetter(5), pieces)),
-        list(map(itemgetter(6), pieces)),
-        options.split_scope_max_routes,
-        options.split_max_extra_share,
-    )
+    plan = _plan(pieces, book, options)
     if plan is None:
         return None
     try:
@@ -110,47 +141,92 @@ def split_host_scopes(
     except Exception as err:
         log_translation_failure(f"virtual host {vh.name!r} of {vh.owner}", err)
         return None
-    if SCOPE_KEY_HEADER.encode() in b"".join((*frame, *map(itemgetter(0), pieces))):
+    checked = plan.fresh if book is not None else pieces
+    if SCOPE_KEY_HEADER.encode() in b"".join((*frame, *map(itemgetter(0), checked))):
         return None
-    book = memo.kept_split((listener, key)) if memo is not None else None
-    if book is not None and book.frame != frame:
-        book = None  # every table holds the host-level parts
     out = _scopes(listener, key, vh, plan, pieces, frame, book, options, memo)
     if memo is not None:
         memo.split_books[(listener, key)] = out
-    return (out.index, *out.pairs.values())
+    return (out.index, *out.pairs)
+
+
+def _plan(pieces: list[Piece], book: SplitBook | None, options: TranslateOptions) -> _Plan | None:
+    """The split of `pieces` (`path_scopes.plan_split`), patched from `book` (whose counts it
+    changes) when there is one."""
+    pinned, spots = itemgetter(6), itemgetter(5)
+    if book is None:
+        counts, old_held, head, tail, fresh = DirCounts.of(map(pinned, pieces)), [], 0, 0, pieces
+    else:
+        old, old_held, counts = book.pieces, book.held, book.counts
+        shorter = min(len(old), len(pieces))
+        head = common_start(old, pieces, shorter)
+        tail = min(common_start(reversed(old), reversed(pieces), shorter), shorter - head)
+        fresh = pieces[head : len(pieces) - tail]
+        counts.add(map(pinned, old[head : len(old) - tail]), -1)
+        counts.add(map(pinned, fresh), 1)
+    dirs = choose_dirs(counts, options.split_scope_max_routes)
+    if not dirs:
+        return None
+    touched: set[int] | None = None
+    if book is not None and dirs == book.dirs:
+        mid = held_scopes(list(map(spots, fresh)), list(map(pinned, fresh)), dirs)
+        gone = old_held[head : len(old_held) - tail]
+        held = [*old_held[:head], *mid, *old_held[len(old_held) - tail :]]
+        touched = set(itertools.chain(*gone, *mid))
+    else:
+        held = held_scopes(list(map(spots, pieces)), list(map(pinned, pieces)), dirs)
+    if too_many_copies(held, options.split_max_extra_share):
+        return None
+    return _Plan(counts, dirs, held, touched, fresh)
 
 
 def _scopes(
     listener: str,
     key: str,
     vh: VirtualHost,
-    plan: PathSplit,
-    pieces: list[tuple[Any, ...]],
+    plan: _Plan,
+    pieces: list[Piece],
     frame: tuple[bytes, bytes],
     book: SplitBook | None,
     options: TranslateOptions,
     memo: TranslateMemo | None,
 ) -> SplitBook:
-    """The book of the split `plan`, each scope whose routes are the very same pieces as in
-    `book` kept, the index kept while the directories are the same."""
-    index = book.index if book is not None and book.dirs == plan.dirs else None
+    """The book of `plan`: each scope `plan` did not touch, or whose routes are the very same
+    pieces as in `book`, keeps its pair; the index is kept while the directories are."""
+    same_dirs = book is not None and book.dirs == plan.dirs
+    index = book.index if same_dirs else None  # type: ignore[union-attr]
     if index is None:
         index = _index(listener, vh, plan.dirs, options.matcher_tree_min_routes)
-    members: dict[str, list[tuple[Any, ...]]] = {}
-    pairs: dict[str, Pair] = {}
+    kept = book if same_dirs and book.frame == frame else None  # type: ignore[union-attr]
+    touched = plan.touched if kept is not None else None
+    scopes = len(plan.dirs) + 1
+    groups = group(plan.held, scopes) if touched is None or len(touched) > _FEW else None
     generation = dirs_generation(plan.dirs)
-    for d, positions in zip(((), *plan.dirs), plan.scopes, strict=True):
-        path = generation + (dir_path(d) if d else "/")
-        name = scoped_route_name(listener, vh.hostname, path)
-        held = list(map(pieces.__getitem__, positions))
-        old = book.members.get(name) if book is not None else None
-        if old is not None and old == held:
-            pairs[name] = book.pairs[name]  # type: ignore[union-attr]
+    members: list[list[Piece]] = []
+    pairs: list[Pair] = []
+    for scope, d in enumerate(((), *plan.dirs)):
+        if kept is not None and touched is not None and scope not in touched:
+            members.append(kept.members[scope])
+            pairs.append(kept.pairs[scope])
+            continue
+        if groups is not None:
+            held = list(map(pieces.__getitem__, groups[scope]))
         else:
-            pairs[name] = _scope(name, key + path, frame, held, options, memo)
-        members[name] = held
-    return SplitBook(frame, plan.dirs, index, members, pairs)
+            held = list(itertools.compress(pieces, map(contains, plan.held, repeat(scope))))
+        if kept is not None and kept.members[scope] == held:
+            pair = kept.pairs[scope]
+        else:
+            path = generation + (dir_path(d) if d else "/")
+            name = scoped_route_name(listener, vh.hostname, path)
+            pair = _scope(name, key + path, frame, held, options, memo)
+        members.append(held)
+        pairs.append(pair)
+    return SplitBook(pieces, plan.held, plan.counts, plan.dirs, frame, index, members, pairs)
+
+
+# Up to this many scopes to make again are picked out of the pieces one C-speed pass each;
+# more are grouped in one pass.
+_FEW = 8
 
 
 def _scope(
