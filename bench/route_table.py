@@ -2,11 +2,13 @@
 
 One host with 1, 1,000 and 10,000 prefix routes (`/route-<i>/`, each a direct response naming
 it), the request matching the LAST route (`/route-<N-1>/x`), so a list walks every route first.
-Each table is translated twice: as a list (`matcher_tree_min_routes=0`) and as a matcher tree
-(`matcher_tree_min_routes=1`), loaded into its own Envoy (`--concurrency 1`, one worker) as a
-static bootstrap, and loaded with `wrk` (Debian's `wrk`; `-t1 -c16`). Every Envoy is started
-first; the rounds then run each configuration in turn, so a noisy neighbour hurts them alike.
-Every figure is a ratio against the single-route list in the same round; the median over rounds
+Each table is translated three times: as a list (`matcher_tree_min_routes=0`), as a matcher tree
+(`matcher_tree_min_routes=1`), and on a scoped listener (`scoped`: the scope key filter runs on
+every request; from 2,048 routes the host is split into path scopes, so the request finds the
+index route, then its route in its directory's scope), loaded into its own Envoy
+(`--concurrency 1`, one worker) as a static bootstrap, and loaded with `wrk` (Debian's `wrk`;
+`-t1 -c16`). Every Envoy is started first; the rounds then run each configuration in turn, so a
+noisy neighbour hurts them alike. Every figure is a ratio against the single-route list in the same round; the median over rounds
 is reported. Before measuring, each Envoy must answer the request with the last route's body.
 
     python3 bench/route_table.py                      # 1, 1000, 10000 routes; 5 rounds of 5 s
@@ -50,7 +52,13 @@ from turnout.objects import ObjectRef
 
 HOST = "bench.example.com"
 OWNER = ObjectRef("projectcontour.io", "HTTPProxy", "bench", "routes")
-SHAPES = {"list": 0, "tree": 1}  # matcher_tree_min_routes
+# The options of each shape: a list, a matcher tree, and scoped routes (the scope key filter on
+# every request; a host of 2,048 routes or more split into path scopes, `split_host`).
+SHAPES = {
+    "list": TranslateOptions(matcher_tree_min_routes=0, split_host_min_routes=0),
+    "tree": TranslateOptions(matcher_tree_min_routes=1, split_host_min_routes=0),
+    "scoped": TranslateOptions(scoped_routes_min_hosts=1),
+}
 
 
 @dataclass(frozen=True)
@@ -89,8 +97,7 @@ def graph(routes: int, port: int) -> RoutingGraph:
 
 def start_envoy(config: Config, work: Path, cpu: str | None) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
-    options = TranslateOptions(matcher_tree_min_routes=SHAPES[config.shape])
-    resources = translate(graph(config.routes, port), options)
+    resources = translate(graph(config.routes, port), SHAPES[config.shape])
     path = work / f"envoy-{config.routes}-{config.shape}.json"
     path.write_text(json.dumps(static_bootstrap(resources)))
     envoy = shutil.which("envoy") or "envoy"
@@ -161,14 +168,14 @@ def measure(args: argparse.Namespace) -> dict[Config, list[float]]:
 def translation_cost(routes: int, repeat: int = 3) -> None:
     """What the tree costs turnout: translate time and RouteConfiguration bytes, list vs tree."""
     print(f"\n| {routes} routes | translate (median of {repeat}) | bytes |\n|---|---|---|")
-    for shape, min_routes in SHAPES.items():
+    for shape, options in SHAPES.items():
         times, size = [], 0
-        table, options = graph(routes, 8080), TranslateOptions(matcher_tree_min_routes=min_routes)
+        table = graph(routes, 8080)
         for _ in range(repeat):
             start = time.perf_counter()
             resources = translate(table, options)
             times.append(time.perf_counter() - start)
-            size = len(resources.routes[0].SerializeToString(deterministic=True))
+            size = sum(len(r.SerializeToString(deterministic=True)) for r in resources.routes)
         print(f"| {shape} | {statistics.median(times) * 1000:.0f} ms | {size:,} |")
 
 

@@ -8,7 +8,8 @@ What is translated today:
 - every HTTP listener -> a Listener with one HTTP connection manager using RDS over ADS, and a
   RouteConfiguration named like the listener (see `listeners`); from `scoped_routes_min_hosts`
   virtual hosts, none a wildcard, scoped RDS instead: a scope and a RouteConfiguration per host
-  (see `scoped_routes`);
+  (see `scoped_routes`), and a host with `split_host_min_routes` routes split into scopes by a
+  leading path directory (see `path_scopes`, `split_host`), its listener scoped for it;
 - every HTTPS listener -> a Listener with one TLS filter chain per SNI name, each with its own
   RouteConfiguration `https/<hostname>`, one chain per SNI-routed TCP proxy (see `tcp`) and the
   fallback-certificate chain (see `listeners`); every TLS listener (Gateway API) the same way,

@@ -177,6 +177,8 @@ def host_scopes(
     `scoped_http_listener`)."""
     name = scoped_route_name(listener_name, key)
     known = memo.scoped_hosts.get(vh) if memo is not None else None
+    if memo is not None and known is not None and known[0] == name and len(known[1] or ()) > 1:
+        memo.kept_split((listener_name, key))  # a split host's book lives on with it
     if known is None or known[0] != name:
         pairs = split_host_scopes(listener_name, key, vh, options, memo)
         if pairs is None:
