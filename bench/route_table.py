@@ -1,15 +1,16 @@
 """Envoy's throughput on one virtual host with many routes: a route list against a matcher tree.
 
-One host with 1, 1,000 and 10,000 prefix routes (`/route-<i>/`, each a direct response naming
-it), the request matching the LAST route (`/route-<N-1>/x`), so a list walks every route first.
-Each table is translated three times: as a list (`matcher_tree_min_routes=0`), as a matcher tree
+One host with 1, 1,000 and 10,000 prefix routes (`/route-<i>/`, each a direct response naming it),
+the request matching the LAST route (`/route-<N-1>/x`), so a list walks every route first. Each
+table is translated three times: as a list (`matcher_tree_min_routes=0`), as a matcher tree
 (`matcher_tree_min_routes=1`), and on a scoped listener (`scoped`: the scope key filter runs on
-every request; from 2,048 routes the host is split into path scopes, so the request finds the
-index route, then its route in its directory's scope), loaded into its own Envoy
-(`--concurrency 1`, one worker) as a static bootstrap, and loaded with `wrk` (Debian's `wrk`;
-`-t1 -c16`). Every Envoy is started first; the rounds then run each configuration in turn, so a
-noisy neighbour hurts them alike. Every figure is a ratio against the single-route list in the same round; the median over rounds
-is reported. Before measuring, each Envoy must answer the request with the last route's body.
+every request; from 2,048 routes the host is split into path scopes, so the request finds the index
+route, then its route in its directory's scope), loaded into its own Envoy (`--concurrency 1`, one
+worker) as a static bootstrap, and loaded with `wrk` (Debian's `wrk`; `-t1 -c16`). Every Envoy is
+started first; the rounds then run each configuration in turn, so a noisy neighbour hurts them
+alike. Every figure is a ratio against the single-route list in the same round; the median over
+rounds is reported. Before measuring, each Envoy must answer the request with the last route's
+body.
 
     python3 bench/route_table.py                      # 1, 1000, 10000 routes; 5 rounds of 5 s
     python3 bench/route_table.py --routes 1 100 1000 --rounds 3 --seconds 3
