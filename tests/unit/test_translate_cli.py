@@ -85,6 +85,22 @@ def test_translate_makes_hosts_matcher_trees_from_the_flags_route_count(
     assert "expected a whole number from 0" in capsys.readouterr().err
 
 
+def test_translate_scopes_a_listener_for_a_host_the_flag_splits(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def types(*flags: str) -> list[str]:
+        code, out, _ = _translate(capsys, str(QUICKSTART), "-o", "json", *flags)
+        assert code == 0
+        return list(json.loads(out))
+
+    assert "scoped_routes" not in types()  # one host of 3 routes
+    assert "scoped_routes" in types("--split-host-min-routes", "3")
+    assert "scoped_routes" not in types("--split-host-min-routes", "0")
+    with pytest.raises(SystemExit) as exited:
+        main(["translate", str(QUICKSTART), "--split-host-min-routes", "-1"])
+    assert exited.value.code == 2
+
+
 def test_translate_type_shows_only_that_type(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _translate(capsys, str(QUICKSTART), "--type", "clusters", "-o", "json")
     assert code == 0
