@@ -172,6 +172,14 @@ async def test_a_split_host_answers_as_the_unsplit_host(harness: Harness) -> Non
     for path in ("", f"{g}/", f"{g}/a", f"{g}/a/x", f"{g}/bb"):
         assert f'"ingress_http/{BIG}{path}"' in dumped, path
     assert await answers(harness) == whole
+    # The index and the scopes as matcher trees.
+    trees = {**SPLIT, "matcher_tree_min_routes": 1}
+    await harness.apply(await big_files(harness), options=trees, translate=SPLIT_SCOPES)
+    assert "matcher" in json.dumps(
+        await harness.envoy_admin("/config_dump?resource=dynamic_route_configs")
+    )
+    assert await answers(harness) == whole
+    await harness.apply(await big_files(harness), options=SPLIT, translate=SPLIT_SCOPES)
     assert await harness.served_by(BIG, "/a/xy") == "scoped/one"
     assert await harness.served_by(BIG, "/bbb") == "scoped/three"
 

@@ -248,3 +248,10 @@ def test_a_change_to_one_route_sends_its_scope_only_and_matches_a_fresh_translat
     assert scopes[f"ingress_http/big.example.com{g2}/g9"] is not None
     assert scopes[f"ingress_http/big.example.com{g}/g1"] is None
     assert "ingress_http/big.example.com" in patched.changes[ROUTE_TYPE][1]
+    # The host renamed (its table's virtual host, the index's too), then its settings changed.
+    for again in (
+        dataclasses.replace(grown, name="big-renamed"),
+        dataclasses.replace(grown, name="big-renamed", hostname="BIG.example.com"),
+    ):
+        patched = translate(graph(again, small), options, memo)
+        assert wire(patched) == wire(translate(graph(again, small), options))

@@ -194,7 +194,8 @@ def _scopes(
     """The book of `plan`: each scope `plan` did not touch, or whose routes are the very same
     pieces as in `book`, keeps its pair; the index is kept while the directories are."""
     same_dirs = book is not None and book.dirs == plan.dirs
-    index = book.index if same_dirs else None  # type: ignore[union-attr]
+    # The index holds the host's name and domain (`frame[0]`), not its settings.
+    index = book.index if same_dirs and book.frame[0] == frame[0] else None  # type: ignore[union-attr]
     if index is None:
         index = _index(listener, vh, plan.dirs, options.matcher_tree_min_routes)
     kept = book if same_dirs and book.frame == frame else None  # type: ignore[union-attr]
