@@ -309,8 +309,6 @@ def _patch_scoped(
     ):
         raise Unpatchable("not a scoped listener's hosts")
     removed, added = replaced(old.virtual_hosts, new.virtual_hosts)
-    for vh in (*removed, *added):
-        _check_host(vh, memo)
     split = opts.split_host_min_routes
     big = book.big + sum(0 < split <= len(vh.routes) for vh in added)
     big -= sum(0 < split <= len(vh.routes) for vh in removed)
@@ -329,6 +327,9 @@ def _patch_scoped(
     if any(counts.get(k, 0) > 1 or n > 1 for k, n in after.items()):
         raise Unpatchable("hosts share a scope key")  # the first of them holds it: walk
     _patch_keys(new.name, holder, after, book, last, opts, memo)
+    # After: a split host's translation notes its JWT providers from its routes' pieces.
+    for vh in (*removed, *added):
+        _check_host(vh, memo)
     book.big = big
     for key, n in after.items():
         if n:

@@ -53,8 +53,10 @@ from turnout.envoy.translate.path_scopes import (
 )
 from turnout.envoy.translate.route_tree import (
     Placement,
+    TreeBook,
     common_start,
     length_delimited,
+    patch_tree_book,
     tree_book,
     varint,
 )
@@ -100,6 +102,7 @@ class SplitBook:
     index: Pair
     members: list[list[Piece]]
     pairs: list[Pair]
+    trees: list[TreeBook | None]  # each scope's matcher tree, to patch (None: a list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,11 @@ def split_host_scopes(
         book = memo.kept_split((listener, key))
         memo.split_books.pop((listener, key), None)
     every, _ = route_pieces(vh, None, memo)
+    if memo is not None:
+        # What `http_filters.host_jwts(vh)` gives, from the pieces (one C-speed pass).
+        jwts = set(map(itemgetter(4), every))
+        jwts.discard(None)
+        memo.jwts.put(vh, frozenset(jwts))
     pieces = list(itertools.compress(every, map(itemgetter(0), every)))
     plan = _plan(pieces, book, options)
     if plan is None:
@@ -205,24 +213,28 @@ def _scopes(
     generation = dirs_generation(plan.dirs)
     members: list[list[Piece]] = []
     pairs: list[Pair] = []
+    trees: list[TreeBook | None] = []
     for scope, d in enumerate(((), *plan.dirs)):
         if kept is not None and touched is not None and scope not in touched:
             members.append(kept.members[scope])
             pairs.append(kept.pairs[scope])
+            trees.append(kept.trees[scope])
             continue
         if groups is not None:
             held = list(map(pieces.__getitem__, groups[scope]))
         else:
             held = list(itertools.compress(pieces, map(contains, plan.held, repeat(scope))))
         if kept is not None and kept.members[scope] == held:
-            pair = kept.pairs[scope]
+            pair, tree = kept.pairs[scope], kept.trees[scope]
         else:
             path = generation + (dir_path(d) if d else "/")
             name = scoped_route_name(listener, vh.hostname, path)
-            pair = _scope(name, key + path, frame, held, options, memo)
+            old = kept.trees[scope] if kept is not None else None
+            pair, tree = _scope(name, key + path, frame, held, old, options, memo)
         members.append(held)
         pairs.append(pair)
-    return SplitBook(pieces, plan.held, plan.counts, plan.dirs, frame, index, members, pairs)
+        trees.append(tree)
+    return SplitBook(pieces, plan.held, plan.counts, plan.dirs, frame, index, members, pairs, trees)
 
 
 # Up to this many scopes to make again are picked out of the pieces one C-speed pass each;
@@ -234,15 +246,18 @@ def _scope(
     name: str,
     key: str,
     frame: tuple[bytes, bytes],
-    held: list[tuple[Any, ...]],
+    held: list[Piece],
+    old: TreeBook | None,
     options: TranslateOptions,
     memo: TranslateMemo | None,
-) -> Pair:
+) -> tuple[Pair, TreeBook | None]:
     """One path scope: the host's virtual host holding the routes `held` (a matcher tree from
-    `matcher_tree_min_routes` of them, as a whole host would be)."""
-    tree = None
+    `matcher_tree_min_routes` of them, as a whole host would be, patched from the scope's tree
+    `old` when there is one), and its tree."""
+    book, tree = None, None
     if 0 < options.matcher_tree_min_routes <= len(held):
-        tree = tree_book(held).bytes_of()
+        book = tree_book(held) if old is None else patch_tree_book(old, held)
+        tree = book.bytes_of()
     entry = length_delimited(_VHOSTS_TAG, b"".join(assemble_host(*frame, held, tree)))
     data = route_table_bytes(
         name,
@@ -254,7 +269,7 @@ def _scope(
     config = route_pb2.RouteConfiguration.FromString(data)
     if memo is not None:
         memo.note_encoded(config, data)
-    return config, scope_message(name, key)
+    return (config, scope_message(name, key)), book
 
 
 def _index(listener: str, vh: VirtualHost, dirs: Sequence[Dir], tree_min: int) -> Pair:
