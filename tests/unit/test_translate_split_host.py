@@ -16,6 +16,8 @@ from turnout.envoy.translate import TranslateMemo, translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.translate.path_scopes import (
     EVERYWHERE,
+    DirCounts,
+    choose_dirs,
     path_spot,
     plan_split,
     request_scope,
@@ -168,7 +170,7 @@ def index_key(config: Any, path: str) -> str:
 
 def test_a_big_host_is_an_index_and_path_scopes_on_a_scoped_listener() -> None:
     res = translate(graph(big_host(24), small_host()), SPLIT)
-    g = dirs_generation([("g0",), ("g1",), ("g2",)])
+    g = dirs_generation([("g0",), ("g1",), ("g2",), ("g3",)])
     (listener,) = res.listeners
     assert b"scoped_routes" in listener.SerializeToString() or res.scoped_routes
     names = [s.name for s in res.scoped_routes]
@@ -178,6 +180,7 @@ def test_a_big_host_is_an_index_and_path_scopes_on_a_scoped_listener() -> None:
         f"ingress_http/big.example.com{g}/g0",
         f"ingress_http/big.example.com{g}/g1",
         f"ingress_http/big.example.com{g}/g2",
+        f"ingress_http/big.example.com{g}/g3",
         "ingress_http/small.example.com",
     ]
     tables = {c.name: c for c in res.routes}
@@ -195,10 +198,8 @@ def test_a_big_host_is_an_index_and_path_scopes_on_a_scoped_listener() -> None:
             assert (vh.name, list(vh.domains)) == ("big", ["Big.example.com"])
     g1 = tables[f"ingress_http/big.example.com{g}/g1"].virtual_hosts[0]
     assert [r.match.prefix for r in g1.routes] == [f"/g1/t{i}/r" for i in range(1, 24, 4)]
-    # The largest directories get scopes until what is left is small enough: /g3 is left.
-    root = tables[f"ingress_http/big.example.com{g}/"].virtual_hosts[0]
-    assert [r.match.prefix for r in root.routes] == [f"/g3/t{i}/r" for i in range(3, 24, 4)]
-    assert index_key(index, "/g3/t3/r") == f"big.example.com{g}/"
+    assert not tables[f"ingress_http/big.example.com{g}/"].virtual_hosts[0].routes
+    assert index_key(index, "/g3/t3/r") == f"big.example.com{g}/g3"
     result = validate_resources(res)
     assert result.ok, result.output
 
@@ -234,7 +235,7 @@ def test_a_change_to_one_route_sends_its_scope_only_and_matches_a_fresh_translat
     patched = translate(graph(changed, small), options, memo)
     assert wire(patched) == wire(translate(graph(changed, small), options))
     assert set(patched.changes) == {ROUTE_TYPE}
-    g = dirs_generation([("g0",), ("g1",), ("g2",)])
+    g = dirs_generation([("g0",), ("g1",), ("g2",), ("g3",)])
     assert set(patched.changes[ROUTE_TYPE][1]) == {f"ingress_http/big.example.com{g}/g1"}
     # A new directory: new scopes for the new directories, the index names them, the old go.
     grown = dataclasses.replace(
@@ -243,7 +244,7 @@ def test_a_change_to_one_route_sends_its_scope_only_and_matches_a_fresh_translat
     )
     patched = translate(graph(grown, small), options, memo)
     assert wire(patched) == wire(translate(graph(grown, small), options))
-    g2 = dirs_generation([("g0",), ("g1",), ("g2",), ("g9",)])
+    g2 = dirs_generation([("g0",), ("g1",), ("g2",), ("g3",), ("g9",)])
     scopes = patched.changes[SCOPED_ROUTE_TYPE][1]
     assert scopes[f"ingress_http/big.example.com{g2}/g9"] is not None
     assert scopes[f"ingress_http/big.example.com{g}/g1"] is None
@@ -255,3 +256,22 @@ def test_a_change_to_one_route_sends_its_scope_only_and_matches_a_fresh_translat
     ):
         patched = translate(graph(again, small), options, memo)
         assert wire(patched) == wire(translate(graph(again, small), options))
+
+
+def test_directories_stay_while_routes_come_and_go_below_the_lines() -> None:
+    # 50 groups x 20 children x 5 routes, scopes of 1024: every group is a directory, the
+    # children are not; one route more in any group changes nothing.
+    pinned: list[tuple[str, ...] | None] = [
+        (f"g{g}", f"t{t}") for g in range(50) for t in range(20) for _ in range(5)
+    ]
+    counts = DirCounts.of(pinned)
+    dirs = choose_dirs(counts, 1024)
+    assert dirs == tuple(sorted((f"g{g}",) for g in range(50)))
+    for g in range(50):
+        counts.add([(f"g{g}", "t0")], 1)
+        assert choose_dirs(counts, 1024) == dirs
+    # Many small children: each gets a directory, since together they are too many.
+    small = DirCounts.of([(f"t{t}",) for t in range(300) for _ in range(5)])
+    assert len(choose_dirs(small, 1024)) == 300
+    # Under the largest scope: no directory at all.
+    assert choose_dirs(DirCounts.of([("a",)] * 1024), 1024) == ()

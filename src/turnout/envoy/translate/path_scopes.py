@@ -24,13 +24,15 @@ Header, query and runtime conditions do not matter: they only narrow what a rout
 Envoy's `prefix` reads the path with its query string: a prefix without `?` prefixes the path
 with the query exactly when it prefixes the path without it, so the same rule holds.
 
-Directories are chosen from the routes' pinned segments (the whole segments their spot names):
-a directory (first the root) holding more than `max_scope` routes gives its largest child
-directories scopes of their own, largest first, until what is left is small enough, and so on
-down. A directory segment is plain path text (`_SEGMENT`): a segment Envoy's path normalisation
-would rewrite can never be matched, so it never becomes a directory. The host is not split when
-no directory is found or when the routes placed in several scopes would add more than a share
-of its routes (`TranslateOptions.split_max_extra_share`).
+Directories are chosen from the routes' pinned segments (the whole segments their spot names): a
+directory (first the root) holding more than `max_scope` routes gives each child directory holding
+at least an eighth of `max_scope` a scope of its own, or every child directory when what the small
+ones hold together is still more than `max_scope`, and so on down. The directories then change only
+when a count crosses one of those lines, not with every route added (a change of directories costs
+Envoy the whole host, `split_host`). A directory segment is plain path text (`_SEGMENT`): a segment
+Envoy's path normalisation would rewrite can never be matched, so it never becomes a directory. The
+host is not split when no directory is found or when the routes placed in several scopes would add
+more than a share of its routes (`TranslateOptions.split_max_extra_share`).
 """
 
 from __future__ import annotations
@@ -154,22 +156,25 @@ def _is_dir_segment(segment: str) -> bool:
 
 def choose_dirs(counts: DirCounts, max_scope: int) -> tuple[Dir, ...]:
     """The directories, sorted, for routes with these counts: see the module docstring."""
+    big = max(1, max_scope // _BIG_CHILD_SHARE)
     out: list[Dir] = []
     stack: list[Dir] = [()]
     while stack:
         d = stack.pop()
-        remaining = counts.total.get(d, 0)
-        if remaining <= max_scope:
+        if counts.total.get(d, 0) <= max_scope:
             continue
-        sizes = sorted(counts.children.get(d, {}).items(), key=lambda t: (-t[1], t[0]))
-        for segment, size in sizes:
-            if remaining <= max_scope:
-                break
-            child = (*d, segment)
-            out.append(child)
-            remaining -= size
-            stack.append(child)
+        children: Mapping[str, int] = counts.children.get(d, {})
+        chosen = [segment for segment, n in children.items() if n >= big]
+        if counts.total[d] - sum(children[segment] for segment in chosen) > max_scope:
+            chosen = list(children)  # the small ones together are too many as well
+        for segment in chosen:
+            out.append((*d, segment))
+            stack.append((*d, segment))
     return tuple(sorted(out))
+
+
+# A child directory holding at least this share of the largest scope gets a scope of its own.
+_BIG_CHILD_SHARE = 8
 
 
 def held_scopes(
