@@ -106,6 +106,51 @@ async def test_delta_sends_scopes_then_only_the_changed_route_configuration(
         await client.close()
 
 
+async def test_new_route_configurations_go_before_changed_ones_and_old_scopes_after(
+    server: XdsServer,
+) -> None:
+    """A split host's index (a changed route configuration) may name scopes just added: their
+    route configurations go first. A scope the new configuration drops stays until Envoy took
+    the route configurations that stopped naming it."""
+    c = "ingress_http/c.example.com"
+    hosts = {"a.example.com": "a", "b.example.com": "b"}
+    server.set_resources(resources(hosts))
+    client = DeltaClient(server.port)  # type: ignore[attr-defined]
+    try:
+        client.send(LISTENER_TYPE)
+        client.ack(await client.recv())
+        client.send(SCOPED_ROUTE_TYPE)
+        client.ack(await client.recv())
+        client.send(ROUTE_TYPE, [A, B])
+        client.ack(await client.recv())
+        await client.expect_nothing()
+        # c comes while a changes: the scope, then c's table alone, then a's.
+        server.set_resources(resources({**hosts, "a.example.com": "a2", "c.example.com": "c"}))
+        scopes = await client.recv()
+        assert (scopes.type_url, delta_names(scopes)) == (SCOPED_ROUTE_TYPE, (c,))
+        # As Envoy does: it asks for a new scope's table while taking the scope, then ACKs.
+        client.send(ROUTE_TYPE, [c])
+        await client.expect_nothing()  # tables wait for the scopes' ACK
+        client.ack(scopes)
+        first = await client.recv()
+        assert (first.type_url, delta_names(first)) == (ROUTE_TYPE, (c,))
+        client.ack(first)
+        second = await client.recv()
+        assert (second.type_url, delta_names(second)) == (ROUTE_TYPE, (A,))
+        client.ack(second)
+        await client.expect_nothing()
+        # b goes while a changes: a's table first, then b's scope is removed.
+        server.set_resources(resources({"a.example.com": "a3", "c.example.com": "c"}))
+        changed = await client.recv()
+        assert (changed.type_url, delta_names(changed)) == (ROUTE_TYPE, (A,))
+        client.ack(changed)
+        removed = await client.recv()
+        assert removed.type_url == SCOPED_ROUTE_TYPE
+        assert list(removed.removed_resources) == [B]
+    finally:
+        await client.close()
+
+
 async def test_sotw_sends_every_scope_in_each_response(server: XdsServer) -> None:
     server.set_resources(resources({"a.example.com": "a", "b.example.com": "b"}))
     client = AdsClient(server.port)  # type: ignore[attr-defined]
