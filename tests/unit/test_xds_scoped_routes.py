@@ -172,3 +172,35 @@ async def test_sotw_sends_every_scope_in_each_response(server: XdsServer) -> Non
         assert resource_names(await client.recv()) == [A]
     finally:
         await client.close()
+
+
+async def test_sotw_sends_a_new_route_configuration_before_a_changed_one(
+    server: XdsServer,
+) -> None:
+    c = "ingress_http/c.example.com"
+    hosts = {"a.example.com": "a", "b.example.com": "b"}
+    server.set_resources(resources(hosts))
+    client = AdsClient(server.port)  # type: ignore[attr-defined]
+    try:
+        client.send(LISTENER_TYPE)
+        client.ack(await client.recv())
+        client.send(SCOPED_ROUTE_TYPE)
+        client.ack(await client.recv())
+        client.send(ROUTE_TYPE, [A, B])
+        client.ack(await client.recv(), [A, B])
+        await client.expect_nothing()
+        server.set_resources(resources({**hosts, "a.example.com": "a2", "c.example.com": "c"}))
+        scopes = await client.recv()
+        assert resource_names(scopes) == [A, B, c]
+        client.send(ROUTE_TYPE, [A, B, c])
+        client.ack(scopes)
+        first = await client.recv()
+        assert (first.type_url, resource_names(first)) == (ROUTE_TYPE, [c])
+        client.ack(first, [A, B, c])
+        second = await client.recv()
+        assert (second.type_url, resource_names(second)) == (ROUTE_TYPE, [A])
+        client.ack(second, [A, B, c])
+        await client.expect_nothing()
+        assert server.readiness()[0]
+    finally:
+        await client.close()
