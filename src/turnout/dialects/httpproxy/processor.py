@@ -78,7 +78,9 @@ from turnout.dialects.httpproxy.recording import (
     ServiceReads,
     SubKey,
     Trace,
+    reached_of,
     replay_walks,
+    units,
 )
 from turnout.dialects.httpproxy.root_index import RootIndex, moved_statuses, problems_by_proxy
 from turnout.dialects.httpproxy.route_order import Candidate, RouteOrder
@@ -112,6 +114,7 @@ from turnout.dialects.httpproxy.tcpproxy import (
 )
 from turnout.dialects.tls_vhosts import SecureRoute, tls_virtual_hosts
 from turnout.graph.dialect import CompileContext, DialectOutput, OwnershipMemo
+from turnout.graph.host_routes import IdsMemo
 from turnout.graph.memo import Delta
 from turnout.graph.model import (
     BackendPolicies,
@@ -373,19 +376,19 @@ class _Compiler:
         if proxy is None or not proxy.is_root:
             if old is not None:
                 memo.index.remove(key, old.trace, old.problems)
-                touched.update(old.problems, old.trace.reached)
+                touched.update(old.problems, reached_of(old.trace))
             memo.vhosts.set(key, ())
             memo.tcp.set(key, ())
             return
         entry = memo.roots[key] = self._kept_root(proxy, old)
         if old is None:
             memo.index.add(key, entry.trace, entry.problems)
-            touched.update(entry.problems, entry.trace.reached)
+            touched.update(entry.problems, reached_of(entry.trace))
         elif entry is not old:
             # By differences: a root that reads thousands of proxies changed a few of them.
             was, now = (old.trace, old.problems), (entry.trace, entry.problems)
-            memo.index.replace(key, was, now)
-            touched.update(moved_statuses(was, now))
+            reached = memo.index.replace(key, was, now)
+            touched.update(moved_statuses(old.problems, entry.problems, reached))
         memo.vhosts.set(key, entry.vhosts)
         memo.tcp.set(key, entry.tcp)
 
@@ -435,7 +438,11 @@ class _Compiler:
         if self.changed.stale(trace):
             return False
         owners = self.real.ownership.owners
-        return all(owners.get(host) is owner for host, owner in trace.owners.items())
+        return all(
+            owners.get(host) is owner
+            for unit in units(trace)
+            for host, owner in unit.owners.items()
+        )
 
     def _replay(self, trace: Trace) -> None:
         """Does again what `trace` recorded, as part of the trace being recorded, if any."""
@@ -454,7 +461,7 @@ class _Compiler:
         self.new_scope = {}
         self.old_order, self.new_order = (old.order if old is not None else None), None
         tcp_before = len(self.tcp_proxies)
-        trace = self.recorder.push()
+        trace = self.recorder.push(parts=True)
         try:
             vhosts = self._root(proxy)
         finally:
@@ -566,7 +573,8 @@ class _Compiler:
         order = self._ordered(st, parts, vhost_jwt)
         if order is None:
             return []
-        kept, routes = order.order, tuple(order.routes)
+        kept = order.order
+        routes = route_order.routes_tuple(order, self.real.memo.stage("route-ids", IdsMemo))
         hostname_match = (
             HostnameMatch.WILDCARD_ONE_LABEL if host.startswith("*.") else HostnameMatch.EXACT
         )
