@@ -488,3 +488,110 @@ def test_a_root_gaining_and_losing_its_https_host_keeps_the_others_in_place() ->
     back = run.compile(snapshot(objects, root("b", "b.example.com")))
     assert list(vhosts(back)) == ["a.example.com", "b.example.com", "c.example.com"]
     assert "ingress_https" not in {lst.name for lst in back.graph.listeners}
+
+
+# --- one host including a tree: the root's trace kept in parts ---------------------------------
+
+
+class Tree:
+    """A root including groups that include children (each group under its own prefix), with
+    what makes a root's parts interesting: a child two groups include (its reads counted twice
+    in the root), children with a bad route (problems on them, in walk order), missing children
+    (a 502 and `IncludeNotFound` on the group), two groups including each other (a cycle),
+    children reading their own Services, and the root's own routes."""
+
+    def __init__(self, rng: random.Random, groups: int = 4, children: int = 24) -> None:
+        self.rng = rng
+        self.members = {
+            f"g{g}": [f"c{i}" for i in range(children) if i % groups == g] for g in range(groups)
+        }
+        self.children = {f"c{i}": self.child(f"c{i}") for i in range(children)}
+        self.services = {f"s{i}" for i in range(6)}
+        self.cycle = False
+        self.own = "/own"
+
+    def child(self, name: str) -> KubeObject:
+        rng = self.rng
+        routes: list[dict[str, Any]] = [
+            {
+                "conditions": [{"prefix": f"/{name}/r{r}"}],
+                "services": [{"name": f"s{rng.randrange(8)}", "port": 80}],
+            }
+            for r in range(rng.randrange(1, 4))
+        ]
+        if rng.random() < 0.15:
+            routes.append(
+                {"conditions": [{"prefix": "no-slash"}], "services": routes[0]["services"]}
+            )
+        return proxy(name, {"routes": routes})
+
+    def group(self, name: str) -> KubeObject:
+        incs = [{"name": c, "conditions": [{"prefix": f"/{c}"}]} for c in self.members[name]]
+        if self.cycle and name in ("g0", "g1"):
+            incs.append({"name": "g1" if name == "g0" else "g0", "conditions": [{"prefix": "/x"}]})
+        return proxy(name, {"includes": incs})
+
+    def objects(self) -> list[KubeObject]:
+        spec = {
+            "virtualhost": {"fqdn": "tree.example.com"},
+            "includes": [{"name": g, "conditions": [{"prefix": f"/{g}"}]} for g in self.members],
+            "routes": [
+                {"conditions": [{"prefix": self.own}], "services": [{"name": "s0", "port": 80}]}
+            ],
+        }
+        out = [proxy("root", spec), *(self.group(g) for g in self.members)]
+        out += self.children.values()
+        return out + [service(s) for s in sorted(self.services)]
+
+    def step(self) -> str:
+        rng = self.rng
+        roll = rng.random()
+        name = rng.choice(sorted(self.children))
+        if roll < 0.45:
+            self.children[name] = self.child(name)
+            return f"change {name}"
+        if roll < 0.55:
+            del self.children[name]
+            return f"remove {name}"
+        if roll < 0.65:
+            gone = sorted(n for ns in self.members.values() for n in ns if n not in self.children)
+            if gone:
+                self.children[gone[0]] = self.child(gone[0])
+                return f"restore {gone[0]}"
+            return "nothing"
+        if roll < 0.75:
+            group = rng.choice(sorted(self.members))
+            if name not in self.members[group]:
+                self.members[group].append(name)  # shared by two groups, or moved back
+            else:
+                self.members[group].remove(name)
+            return f"membership {group} {name}"
+        if roll < 0.85:
+            self.services ^= {f"s{rng.randrange(8)}"}
+            return "service"
+        if roll < 0.92:
+            self.cycle = not self.cycle
+            return "cycle"
+        self.own = rng.choice(("/own", "/g0", "/own2"))  # may replace a group's route space
+        return "root"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_big_include_tree_changed_at_random_gives_what_a_fresh_compile_gives(seed: int) -> None:
+    rng = random.Random(seed)
+    tree = Tree(rng)
+    run = Carried()  # asserts every compile equals a fresh one
+    before = run.compile(snapshot(tree.objects()))
+    kept = 0
+    for _ in range(30):
+        what = tree.step()
+        after = run.compile(snapshot(tree.objects()))
+        old_host, new_host = vhosts(before)["tree.example.com"], vhosts(after)["tree.example.com"]
+        # A change under one group leaves the other groups' routes the very same objects.
+        if what.startswith("change") and not tree.cycle:
+            old = {(r.source.object.name, r.source.field): r for r in old_host.routes}
+            owner = what.split()[1]
+            same = [r for r in new_host.routes if r.source.object.name not in (owner, "root")]
+            kept += all(old.get((r.source.object.name, r.source.field)) is r for r in same)
+        before = after
+    assert kept  # the root was patched, not rebuilt

@@ -313,6 +313,8 @@ class _Compiler:
         )
         self.budget = 0
         self.walked: set[tuple[str, str]] = set()  # the proxies the current root's walk reached
+        # The last include chain a subtree was looked up under, with its proxies' keys.
+        self.chain: tuple[tuple[ParsedProxy, ...], tuple[Key, ...]] = ((), ())
         self.jwt_default = ""  # the default JWT provider of the root being walked
         # Service ports by (namespace, name, port); many routes name the same Service.
         self.ports: dict[tuple[str, str, int], ServicePort | None] = {}
@@ -480,7 +482,10 @@ class _Compiler:
         """`_routes` of an included proxy, or what it gave under the same chain in this root's
         compile before while nothing it read changed and replaying its walk keeps within the
         revisit budget (else the walk runs, to stop where a full compile stops)."""
-        key: SubKey = (child.key, conds, tuple(v.key for v in visited), self.jwt_default)
+        chain = self.chain
+        if chain[0] is not visited:  # the includes of one proxy share their chain
+            chain = self.chain = (visited, tuple(v.key for v in visited))
+        key: SubKey = (child.key, conds, chain[1], self.jwt_default)
         old = self.old_scope.get(key)
         if old is not None and old.proxy is child and not self.changed.stale(old.trace):
             walk = replay_walks(old.trace, self.budget, self.walked)

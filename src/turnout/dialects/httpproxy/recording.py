@@ -167,6 +167,10 @@ class Recorder:
         the work was cut short by an exception)."""
         popped = self.stack.pop()
         assert popped is trace
+        if trace.parts is None:
+            # A subtree's trace is complete: summed up now, while its walks are at hand, and
+            # not the first time a later compile replays it among thousands.
+            trace.walk_summary = _walk_summary(trace.walks)
         if self.stack:
             self.stack[-1].merge(trace)
 
