@@ -162,6 +162,27 @@ def test_a_route_diff_and_counts_by_identity() -> None:
     assert counts.patch(ids_of((*ROUTES[:1], _route(1, "c0"))), cluster) == {"c0"}
 
 
+def test_ids_derived_from_a_diff_the_dialect_vouches_for() -> None:
+    memo = IdsMemo()
+    base = ids_of(ROUTES, memo)
+    extra = _route(3, "c3")  # equal in value to ROUTES[3], another object
+    routes = (*ROUTES[:3], extra, *ROUTES[4:])
+    made = memo.derive(base, routes, [extra], [ROUTES[3]])
+    assert made == ids_of(routes) and made is not base
+    assert memo.get(routes) is made
+    assert base == ids_of(ROUTES)  # the tuple before keeps its own
+    # The stages' diff is the one handed over, not two passes over the host.
+    assert route_diff(base, made, memo) == ([extra], [ROUTES[3]])
+    # No route in or out: the very same ids.
+    same = tuple(ROUTES)
+    assert memo.derive(base, (*same[:1], *same[1:]), [], []) is base
+    # A diff that cannot be the tuple's falls back to counting it.
+    for added, removed in (([ROUTES[0]], []), ([], [extra]), ([extra], [])):
+        found = memo.derive(base, routes, added, removed)
+        assert found == ids_of(routes)
+        assert route_diff(base, found, memo) == ([extra], [ROUTES[3]])
+
+
 # --- through `build_graph`: one root including children, as the one-host shape ---------------
 
 
