@@ -877,7 +877,7 @@ class _Compiler:
                 "duplicate conditions defined on an include",
             )
             return []
-        child = self.lookup.get((namespace, inc.name))
+        child = self.lookup.find((namespace, inc.name))
         if child is None:
             st.add_error(
                 INCLUDE_ERROR, "IncludeNotFound", f"include {namespace}/{inc.name} not found"

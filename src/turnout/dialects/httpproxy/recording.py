@@ -130,7 +130,7 @@ class Changed:
         return not (self.proxies or self.services or self.secrets or self.extensions)
 
     def stale(self, trace: Trace) -> bool:
-        if self.nothing:
+        if not (self.proxies or self.services or self.secrets or self.extensions):
             return False
         if trace.parts:
             return any(map(self._stale, units(trace)))
@@ -223,6 +223,13 @@ class ProxyReads(Mapping[Key, ParsedProxy]):
         if trace is not None:
             trace.proxies.add(key)
         return self.proxies[key]
+
+    def find(self, key: Key) -> ParsedProxy | None:
+        """`get(key)` in one step (an include walk looks up thousands)."""
+        stack = self.recorder.stack
+        if stack:
+            stack[-1].proxies.add(key)
+        return self.proxies.get(key)
 
     def __iter__(self) -> Iterator[Key]:
         return iter(self.proxies)
