@@ -356,11 +356,11 @@ def test_a_patched_route_tuple_hands_the_graph_stages_its_exact_diff(seed: int) 
         ids = run.memo.stage("route-ids", IdsMemo)
         now = ids.get(new)
         assert now == ids_of(new)
-        for base, made, (added, removed) in list(ids.diffs.values()):
-            if made is now and base is not now:
-                assert base == ids_of(old)
-                assert {id(r) for r in added} == now.keys() - base.keys()
-                assert {id(r) for r in removed} == base.keys() - now.keys()
+        for was, made, (added, removed) in list(ids.diffs.values()):
+            if made is new and was is not new:
+                assert was is old
+                assert {id(r) for r in added} == set(map(id, new)) - set(map(id, old))
+                assert {id(r) for r in removed} == set(map(id, old)) - set(map(id, new))
                 assert len(added) + len(removed) < len(new)  # the changed routes only
                 derived += 1
         before = after

@@ -80,7 +80,7 @@ from turnout.graph.evaluate import (
     effective_forward,
     wildcard_authority_regex,
 )
-from turnout.graph.host_routes import IdsMemo, RouteIds, ids_of, route_diff
+from turnout.graph.host_routes import IdsMemo, ids_of, route_diff
 from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import (
     COMPRESSIBLE_TYPES,
@@ -1367,7 +1367,7 @@ class _Hosts:
             vh, VirtualHostCheck(problem, out, tuple(problems), frozenset(self._asked))
         )
 
-    def patch(self, vh: VirtualHost, kept: HostVerdicts, ids: RouteIds) -> VirtualHostCheck:
+    def patch(self, vh: VirtualHost, kept: HostVerdicts) -> VirtualHostCheck:
         """`check(vh)` from the route verdicts `kept` holds for its host (patched: the routes
         added, removed, or that asked about a name usable then or now, not both)."""
         self._asked.clear()
@@ -1376,7 +1376,7 @@ class _Hosts:
         if problem is not None:
             kept.clear()
             return VirtualHostCheck(problem, vh, (), asked)
-        kept.patch(vh.routes, ids, (self._routes, self._ids), self._changed)
+        kept.patch(vh.routes, (self._routes, self._ids), self._changed)
         if kept.out is vh.routes:
             out = vh
         elif kept.made is not None and kept.made[0] is vh and kept.made[1].routes is kept.out:
@@ -1403,14 +1403,13 @@ class HostVerdicts:
     names each looked up (`askers`) and how many were replaced or have a problem, so that the
     checked route tuple and its problems are rebuilt only when a verdict changed."""
 
-    __slots__ = ("altered", "asked", "askers", "faulty", "flipped", "ids", "joins", "made",
-                 "out", "problems", "routes", "verdicts")  # fmt: skip
+    __slots__ = ("altered", "asked", "askers", "faulty", "flipped", "joins", "made", "out",
+                 "problems", "routes", "verdicts")  # fmt: skip
 
     def __init__(self) -> None:
         self.clear()
 
     def clear(self) -> None:
-        self.ids: RouteIds = {}
         self.verdicts: dict[int, _RouteCheck] = {}
         self.askers: dict[str, set[int]] = {}
         self.altered = 0  # distinct routes whose verdict is not the route itself
@@ -1436,7 +1435,6 @@ class HostVerdicts:
     def patch(
         self,
         routes: tuple[Route, ...],
-        ids: RouteIds,
         checker: tuple[_Routes, IdsMemo | None],
         flipped: frozenset[str],
     ) -> None:
@@ -1446,12 +1444,12 @@ class HostVerdicts:
         names = flipped if len(flipped) <= len(askers) else [n for n in askers if n in flipped]
         for name in names:
             redo.update(askers.get(name, ()))
-        added, removed = route_diff(self.ids, ids, checker[1])
-        self.ids = ids
+        added, removed = route_diff(self.routes or (), routes, checker[1])
         if not (redo or added or removed) and routes is self.routes:
             return
         for route in removed:
             self._forget(id(route))
+        ids = ids_of(routes, checker[1]) if redo else {}
         for i in [i for i in redo if i in ids]:  # not `intersection`: it walks `ids`
             self._forget(i)
             self._keep(i, checker[0].verdict(ids[i]))
@@ -1806,7 +1804,7 @@ def _patch_host(
         verdicts = state.verdicts.get(name)
         if verdicts is None:
             verdicts = state.verdicts[name] = HostVerdicts()
-        check = hosts[0].patch(vh, verdicts, ids_of(vh.routes, hosts[1]))
+        check = hosts[0].patch(vh, verdicts)
         state.checks[name] = (vh, check)
     now = frozenset() if check is None else check.asked
     # Only the names asked then or now, not both: a big host asks thousands (the very same

@@ -293,8 +293,9 @@ def routes_tuple(order: RouteOrder, ids: IdsMemo) -> tuple[Route, ...]:
         out, back = set(map(id, gone)), set(map(id, came))
         added = [r for r in came if id(r) not in out]
         removed = [r for r in gone if id(r) not in back]
-        order.made = tuple(order.routes)
-        order.ids = ids.derive(order.ids, order.made, added, removed)
+        made = tuple(order.routes)
+        order.ids = ids.derive((order.made, order.ids), made, added, removed)
+        order.made = made
     else:
         ids.put(order.made, order.ids)
     return order.made
