@@ -146,20 +146,44 @@ def test_a_route_diff_and_counts_by_identity() -> None:
     assert ids_of(ROUTES, memo) is old
     new_route = _route(3, "c3")  # equal in value to ROUTES[3], another object
     routes = (*ROUTES[:3], new_route, *ROUTES[4:], new_route)
-    found = route_diff(old, ids_of(routes, memo), memo)
+    found = route_diff(ROUTES, routes, memo)
     assert found == ([new_route], [ROUTES[3]])
-    assert route_diff(old, ids_of(routes, memo), memo) is found
+    assert route_diff(ROUTES, routes, memo) is found
 
     def cluster(r: Route) -> list[str]:
         assert isinstance(r.action, Forward)
         return [r.action.clusters[0].cluster]
 
     counts = NameCounts()
-    assert counts.patch(ids_of(ROUTES), cluster) == frozenset(CLUSTERS)
+    assert counts.patch(ROUTES, cluster) == frozenset(CLUSTERS)
     left = tuple(r for r in ROUTES if cluster(r) != ["c9"])
-    assert counts.patch(ids_of(left), cluster) == frozenset(CLUSTERS) - {"c9"}
-    assert counts.patch(ids_of(ROUTES[:1]), cluster) == {"c0"}
-    assert counts.patch(ids_of((*ROUTES[:1], _route(1, "c0"))), cluster) == {"c0"}
+    assert counts.patch(left, cluster) == frozenset(CLUSTERS) - {"c9"}
+    assert counts.patch(ROUTES[:1], cluster) == {"c0"}
+    assert counts.patch((*ROUTES[:1], _route(1, "c0")), cluster) == {"c0"}
+
+
+def test_ids_derived_from_a_diff_the_dialect_vouches_for() -> None:
+    memo = IdsMemo()
+    base = ids_of(ROUTES, memo)  # the dialect's own, for the tuple it handed out
+    extra = _route(3, "c3")  # equal in value to ROUTES[3], another object
+    routes = (*ROUTES[:3], extra, *ROUTES[4:])
+    made = memo.derive((ROUTES, base), routes, [extra], [ROUTES[3]])
+    assert made is base and made == ids_of(routes)  # patched in place: no copy of the host
+    assert memo.get(routes) is made
+    # The stages' diff is the one handed over, not two passes over the host.
+    assert route_diff(ROUTES, routes, memo) == ([extra], [ROUTES[3]])
+    # The tuple before forgot its ids (they became the new tuple's): asked, they are made anew.
+    assert ids_of(ROUTES, memo) == ids_of(ROUTES) and ids_of(ROUTES, memo) is not made
+    # No route in or out: the very same ids.
+    same = (*routes[:1], *routes[1:])
+    assert memo.derive((routes, made), same, [], []) is made
+    # A diff that cannot be the tuple's falls back to counting it, the ids before untouched.
+    for added, removed in (([ROUTES[0]], []), ([], [_route(5, "c5")]), ([extra], [])):
+        memo = IdsMemo()
+        base = ids_of(ROUTES)
+        found = memo.derive((ROUTES, base), routes, added, removed)
+        assert found == ids_of(routes) and base == ids_of(ROUTES)
+        assert route_diff(ROUTES, routes, memo) == ([extra], [ROUTES[3]])
 
 
 # --- through `build_graph`: one root including children, as the one-host shape ---------------

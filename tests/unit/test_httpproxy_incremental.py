@@ -18,6 +18,10 @@ from tests.fixture_cases import CASES, case_options
 from turnout.app import default_dialects
 from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
 from turnout.dialects.httpproxy import HTTPProxyDialect
+from turnout.dialects.httpproxy.problem import Problem
+from turnout.dialects.httpproxy.recording import Trace, reached_of, statuses_of, units
+from turnout.dialects.httpproxy.root_index import problems_by_proxy
+from turnout.dialects.httpproxy.status_names import ROUTE_ERROR
 from turnout.graph.build import CompileResult, build_graph
 from turnout.graph.dialect import Dialect
 from turnout.graph.memo import CompileMemo
@@ -488,3 +492,141 @@ def test_a_root_gaining_and_losing_its_https_host_keeps_the_others_in_place() ->
     back = run.compile(snapshot(objects, root("b", "b.example.com")))
     assert list(vhosts(back)) == ["a.example.com", "b.example.com", "c.example.com"]
     assert "ingress_https" not in {lst.name for lst in back.graph.listeners}
+
+
+# --- one host including a tree: the root's trace kept in parts ---------------------------------
+
+
+class Tree:
+    """A root including groups that include children (each group under its own prefix), with
+    what makes a root's parts interesting: a child two groups include (its reads counted twice
+    in the root), children with a bad route (problems on them, in walk order), missing children
+    (a 502 and `IncludeNotFound` on the group), two groups including each other (a cycle),
+    children reading shared Services or their own (a cluster that leaves with the child's last
+    route), and the root's own routes."""
+
+    def __init__(self, rng: random.Random, groups: int = 4, children: int = 24) -> None:
+        self.rng = rng
+        self.members = {
+            f"g{g}": [f"c{i}" for i in range(children) if i % groups == g] for g in range(groups)
+        }
+        self.children = {f"c{i}": self.child(f"c{i}") for i in range(children)}
+        self.services = {f"s{i}" for i in range(6)} | set(self.children)
+        self.cycle = False
+        self.own = "/own"
+
+    def child(self, name: str) -> KubeObject:
+        rng = self.rng
+        routes: list[dict[str, Any]] = [
+            {
+                "conditions": [{"prefix": f"/{name}/r{r}"}],
+                # Shared Services, or the child's own: its cluster leaves with its routes.
+                "services": [{"name": rng.choice((f"s{rng.randrange(8)}", name)), "port": 80}],
+            }
+            for r in range(rng.randrange(1, 4))
+        ]
+        if rng.random() < 0.15:
+            routes.append(
+                {"conditions": [{"prefix": "no-slash"}], "services": routes[0]["services"]}
+            )
+        return proxy(name, {"routes": routes})
+
+    def group(self, name: str) -> KubeObject:
+        incs = [{"name": c, "conditions": [{"prefix": f"/{c}"}]} for c in self.members[name]]
+        if self.cycle and name in ("g0", "g1"):
+            incs.append({"name": "g1" if name == "g0" else "g0", "conditions": [{"prefix": "/x"}]})
+        return proxy(name, {"includes": incs})
+
+    def objects(self) -> list[KubeObject]:
+        spec = {
+            "virtualhost": {"fqdn": "tree.example.com"},
+            "includes": [{"name": g, "conditions": [{"prefix": f"/{g}"}]} for g in self.members],
+            "routes": [
+                {"conditions": [{"prefix": self.own}], "services": [{"name": "s0", "port": 80}]}
+            ],
+        }
+        out = [proxy("root", spec), *(self.group(g) for g in self.members)]
+        out += self.children.values()
+        return out + [service(s) for s in sorted(self.services)]
+
+    def step(self) -> str:
+        rng = self.rng
+        roll = rng.random()
+        name = rng.choice(sorted(self.children))
+        if roll < 0.45:
+            self.children[name] = self.child(name)
+            return f"change {name}"
+        if roll < 0.55:
+            del self.children[name]
+            return f"remove {name}"
+        if roll < 0.65:
+            gone = sorted(n for ns in self.members.values() for n in ns if n not in self.children)
+            if gone:
+                self.children[gone[0]] = self.child(gone[0])
+                return f"restore {gone[0]}"
+            return "nothing"
+        if roll < 0.75:
+            group = rng.choice(sorted(self.members))
+            if name not in self.members[group]:
+                self.members[group].append(name)  # shared by two groups, or moved back
+            else:
+                self.members[group].remove(name)
+            return f"membership {group} {name}"
+        if roll < 0.85:
+            self.services ^= {f"s{rng.randrange(8)}"}
+            return "service"
+        if roll < 0.92:
+            self.cycle = not self.cycle
+            return "cycle"
+        self.own = rng.choice(("/own", "/g0", "/own2"))  # may replace a group's route space
+        return "root"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_big_include_tree_changed_at_random_gives_what_a_fresh_compile_gives(seed: int) -> None:
+    rng = random.Random(seed)
+    tree = Tree(rng)
+    run = Carried()  # asserts every compile equals a fresh one
+    before = run.compile(snapshot(tree.objects()))
+    kept = 0
+    for _ in range(30):
+        what = tree.step()
+        after = run.compile(snapshot(tree.objects()))
+        old_host, new_host = vhosts(before)["tree.example.com"], vhosts(after)["tree.example.com"]
+        # A change to one child leaves the other children's routes the very same objects
+        # (a group's 502s for a missing child are made again when the group is walked again).
+        if what.startswith("change"):
+            old = {(r.source.object.name, r.source.field, r.match): r for r in old_host.routes}
+            owner = what.split()[1]
+            same = [r for r in new_host.routes if r.source.object.name[0] == "c"]
+            kept += all(
+                old.get((r.source.object.name, r.source.field, r.match)) is r
+                for r in same
+                if r.source.object.name != owner
+            )
+        before = after
+    assert kept  # the root was patched, not rebuilt
+
+
+def test_a_trace_in_parts_reads_and_reports_as_one_merged_trace() -> None:
+    # A root's trace keeps its subtrees' traces as parts: its problems come out in the order,
+    # and its reads are those, of a trace that merged them.
+    rng = random.Random(3)
+    keys = [("default", f"p{i}") for i in range(6)]
+    problems = [Problem(ROUTE_ERROR, "R", f"m{i}") for i in range(4)]
+    for _ in range(200):
+        flat, parts = Trace(), Trace(parts=[])
+        for _ in range(rng.randrange(8)):
+            sub = Trace()
+            for _ in range(rng.randrange(4)):
+                sub.statuses[(rng.choice(keys), rng.choice(problems))] = None
+                sub.proxies.add(rng.choice(keys))
+                sub.reached.add(rng.choice(keys))
+            mine = [(rng.choice(keys[:2]), rng.choice(problems)) for _ in range(rng.randrange(3))]
+            for own in (flat, parts):  # the root's own problems between its subtrees'
+                own.statuses.update(dict.fromkeys(mine))
+                own.merge(sub)
+        assert list(statuses_of(parts)) == list(flat.statuses)
+        assert problems_by_proxy(parts) == problems_by_proxy(flat)
+        assert reached_of(parts) == flat.reached
+        assert set().union(*(u.proxies for u in units(parts))) == flat.proxies

@@ -20,6 +20,7 @@ from turnout.dialects.contour.order import compare_routes, route_key, sorted_hea
 from turnout.dialects.httpproxy import route_order
 from turnout.dialects.httpproxy.recording import Trace, Walk, replay_walks
 from turnout.graph.build import CompileResult, build_graph
+from turnout.graph.host_routes import IdsMemo, ids_of
 from turnout.graph.memo import CompileMemo
 from turnout.graph.model import (
     DirectResponse,
@@ -337,3 +338,30 @@ def test_a_replayed_walk_costs_its_own_revisits_and_those_of_proxies_walked_befo
     assert replay_walks(trace, 5, {("ns", "b")}) == Walk(2, keys)
     assert replay_walks(trace, 4, {("ns", "a")}) == Walk(0, keys)
     assert replay_walks(trace, 3, {("ns", "a")}) is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_patched_route_tuple_hands_the_graph_stages_its_exact_diff(seed: int) -> None:
+    # The stages diff a host's route tuples by the routes' identity; for a patched order the
+    # dialect hands them the diff (`IdsMemo.derive`) instead of two passes over the host.
+    rng = random.Random(seed)
+    world = World(rng, groups=4, children=40)
+    run = Carried()
+    before = run.compile(snapshot(list(world.objects())))
+    derived = 0
+    for _ in range(25):
+        world.step()
+        after = run.compile(snapshot(list(world.objects())))
+        old, new = _routes(before), _routes(after)
+        ids = run.memo.stage("route-ids", IdsMemo)
+        now = ids.get(new)
+        assert now == ids_of(new)
+        for was, made, (added, removed) in list(ids.diffs.values()):
+            if made is new and was is not new:
+                assert was is old
+                assert {id(r) for r in added} == set(map(id, new)) - set(map(id, old))
+                assert {id(r) for r in removed} == set(map(id, old)) - set(map(id, new))
+                assert len(added) + len(removed) < len(new)  # the changed routes only
+                derived += 1
+        before = after
+    assert derived >= 12  # most steps were patched and handed their diff

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from turnout.compile_inputs import CompileOptions
 from turnout.graph.attribution import route_clusters
-from turnout.graph.host_routes import IdsMemo, NameCounts, ids_of
+from turnout.graph.host_routes import IdsMemo, NameCounts
 from turnout.graph.memo import CompileMemo, replaced_keys, replaced_places
 from turnout.graph.model import INVALID_BACKEND, Cluster, Listener, VirtualHost
 from turnout.graph.services import (
@@ -295,13 +295,12 @@ def host_names(listeners: Sequence[Listener], memo: CompileMemo) -> HostNames:
         counted = kept.routes.get(key)
         if counted is None:
             counted = kept.routes[key] = (NameCounts(), NameCounts())
-        routes = ids_of(vh.routes, ids)
-        clusters = counted[0].patch(routes, route_clusters, ids)
+        clusters = counted[0].patch(vh.routes, route_clusters, ids)
         if vh.policies.authorization is not None:
             clusters = clusters | {vh.policies.authorization.cluster}
         kept.clusters.put(key, clusters)
         kept.secrets.put(key, vhost_secret_names(vh))
-        cas = counted[1].patch(routes, route_ca_names, ids)
+        cas = counted[1].patch(vh.routes, route_ca_names, ids)
         if vh.tls is not None:
             cas = cas | termination_ca_names(vh.tls)
         kept.ca_bundles.put(key, cas)

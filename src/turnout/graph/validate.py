@@ -80,7 +80,7 @@ from turnout.graph.evaluate import (
     effective_forward,
     wildcard_authority_regex,
 )
-from turnout.graph.host_routes import IdsMemo, RouteIds, ids_of, route_diff
+from turnout.graph.host_routes import IdsMemo, ids_of, route_diff
 from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import (
     COMPRESSIBLE_TYPES,
@@ -1367,7 +1367,7 @@ class _Hosts:
             vh, VirtualHostCheck(problem, out, tuple(problems), frozenset(self._asked))
         )
 
-    def patch(self, vh: VirtualHost, kept: HostVerdicts, ids: RouteIds) -> VirtualHostCheck:
+    def patch(self, vh: VirtualHost, kept: HostVerdicts) -> VirtualHostCheck:
         """`check(vh)` from the route verdicts `kept` holds for its host (patched: the routes
         added, removed, or that asked about a name usable then or now, not both)."""
         self._asked.clear()
@@ -1376,7 +1376,7 @@ class _Hosts:
         if problem is not None:
             kept.clear()
             return VirtualHostCheck(problem, vh, (), asked)
-        kept.patch(vh.routes, ids, (self._routes, self._ids), self._changed)
+        kept.patch(vh.routes, (self._routes, self._ids), self._changed)
         if kept.out is vh.routes:
             out = vh
         elif kept.made is not None and kept.made[0] is vh and kept.made[1].routes is kept.out:
@@ -1384,8 +1384,14 @@ class _Hosts:
         else:
             out = dataclasses.replace(vh, routes=kept.out)
         kept.made = (vh, out)
-        asked = kept.asked if not asked else asked | kept.asked
-        return VirtualHostCheck(None, out, kept.problems, asked)
+        return VirtualHostCheck(None, out, kept.problems, kept.joined(asked))
+
+
+def _flip(names: set[str], name: str) -> None:
+    if name in names:
+        names.remove(name)
+    else:
+        names.add(name)
 
 
 _ROUTE = attrgetter("route")
@@ -1397,14 +1403,13 @@ class HostVerdicts:
     names each looked up (`askers`) and how many were replaced or have a problem, so that the
     checked route tuple and its problems are rebuilt only when a verdict changed."""
 
-    __slots__ = ("altered", "asked", "askers", "faulty", "ids", "made", "out", "problems",
-                 "routes", "verdicts")  # fmt: skip
+    __slots__ = ("altered", "asked", "askers", "faulty", "flipped", "joins", "made", "out",
+                 "problems", "routes", "verdicts")  # fmt: skip
 
     def __init__(self) -> None:
         self.clear()
 
     def clear(self) -> None:
-        self.ids: RouteIds = {}
         self.verdicts: dict[int, _RouteCheck] = {}
         self.askers: dict[str, set[int]] = {}
         self.altered = 0  # distinct routes whose verdict is not the route itself
@@ -1414,11 +1419,22 @@ class HostVerdicts:
         self.problems: tuple[GraphProblem, ...] = ()
         self.asked: frozenset[str] = frozenset()
         self.made: tuple[VirtualHost, VirtualHost] | None = None
+        self.flipped: set[str] = set()  # names that entered or left `askers` in this patch
+        # The host's own names asked, `asked`, and their union as last made.
+        self.joins: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
+
+    def joined(self, host: frozenset[str]) -> frozenset[str]:
+        """`host | self.asked`, the very same set while both are."""
+        if not host:
+            return self.asked
+        joins = self.joins
+        if joins is None or joins[0] != host or joins[1] is not self.asked:
+            joins = self.joins = (host, self.asked, host | self.asked)
+        return joins[2]
 
     def patch(
         self,
         routes: tuple[Route, ...],
-        ids: RouteIds,
         checker: tuple[_Routes, IdsMemo | None],
         flipped: frozenset[str],
     ) -> None:
@@ -1428,14 +1444,13 @@ class HostVerdicts:
         names = flipped if len(flipped) <= len(askers) else [n for n in askers if n in flipped]
         for name in names:
             redo.update(askers.get(name, ()))
-        added, removed = route_diff(self.ids, ids, checker[1])
-        self.ids = ids
+        added, removed = route_diff(self.routes or (), routes, checker[1])
         if not (redo or added or removed) and routes is self.routes:
             return
-        asked = len(self.askers)
         for route in removed:
             self._forget(id(route))
-        for i in redo.intersection(ids):
+        ids = ids_of(routes, checker[1]) if redo else {}
+        for i in [i for i in redo if i in ids]:  # not `intersection`: it walks `ids`
             self._forget(i)
             self._keep(i, checker[0].verdict(ids[i]))
         for route in added:
@@ -1446,8 +1461,9 @@ class HostVerdicts:
             if self.altered:
                 self.out = tuple(filter(None, map(_ROUTE, checks)))
             self.problems = tuple(filter(None, map(_PROBLEM, checks)))
-        if removed or redo or asked != len(self.askers) or self.routes is None:
+        if self.flipped or self.routes is None:
             self.asked = frozenset(self.askers)
+            self.flipped.clear()
         self.routes = routes
 
     def _forget(self, i: int) -> None:
@@ -1457,13 +1473,18 @@ class HostVerdicts:
             users.discard(i)
             if not users:
                 del self.askers[name]
+                _flip(self.flipped, name)
         self.altered -= check.route is None or id(check.route) != i
         self.faulty -= check.problem is not None
 
     def _keep(self, i: int, check: _RouteCheck) -> None:
         self.verdicts[i] = check
         for name in check.asked:
-            self.askers.setdefault(name, set()).add(i)
+            users = self.askers.get(name)
+            if users is None:
+                users = self.askers[name] = set()
+                _flip(self.flipped, name)
+            users.add(i)
         self.altered += check.route is None or id(check.route) != i
         self.faulty += check.problem is not None
 
@@ -1783,17 +1804,19 @@ def _patch_host(
         verdicts = state.verdicts.get(name)
         if verdicts is None:
             verdicts = state.verdicts[name] = HostVerdicts()
-        check = hosts[0].patch(vh, verdicts, ids_of(vh.routes, hosts[1]))
+        check = hosts[0].patch(vh, verdicts)
         state.checks[name] = (vh, check)
     now = frozenset() if check is None else check.asked
-    # Only the names asked then or now, not both: a big host asks thousands.
-    for asked in before - now:
-        users = state.asked_by[asked]
-        users.discard(name)
-        if not users:
-            del state.asked_by[asked]
-    for asked in now - before:
-        state.asked_by.setdefault(asked, set()).add(name)
+    # Only the names asked then or now, not both: a big host asks thousands (the very same
+    # set while none entered or left).
+    if before is not now:
+        for asked in before - now:
+            users = state.asked_by[asked]
+            users.discard(name)
+            if not users:
+                del state.asked_by[asked]
+        for asked in now - before:
+            state.asked_by.setdefault(asked, set()).add(name)
     if vh is None or check is None:
         return
     if check.problem is not None:

@@ -78,7 +78,9 @@ from turnout.dialects.httpproxy.recording import (
     ServiceReads,
     SubKey,
     Trace,
+    reached_of,
     replay_walks,
+    units,
 )
 from turnout.dialects.httpproxy.root_index import RootIndex, moved_statuses, problems_by_proxy
 from turnout.dialects.httpproxy.route_order import Candidate, RouteOrder
@@ -112,6 +114,7 @@ from turnout.dialects.httpproxy.tcpproxy import (
 )
 from turnout.dialects.tls_vhosts import SecureRoute, tls_virtual_hosts
 from turnout.graph.dialect import CompileContext, DialectOutput, OwnershipMemo
+from turnout.graph.host_routes import IdsMemo
 from turnout.graph.memo import Delta
 from turnout.graph.model import (
     BackendPolicies,
@@ -310,6 +313,8 @@ class _Compiler:
         )
         self.budget = 0
         self.walked: set[tuple[str, str]] = set()  # the proxies the current root's walk reached
+        # The last include chain a subtree was looked up under, with its proxies' keys.
+        self.chain: tuple[tuple[ParsedProxy, ...], tuple[Key, ...]] = ((), ())
         self.jwt_default = ""  # the default JWT provider of the root being walked
         # Service ports by (namespace, name, port); many routes name the same Service.
         self.ports: dict[tuple[str, str, int], ServicePort | None] = {}
@@ -373,19 +378,19 @@ class _Compiler:
         if proxy is None or not proxy.is_root:
             if old is not None:
                 memo.index.remove(key, old.trace, old.problems)
-                touched.update(old.problems, old.trace.reached)
+                touched.update(old.problems, reached_of(old.trace))
             memo.vhosts.set(key, ())
             memo.tcp.set(key, ())
             return
         entry = memo.roots[key] = self._kept_root(proxy, old)
         if old is None:
             memo.index.add(key, entry.trace, entry.problems)
-            touched.update(entry.problems, entry.trace.reached)
+            touched.update(entry.problems, reached_of(entry.trace))
         elif entry is not old:
             # By differences: a root that reads thousands of proxies changed a few of them.
             was, now = (old.trace, old.problems), (entry.trace, entry.problems)
-            memo.index.replace(key, was, now)
-            touched.update(moved_statuses(was, now))
+            reached = memo.index.replace(key, was, now)
+            touched.update(moved_statuses(old.problems, entry.problems, reached))
         memo.vhosts.set(key, entry.vhosts)
         memo.tcp.set(key, entry.tcp)
 
@@ -435,7 +440,11 @@ class _Compiler:
         if self.changed.stale(trace):
             return False
         owners = self.real.ownership.owners
-        return all(owners.get(host) is owner for host, owner in trace.owners.items())
+        return all(
+            owners.get(host) is owner
+            for unit in units(trace)
+            for host, owner in unit.owners.items()
+        )
 
     def _replay(self, trace: Trace) -> None:
         """Does again what `trace` recorded, as part of the trace being recorded, if any."""
@@ -454,7 +463,7 @@ class _Compiler:
         self.new_scope = {}
         self.old_order, self.new_order = (old.order if old is not None else None), None
         tcp_before = len(self.tcp_proxies)
-        trace = self.recorder.push()
+        trace = self.recorder.push(parts=True)
         try:
             vhosts = self._root(proxy)
         finally:
@@ -473,7 +482,10 @@ class _Compiler:
         """`_routes` of an included proxy, or what it gave under the same chain in this root's
         compile before while nothing it read changed and replaying its walk keeps within the
         revisit budget (else the walk runs, to stop where a full compile stops)."""
-        key: SubKey = (child.key, conds, tuple(v.key for v in visited), self.jwt_default)
+        chain = self.chain
+        if chain[0] is not visited:  # the includes of one proxy share their chain
+            chain = self.chain = (visited, tuple(v.key for v in visited))
+        key: SubKey = (child.key, conds, chain[1], self.jwt_default)
         old = self.old_scope.get(key)
         if old is not None and old.proxy is child and not self.changed.stale(old.trace):
             walk = replay_walks(old.trace, self.budget, self.walked)
@@ -566,7 +578,8 @@ class _Compiler:
         order = self._ordered(st, parts, vhost_jwt)
         if order is None:
             return []
-        kept, routes = order.order, tuple(order.routes)
+        kept = order.order
+        routes = route_order.routes_tuple(order, self.real.memo.stage("route-ids", IdsMemo))
         hostname_match = (
             HostnameMatch.WILDCARD_ONE_LABEL if host.startswith("*.") else HostnameMatch.EXACT
         )
@@ -864,7 +877,7 @@ class _Compiler:
                 "duplicate conditions defined on an include",
             )
             return []
-        child = self.lookup.get((namespace, inc.name))
+        child = self.lookup.find((namespace, inc.name))
         if child is None:
             st.add_error(
                 INCLUDE_ERROR, "IncludeNotFound", f"include {namespace}/{inc.name} not found"

@@ -12,7 +12,10 @@ A `Trace` is kept per root (and per included subtree of a root's walk, `processo
   proxies its walk entered with their cost (the include revisit budget is replayed exactly).
 
 A root's trace stands as it is while the delta does not make it stale (`root_index.py` finds the
-roots it does); a subtree's trace (never changed once recorded) is replayed in the walk's order,
+roots it does). A root's trace holds its top-level subtrees' traces as they are (`parts`), not
+merged, so a root that replays thousands of included proxies and walks one again costs that one
+(the index diffs its parts by identity); a subtree's trace is flat. A subtree's trace (never
+changed once recorded) is replayed in the walk's order,
 which gives the accessors and the budget the state a full walk would give them. The clusters,
 TLS Secrets and CA bundles a kept part uses need no replay: the graph builder keeps those of the
 compile before by name while their inputs are the same (`services.ClusterBook`,
@@ -21,7 +24,7 @@ compile before by name while their inputs are the same (`services.ClusterBook`,
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,9 +68,15 @@ class Trace:
     # The proxies `walks` entered and the cost of its own revisits, once the trace is complete
     # (`replay_walks`).
     walk_summary: tuple[frozenset[Key], int] | None = None
+    # A root's: the complete (flat) traces of its top-level subtrees, each with the length of
+    # `statuses` when it was merged (None: merged into this trace's own fields).
+    parts: list[tuple[int, Trace]] | None = None
 
     def merge(self, other: Trace) -> None:
         """`other`, a part of this trace's work, done (or replayed) after what this one holds."""
+        if self.parts is not None:
+            self.parts.append((len(self.statuses), other))
+            return
         self.statuses.update(other.statuses)
         self.reached |= other.reached
         self.proxies |= other.proxies
@@ -76,6 +85,35 @@ class Trace:
         self.walks.extend(other.walks)
         self.secret_reads = self.secret_reads or other.secret_reads
         self.extension_reads = self.extension_reads or other.extension_reads
+
+
+def units(trace: Trace) -> list[Trace]:
+    """The flat traces `trace` is made of: itself, then its parts."""
+    if not trace.parts:
+        return [trace]
+    return [trace, *(part for _, part in trace.parts)]
+
+
+def statuses_of(trace: Trace) -> Iterable[tuple[Key, Problem]]:
+    """The problems `trace` reported, in order, as one flat trace would hold them."""
+    if not trace.parts:
+        return trace.statuses
+    own = list(trace.statuses)
+    out: dict[tuple[Key, Problem], None] = {}
+    at = 0
+    for end, part in trace.parts:
+        out.update(dict.fromkeys(own[at:end]))
+        out.update(part.statuses)
+        at = end
+    out.update(dict.fromkeys(own[at:]))
+    return out
+
+
+def reached_of(trace: Trace) -> set[Key]:
+    """The proxies `trace` reached, its parts' too."""
+    if not trace.parts:
+        return trace.reached
+    return set().union(*(unit.reached for unit in units(trace)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +130,13 @@ class Changed:
         return not (self.proxies or self.services or self.secrets or self.extensions)
 
     def stale(self, trace: Trace) -> bool:
-        if self.nothing:
+        if not (self.proxies or self.services or self.secrets or self.extensions):
             return False
+        if trace.parts:
+            return any(map(self._stale, units(trace)))
+        return self._stale(trace)
+
+    def _stale(self, trace: Trace) -> bool:
         return (
             not trace.proxies.isdisjoint(self.proxies)
             or not trace.services.isdisjoint(self.services)
@@ -112,8 +155,10 @@ class Recorder:
     def current(self) -> Trace | None:
         return self.stack[-1] if self.stack else None
 
-    def push(self) -> Trace:
-        trace = Trace()
+    def push(self, parts: bool = False) -> Trace:
+        """A new innermost trace; `parts`: one that keeps the traces merged into it as they
+        are (a root's)."""
+        trace = Trace(parts=[] if parts else None)
         self.stack.append(trace)
         return trace
 
@@ -122,6 +167,10 @@ class Recorder:
         the work was cut short by an exception)."""
         popped = self.stack.pop()
         assert popped is trace
+        if trace.parts is None:
+            # A subtree's trace is complete: summed up now, while its walks are at hand, and
+            # not the first time a later compile replays it among thousands.
+            trace.walk_summary = _walk_summary(trace.walks)
         if self.stack:
             self.stack[-1].merge(trace)
 
@@ -174,6 +223,13 @@ class ProxyReads(Mapping[Key, ParsedProxy]):
         if trace is not None:
             trace.proxies.add(key)
         return self.proxies[key]
+
+    def find(self, key: Key) -> ParsedProxy | None:
+        """`get(key)` in one step (an include walk looks up thousands)."""
+        stack = self.recorder.stack
+        if stack:
+            stack[-1].proxies.add(key)
+        return self.proxies.get(key)
 
     def __iter__(self) -> Iterator[Key]:
         return iter(self.proxies)

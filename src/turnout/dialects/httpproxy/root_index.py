@@ -7,17 +7,25 @@ ExtensionServices; and for each proxy, the roots that reported a problem on it o
 (its status and the orphan rule come from those roots alone). A root no entry of the delta
 reaches is one whose `Trace` the delta does not make stale (`Changed.stale`) and whose hostname
 owners are the same: what it did before stands as it is.
+
+A root whose trace holds parts (its top-level subtrees' traces, `recording.py`) is indexed by
+counts: per root, how many of its flat traces read each proxy and Service and reached each
+proxy. A root compiled again is patched from the traces that are not the very same objects in
+its old and new trace, so a root of thousands of included proxies costs the subtrees walked
+again.
 """
 
 from __future__ import annotations
 
 import itertools
 import operator
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from turnout.dialects.httpproxy.problem import Problem
-from turnout.dialects.httpproxy.recording import Changed, Key, Trace
+from turnout.dialects.httpproxy.recording import Changed, Key, Trace, statuses_of, units
 from turnout.objects import KubeObject
 
 Host = tuple[str, str]  # (listener, hostname)
@@ -26,18 +34,19 @@ Host = tuple[str, str]  # (listener, hostname)
 def problems_by_proxy(trace: Trace) -> dict[Key, tuple[Problem, ...]]:
     """The problems `trace` reported, per proxy, in the order it reported them."""
     out: dict[Key, list[Problem]] = {}
-    for key, problem in trace.statuses:
+    for key, problem in statuses_of(trace):
         out.setdefault(key, []).append(problem)
     return {key: tuple(problems) for key, problems in out.items()}
 
 
 def moved_statuses(
-    old: tuple[Trace, Mapping[Key, object]], new: tuple[Trace, Mapping[Key, object]]
+    old: Mapping[Key, object], new: Mapping[Key, object], reached: set[Key]
 ) -> set[Key]:
-    """The proxies whose status one root's new (trace, problems) can change against its old: those
-    it reports other problems on, and those it reaches or stops reaching."""
-    (was, was_problems), (now, now_problems) = old, new
-    out = set() if was.reached == now.reached else was.reached ^ now.reached
+    """The proxies whose status one root's new problems `new` can change against its old: those
+    it reports other problems on, and those it reaches or stops reaching (`reached`, what
+    `RootIndex.replace` says)."""
+    was_problems, now_problems = old, new
+    out = set(reached)
     out.update(was_problems.keys() ^ now_problems.keys())
     out.update(k for k, v in now_problems.items() if k in was_problems and was_problems[k] != v)
     return out
@@ -74,48 +83,115 @@ class RootIndex:
     extensions: set[Key] = field(default_factory=set)
     problems: dict[Key, set[Key]] = field(default_factory=dict)
     reached: dict[Key, set[Key]] = field(default_factory=dict)
+    # Per root whose trace has parts: its proxies, Services and reached proxies, counted over
+    # its flat traces.
+    counts: dict[Key, tuple[Counter[Key], ...]] = field(default_factory=dict)
+
+    def _indexes(self) -> tuple[dict[Key, set[Key]], ...]:
+        return (self.proxies, self.services, self.reached)
 
     def add(self, root: Key, trace: Trace, problems: Mapping[Key, object]) -> None:
-        _link(self.proxies, trace.proxies, root)
-        _link(self.services, trace.services, root)
-        _link(self.owners, trace.owners, root)
-        self.seen.update(trace.owners)
-        if trace.secret_reads:
+        if trace.parts:
+            flat = units(trace)
+            counts = self.counts[root] = tuple(
+                Counter(itertools.chain.from_iterable(map(read, flat))) for read in _READS
+            )
+            for index, counted in zip(self._indexes(), counts, strict=True):
+                _link(index, counted, root)
+        else:
+            for index, read in zip(self._indexes(), _READS, strict=True):
+                _link(index, read(trace), root)
+        self._add_rest(root, trace, problems)
+
+    def _add_rest(self, root: Key, trace: Trace, problems: Mapping[Key, object]) -> None:
+        for unit in units(trace):
+            _link(self.owners, unit.owners, root)
+            self.seen.update(unit.owners)
+        if any(unit.secret_reads for unit in units(trace)):
             self.secrets.add(root)
-        if trace.extension_reads:
+        if any(unit.extension_reads for unit in units(trace)):
             self.extensions.add(root)
         _link(self.problems, problems, root)
-        _link(self.reached, trace.reached, root)
 
     def remove(self, root: Key, trace: Trace, problems: Mapping[Key, object]) -> None:
-        _unlink(self.proxies, trace.proxies, root)
-        _unlink(self.services, trace.services, root)
-        _unlink(self.owners, trace.owners, root)
-        for host in trace.owners:
-            if host not in self.owners:
-                self.seen.pop(host, None)
+        self.counts.pop(root, None)
+        for index, read in zip(self._indexes(), _READS, strict=True):
+            _unlink(index, _flat(trace, read), root)
+        for unit in units(trace):
+            _unlink(self.owners, unit.owners, root)
+            for host in unit.owners:
+                if host not in self.owners:
+                    self.seen.pop(host, None)
         self.secrets.discard(root)
         self.extensions.discard(root)
         _unlink(self.problems, problems, root)
-        _unlink(self.reached, trace.reached, root)
 
     def replace(
         self,
         root: Key,
         old: tuple[Trace, Mapping[Key, object]],
         new: tuple[Trace, Mapping[Key, object]],
-    ) -> None:
+    ) -> set[Key]:
         """`remove` of the old (trace, problems) and `add` of the new, by their differences (set
-        operations at C speed: a root that reads thousands of proxies and changed one)."""
+        operations at C speed, or counts patched from the parts that are not the very same
+        traces: a root that reads thousands of proxies and changed one). The proxies it reached
+        then or now, not both."""
         (was, was_problems), (now, now_problems) = old, new
-        for index, before, after in (
-            (self.proxies, was.proxies, now.proxies),
-            (self.services, was.services, now.services),
-            (self.reached, was.reached, now.reached),
-        ):
+        if bool(was.parts) != bool(now.parts) or (was.parts and root not in self.counts):
+            reached = _reached(was) ^ _reached(now)
+            self.remove(root, was, was_problems)
+            self.add(root, now, now_problems)
+            return reached
+        if now.parts:
+            reached = self._patch_counts(root, units(was), units(now))
+        else:
+            reached = self._patch_sets(root, was, now)
+        self._replace_rest(root, was, now)
+        _unlink(self.problems, was_problems.keys() - now_problems.keys(), root)
+        _link(self.problems, now_problems.keys() - was_problems.keys(), root)
+        return reached
+
+    def _patch_sets(self, root: Key, was: Trace, now: Trace) -> set[Key]:
+        for index, read in zip(self._indexes(), _READS, strict=True):
+            before, after = read(was), read(now)
             if before != after:  # one pass without a new set, the usual answer
                 _unlink(index, before - after, root)
                 _link(index, after - before, root)
+        return set() if was.reached == now.reached else was.reached ^ now.reached
+
+    def _patch_counts(self, root: Key, was: list[Trace], now: list[Trace]) -> set[Key]:
+        """The counts of `root` patched from its flat traces `was` to `now`: the traces of one
+        that are not in the other (by identity, counted) are added or taken out."""
+        extra = Counter(map(id, now))
+        extra.subtract(map(id, was))
+        came, gone = [], []
+        for t in now:
+            if extra[id(t)] > 0:
+                came.append(t)
+                extra[id(t)] -= 1
+        for t in was:
+            if extra[id(t)] < 0:
+                gone.append(t)
+                extra[id(t)] += 1
+        reached: set[Key] = set()
+        for index, read, counts in zip(self._indexes(), _READS, self.counts[root], strict=True):
+            entered, left = _count(counts, came, gone, read)
+            _link(index, entered, root)
+            _unlink(index, left, root)
+            if index is self.reached:
+                reached.update(entered, left)
+        return reached
+
+    def _replace_rest(self, root: Key, was: Trace, now: Trace) -> None:
+        if was.parts or now.parts:
+            # Hostname owners, Secrets and ExtensionServices: each a few reads per root.
+            self._unlink_owners(root, was)
+            self._add_rest(root, now, {})
+            if not _secret_reads(now):
+                self.secrets.discard(root)
+            if not _ext_reads(now):
+                self.extensions.discard(root)
+            return
         gone = was.owners.keys() - now.owners.keys()
         _unlink(self.owners, gone, root)
         _link(self.owners, now.owners.keys() - was.owners.keys(), root)
@@ -131,8 +207,13 @@ class RootIndex:
                 readers.add(root)
             else:
                 readers.discard(root)
-        _unlink(self.problems, was_problems.keys() - now_problems.keys(), root)
-        _link(self.problems, now_problems.keys() - was_problems.keys(), root)
+
+    def _unlink_owners(self, root: Key, trace: Trace) -> None:
+        for unit in units(trace):
+            _unlink(self.owners, unit.owners, root)
+            for host in unit.owners:
+                if host not in self.owners:
+                    self.seen.pop(host, None)
 
     def affected(
         self,
@@ -162,3 +243,50 @@ class RootIndex:
         hosts = list(self.seen)
         now = map(owners.get, hosts)
         return list(itertools.compress(hosts, map(operator.is_not, now, self.seen.values())))
+
+
+_READS = (attrgetter("proxies"), attrgetter("services"), attrgetter("reached"))
+
+
+def _flat(trace: Trace, read: attrgetter[set[Key]]) -> set[Key]:
+    """One kind of `trace`'s reads, its parts' too."""
+    if not trace.parts:
+        return read(trace)
+    return set(itertools.chain.from_iterable(map(read, units(trace))))
+
+
+def _reached(trace: Trace) -> set[Key]:
+    return _flat(trace, _READS[2])
+
+
+def _secret_reads(trace: Trace) -> bool:
+    return any(unit.secret_reads for unit in units(trace))
+
+
+def _ext_reads(trace: Trace) -> bool:
+    return any(unit.extension_reads for unit in units(trace))
+
+
+def _count(
+    counts: Counter[Key], came: list[Trace], gone: list[Trace], read: attrgetter[set[Key]]
+) -> tuple[list[Key], list[Key]]:
+    """`counts` patched: the keys `came` read counted in, those `gone` read counted out; the
+    keys that entered and those that left. The usual patch replaces a subtree by one that reads
+    mostly the same keys: both sides are counted at C speed, and only the keys counted
+    differently are looked at."""
+    plus = Counter(itertools.chain.from_iterable(map(read, came)))
+    minus = Counter(itertools.chain.from_iterable(map(read, gone)))
+    entered: list[Key] = []
+    left: list[Key] = []
+    for key in {key for key, _ in plus.items() ^ minus.items()}:
+        was = counts.get(key, 0)
+        now = was + plus.get(key, 0) - minus.get(key, 0)
+        if now:
+            counts[key] = now
+        else:
+            del counts[key]
+        if not was:
+            entered.append(key)
+        elif not now:
+            left.append(key)
+    return entered, left

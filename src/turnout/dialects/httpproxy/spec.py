@@ -20,7 +20,7 @@ value is an error). A flag that Contour drops silently because the operator besi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from turnout.dialects.fields import FieldReader, describe, total_backends_problem
@@ -266,10 +266,11 @@ class ParsedProxy:
     obj: KubeObject
     spec: ProxySpec
     problems: tuple[Problem, ...]
+    # (namespace, name): made once, the include walk looks it up at every step.
+    key: tuple[str, str] = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.obj.namespace, self.obj.name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.obj.namespace, self.obj.name))
 
     @property
     def is_root(self) -> bool:
