@@ -9,9 +9,12 @@ stage and the top allocation sites at the end):
     import turnout.cli -> list the files -> read + parse them (FileSource.load_all into a Store)
     -> Store.snapshot -> compile (build_graph) -> translate -> serialize every resource
 
-`--profile STAGE` runs that stage under cProfile and prints its top functions. Run:
+`--profile STAGE` runs that stage under cProfile and prints its top functions. With
+`--parse-cache FILE` the files source reads that parse cache (as `serve` does from its state
+directory) and writes it at the end: run twice for a cold and a warm start. Run:
 
     PYTHONPATH=src python3 bench/cold_start.py --objects 10000
+    PYTHONPATH=src python3 bench/cold_start.py --dir DIR --parse-cache /tmp/pc   # twice
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ def main() -> None:
         default="paused",
         help="paused: as `serve` does for files (collector off, then gc.freeze); on: left alone",
     )
+    parser.add_argument("--parse-cache", type=Path, help="read (and at the end write) it")
     args = parser.parse_args()
 
     directory = args.dir
@@ -102,22 +106,24 @@ def main() -> None:
     stages = Stages(args.profile, args.tracemalloc)
     if args.collector == "paused":
         gc.disable()
-    run_stages(stages, directory)
+    run_stages(stages, directory, args.parse_cache)
     stages.report()
     if args.tracemalloc:
         top_allocations(args.top)
 
 
-def run_stages(stages: Stages, directory: Path) -> None:
+def run_stages(stages: Stages, directory: Path, parse_cache: Path | None = None) -> None:
     stages.run("import", lambda: __import__("turnout.cli"))
     from turnout.app import compile_snapshot
     from turnout.envoy.translate import translate
     from turnout.sources.files import FileSource, discover
+    from turnout.sources.parse_cache import ParseCache
     from turnout.store import Store
 
     files = stages.run("list", lambda: discover([directory]))
     store = Store()
-    source = FileSource([directory], store, watch=False)
+    cache = None if parse_cache is None else ParseCache(parse_cache)
+    source = FileSource([directory], store, watch=False, parse_cache=cache)
     stages.run("read+parse", source.load_all)
     snapshot = stages.run("snapshot", store.snapshot)
     result = stages.run("compile", lambda: compile_snapshot(snapshot))
@@ -135,6 +141,8 @@ def run_stages(stages: Stages, directory: Path) -> None:
         gc.enable()
     # What the collector's next full pass costs (after `gc.freeze`, it skips what was built).
     stages.run("gc pass", gc.collect)
+    if cache is not None:
+        stages.run("cache write", source.save_cache)
     print(
         f"{len(files)} files, {len(snapshot.objects)} objects, {len(result.graph.clusters)} "
         f"clusters, {sum(map(len, blobs)) / 2**20:.1f} MiB of xDS"
