@@ -114,8 +114,13 @@ def main() -> None:
 
 def run_stages(stages: Stages, directory: Path, parse_cache: Path | None = None) -> None:
     stages.run("import", lambda: __import__("turnout.cli"))
-    from turnout.app import compile_snapshot
-    from turnout.envoy.translate import translate
+    from turnout.app import default_dialects
+    from turnout.compile_inputs import CompileOptions
+    from turnout.envoy.translate import TranslateMemo, translate
+    from turnout.envoy.xds import XdsServer
+    from turnout.graph.build import build_graph
+    from turnout.graph.memo import CompileMemo
+    from turnout.metrics import Metrics
     from turnout.sources.files import FileSource, discover
     from turnout.sources.parse_cache import ParseCache
     from turnout.store import Store
@@ -126,8 +131,15 @@ def run_stages(stages: Stages, directory: Path, parse_cache: Path | None = None)
     source = FileSource([directory], store, watch=False, parse_cache=cache)
     stages.run("read+parse", source.load_all)
     snapshot = stages.run("snapshot", store.snapshot)
-    result = stages.run("compile", lambda: compile_snapshot(snapshot))
-    resources = stages.run("translate", lambda: translate(result.graph))
+    # With the memos `serve` carries from one compile to the next (they hold per-route data).
+    memo, translate_memo = CompileMemo(), TranslateMemo()
+    dialects = default_dialects().all
+    result = stages.run(
+        "compile", lambda: build_graph(snapshot, CompileOptions(), dialects, memo, None)
+    )
+    resources = stages.run("translate", lambda: translate(result.graph, None, translate_memo))
+    xds = XdsServer(Metrics())
+    stages.run("xds snapshot", lambda: xds.set_resources(resources))
     blobs = stages.run(
         "serialize",
         lambda: [
@@ -147,7 +159,7 @@ def run_stages(stages: Stages, directory: Path, parse_cache: Path | None = None)
         f"{len(files)} files, {len(snapshot.objects)} objects, {len(result.graph.clusters)} "
         f"clusters, {sum(map(len, blobs)) / 2**20:.1f} MiB of xDS"
     )
-    stages.keep = (store, snapshot, result, resources, blobs)  # type: ignore[attr-defined]
+    stages.keep = (store, snapshot, result, resources, blobs, memo, translate_memo, xds)  # type: ignore[attr-defined]
 
 
 def top_allocations(limit: int) -> None:
@@ -156,6 +168,10 @@ def top_allocations(limit: int) -> None:
     for stat in snapshot.statistics("lineno")[:limit]:
         frame = stat.traceback[0]
         print(f"{stat.size / 2**20:8.1f} MiB {stat.count:9d}  {frame.filename}:{frame.lineno}")
+    print(f"\ntop {limit} modules (where what is still held was allocated):")
+    for stat in snapshot.statistics("filename")[:limit]:
+        frame = stat.traceback[0]
+        print(f"{stat.size / 2**20:8.1f} MiB {stat.count:9d}  {frame.filename}")
 
 
 if __name__ == "__main__":

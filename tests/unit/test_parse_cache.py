@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from turnout.sources import files
+from turnout.sources import files, parse_cache
 from turnout.sources.base import StoreSink
 from turnout.sources.files import FileSource
 from turnout.sources.parse_cache import ParseCache, fingerprint
@@ -102,6 +102,21 @@ def test_restart_gets_the_same_objects_without_parsing(
     assert state(warm) == state(fresh)
     assert len(warm.snapshot().objects) == 6
     assert any("not a Kubernetes object" in p.reason for p in warm.snapshot().problems)
+
+
+def test_a_cache_written_in_chunks_reads_back_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parse_cache, "_CHUNK_FILES", 2)
+    objects = tree(tmp_path)
+    for i in range(5):
+        write(objects / f"more-{i}.yaml", SERVICE % f"more-{i}")
+    fresh, source = load(objects, ParseCache(tmp_path / "parse-cache"))
+    source.save_cache()
+    parsed = counting_parses(monkeypatch)
+    warm, _ = load(objects, ParseCache(tmp_path / "parse-cache"))
+    assert parsed == []
+    assert state(warm) == state(fresh)
 
 
 def test_a_changed_file_is_parsed_again_and_the_others_are_not(

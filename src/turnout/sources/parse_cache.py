@@ -104,6 +104,22 @@ def _result(source: str, plain: Any) -> ParseResult:
     )
 
 
+# Files per pickle: the pickler remembers every object it wrote (to write a repeated one as a
+# reference), about 50 MiB at 30,000 files in one pickle; a chunk's memory is freed after it.
+# Values repeat mostly within a chunk (the same strings, ports and conditions), so little
+# sharing is lost.
+_CHUNK_FILES = 1000
+
+
+def _dump(out: _Hashing, items: list[tuple[str, CachedParse]]) -> None:
+    chunks = range(0, len(items), _CHUNK_FILES)
+    pickle.Pickler(out, protocol=5).dump(len(chunks))
+    for start in chunks:
+        chunk = items[start : start + _CHUNK_FILES]
+        plain = {source: (e.digest, _plain(e.result)) for source, e in chunk}
+        pickle.Pickler(out, protocol=5).dump(plain)
+
+
 class ParseCache:
     """The parse cache file at `path` (see the module's docstring)."""
 
@@ -136,27 +152,34 @@ class ParseCache:
         body = memoryview(data)[head:]
         if hashlib.sha256(body).digest() != data[head - _DIGEST_BYTES : head]:
             raise ValueError("checksum mismatch")
-        entries = _Unpickler(io.BytesIO(body)).load()
-        if not isinstance(entries, dict):
+        stream = io.BytesIO(body)
+        chunks = _Unpickler(stream).load()
+        if not isinstance(chunks, int):
             raise ValueError("unexpected content")
         out: dict[str, CachedParse] = {}
-        for source, (digest, plain) in entries.items():
-            if not isinstance(source, str) or not isinstance(digest, bytes):
+        for _ in range(chunks):
+            # Each chunk is a pickle of its own (see `_dump`).
+            entries = _Unpickler(stream).load()
+            if not isinstance(entries, dict):
                 raise ValueError("unexpected content")
-            out[source] = CachedParse(digest, _result(source, plain))
+            for source, (digest, plain) in entries.items():
+                if not isinstance(source, str) or not isinstance(digest, bytes):
+                    raise ValueError("unexpected content")
+                out[source] = CachedParse(digest, _result(source, plain))
+        if stream.read(1):
+            raise ValueError("trailing data")
         return out
 
     def save(self, entries: Mapping[str, CachedParse]) -> bool:
         """Writes `entries` atomically (a temporary file renamed over the cache); False, logged,
         when it cannot be written."""
-        plain = {source: (e.digest, _plain(e.result)) for source, e in entries.items()}
         tmp: str | None = None
         try:
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{CACHE_NAME}.")
             with os.fdopen(fd, "wb") as out:
                 out.write(_MAGIC + fingerprint() + bytes(_DIGEST_BYTES))
                 hashing = _Hashing(out)
-                pickle.Pickler(hashing, protocol=5).dump(plain)
+                _dump(hashing, list(entries.items()))
                 out.seek(len(_MAGIC) + _DIGEST_BYTES)
                 out.write(hashing.sha.digest())
             os.replace(tmp, self.path)
