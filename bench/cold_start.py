@@ -9,9 +9,12 @@ stage and the top allocation sites at the end):
     import turnout.cli -> list the files -> read + parse them (FileSource.load_all into a Store)
     -> Store.snapshot -> compile (build_graph) -> translate -> serialize every resource
 
-`--profile STAGE` runs that stage under cProfile and prints its top functions. Run:
+`--profile STAGE` runs that stage under cProfile and prints its top functions. With
+`--parse-cache FILE` the files source reads that parse cache (as `serve` does from its state
+directory) and writes it at the end: run twice for a cold and a warm start. Run:
 
     PYTHONPATH=src python3 bench/cold_start.py --objects 10000
+    PYTHONPATH=src python3 bench/cold_start.py --dir DIR --parse-cache /tmp/pc   # twice
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ def main() -> None:
         default="paused",
         help="paused: as `serve` does for files (collector off, then gc.freeze); on: left alone",
     )
+    parser.add_argument("--parse-cache", type=Path, help="read (and at the end write) it")
     args = parser.parse_args()
 
     directory = args.dir
@@ -102,26 +106,40 @@ def main() -> None:
     stages = Stages(args.profile, args.tracemalloc)
     if args.collector == "paused":
         gc.disable()
-    run_stages(stages, directory)
+    run_stages(stages, directory, args.parse_cache)
     stages.report()
     if args.tracemalloc:
         top_allocations(args.top)
 
 
-def run_stages(stages: Stages, directory: Path) -> None:
+def run_stages(stages: Stages, directory: Path, parse_cache: Path | None = None) -> None:
     stages.run("import", lambda: __import__("turnout.cli"))
-    from turnout.app import compile_snapshot
-    from turnout.envoy.translate import translate
+    from turnout.app import default_dialects
+    from turnout.compile_inputs import CompileOptions
+    from turnout.envoy.translate import TranslateMemo, translate
+    from turnout.envoy.xds import XdsServer
+    from turnout.graph.build import build_graph
+    from turnout.graph.memo import CompileMemo
+    from turnout.metrics import Metrics
     from turnout.sources.files import FileSource, discover
+    from turnout.sources.parse_cache import ParseCache
     from turnout.store import Store
 
     files = stages.run("list", lambda: discover([directory]))
     store = Store()
-    source = FileSource([directory], store, watch=False)
+    cache = None if parse_cache is None else ParseCache(parse_cache)
+    source = FileSource([directory], store, watch=False, parse_cache=cache)
     stages.run("read+parse", source.load_all)
     snapshot = stages.run("snapshot", store.snapshot)
-    result = stages.run("compile", lambda: compile_snapshot(snapshot))
-    resources = stages.run("translate", lambda: translate(result.graph))
+    # With the memos `serve` carries from one compile to the next (they hold per-route data).
+    memo, translate_memo = CompileMemo(), TranslateMemo()
+    dialects = default_dialects().all
+    result = stages.run(
+        "compile", lambda: build_graph(snapshot, CompileOptions(), dialects, memo, None)
+    )
+    resources = stages.run("translate", lambda: translate(result.graph, None, translate_memo))
+    xds = XdsServer(Metrics())
+    stages.run("xds snapshot", lambda: xds.set_resources(resources))
     blobs = stages.run(
         "serialize",
         lambda: [
@@ -135,11 +153,13 @@ def run_stages(stages: Stages, directory: Path) -> None:
         gc.enable()
     # What the collector's next full pass costs (after `gc.freeze`, it skips what was built).
     stages.run("gc pass", gc.collect)
+    if cache is not None:
+        stages.run("cache write", source.save_cache)
     print(
         f"{len(files)} files, {len(snapshot.objects)} objects, {len(result.graph.clusters)} "
         f"clusters, {sum(map(len, blobs)) / 2**20:.1f} MiB of xDS"
     )
-    stages.keep = (store, snapshot, result, resources, blobs)  # type: ignore[attr-defined]
+    stages.keep = (store, snapshot, result, resources, blobs, memo, translate_memo, xds)  # type: ignore[attr-defined]
 
 
 def top_allocations(limit: int) -> None:
@@ -148,6 +168,10 @@ def top_allocations(limit: int) -> None:
     for stat in snapshot.statistics("lineno")[:limit]:
         frame = stat.traceback[0]
         print(f"{stat.size / 2**20:8.1f} MiB {stat.count:9d}  {frame.filename}:{frame.lineno}")
+    print(f"\ntop {limit} modules (where what is still held was allocated):")
+    for stat in snapshot.statistics("filename")[:limit]:
+        frame = stat.traceback[0]
+        print(f"{stat.size / 2**20:8.1f} MiB {stat.count:9d}  {frame.filename}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from turnout.dialects.httpproxy import HTTPProxyDialect
 from turnout.dialects.ingress import IngressDialect
 from turnout.dialects.ingressroute import IngressRouteDialect
 from turnout.dialects.routegroup import RouteGroupDialect
+from turnout.envoy.state import default_state_dir
 from turnout.envoy.translate.options import (
     AccessLog,
     AccessLogFormat,
@@ -32,6 +33,7 @@ from turnout.metrics import Metrics
 from turnout.objects import ObjectRef
 from turnout.sources.base import Source
 from turnout.sources.files import FileSource
+from turnout.sources.parse_cache import CACHE_NAME, ParseCache
 from turnout.status.sink import StatusSink
 from turnout.store import Snapshot
 
@@ -152,8 +154,18 @@ def default_sources(config: ServeConfig) -> list[Source]:
             empty_file_grace_s=config.empty_file_grace_s,
             exclude=config.exclude,
             max_file_bytes=config.max_file_bytes,
+            parse_cache=parse_cache(config),
         )
     ]
+
+
+def parse_cache(config: ServeConfig) -> ParseCache | None:
+    """The files source's parse cache, in the state directory `serve` checked (0700, ours):
+    only with an Envoy child, whose state directory it is."""
+    if not config.run_envoy:
+        return None
+    state = config.state_dir or default_state_dir(config.http_port)
+    return ParseCache(state / CACHE_NAME)
 
 
 def kubernetes_status_sink(

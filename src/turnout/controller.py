@@ -686,7 +686,9 @@ class Controller:
 
     async def start(self) -> None:
         """Starts the xDS server and the sources, and returns once every source has listed
-        everything and that was compiled (then starts Envoy, if it runs one)."""
+        everything and that was compiled. Envoy (if turnout runs one) starts meanwhile: it waits
+        on ADS, which answers nothing before the first compile, so a new Envoy is programmed
+        as soon as that is through and an adopted one keeps serving what it had until then."""
         tls = self.config.xds_tls
         self.xds_port = await self.xds.start(
             self.config.xds_address,
@@ -701,28 +703,33 @@ class Controller:
         self._tasks.append(asyncio.create_task(self.hosts.run(), name="turnout-hosts"))
         for sink in self.status_sinks:
             self._tasks.append(asyncio.create_task(sink.run(), name="turnout-status-sink"))
+        started = self.config.run_envoy and await self._start_envoy(replace=False)
         await self._wait_first_compile()
         if self.config.demo_backends:
             await self._start_demo_backends()
-        if self.config.run_envoy:
+        if self.config.run_envoy and not started:
             await self._start_envoy()
 
     @property
     def state_dir(self) -> StateDir:
         return envoy_state_dir(self.config)
 
-    async def _start_envoy(self) -> None:
+    async def _start_envoy(self, replace: bool = True) -> bool:
         """Adopts the Envoy a previous turnout left running in the state directory (after a
         crash: it kept serving meanwhile), else starts one. An Envoy of ours started with another
-        bootstrap (another xDS port) would never find this turnout: it is stopped first."""
+        bootstrap (another xDS port) would never find this turnout: it is stopped first, unless
+        `replace` is False (before the first compile: that Envoy serves until the new one can
+        be programmed); then nothing is done and False returned."""
         state = self.state_dir
         state.prepare()
         bootstrap = self.bootstrap()
+        running = await asyncio.to_thread(our_envoy, state, self.config.node_id)
+        adopt = running is not None and same_bootstrap(state, bootstrap_yaml(bootstrap))
+        if running is not None and not adopt and not replace:
+            return False
         child_tls = self._child_tls()
         if child_tls is not None:  # an adopted Envoy reads them again: same content
             write_xds_sds_files(child_tls, state.path)
-        running = await asyncio.to_thread(our_envoy, state, self.config.node_id)
-        adopt = running is not None and same_bootstrap(state, bootstrap_yaml(bootstrap))
         self.envoy = EnvoyProcess(
             state.bootstrap,
             log_level=self.config.envoy_log_level,
@@ -731,7 +738,7 @@ class Controller:
             state=state,
         )
         if running is not None and adopt and await self.envoy.adopt(running):
-            return
+            return True
         if running is not None:
             log.warning("stopping the Envoy (pid %d) started with another bootstrap", running)
             await self.envoy.adopt(running)
@@ -739,6 +746,7 @@ class Controller:
         state.admin_socket.unlink(missing_ok=True)  # a stale socket from an Envoy that died
         write_bootstrap(state.bootstrap, bootstrap)
         await self.envoy.start()
+        return True
 
     async def _wait_first_compile(self) -> None:
         """Waits for the first compile, saying every `PROGRESS_INTERVAL_S` how far it got once

@@ -64,6 +64,10 @@ class FrozenDict(Mapping[str, Any]):
     def __repr__(self) -> str:
         return f"FrozenDict({self._data!r})"
 
+    def __getstate__(self) -> tuple[None, dict[str, Any]]:
+        # Pickled (the parse cache) without its hash: string hashes differ between processes.
+        return None, {"_data": self._data, "_hash": None}
+
 
 def frozen_dict(data: dict[str, Any]) -> FrozenDict:
     """A FrozenDict that takes `data` over instead of copying it: for a builder that made a

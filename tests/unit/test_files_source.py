@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -141,16 +142,16 @@ def test_load_file_permission_denied_is_a_problem(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write(tmp_path / "secret.yaml", svc("s"))
-    real_open = Path.open
+    real_open = os.open
 
     # Root (as in CI) reads files whatever their mode, so the denial is simulated at the OS call
     # (the source opens the file to bound its read by --max-file-bytes).
-    def deny(self: Path, *args: Any, **kwargs: Any) -> Any:
-        if self == path:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_open(self, *args, **kwargs)
+    def deny(target: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(target) == path:
+            raise PermissionError(13, "Permission denied", str(target))
+        return real_open(target, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "open", deny)
+    monkeypatch.setattr(os, "open", deny)
     result = load_file(path)
     assert result.failed
     assert "ermission" in result.problems[0].reason

@@ -38,6 +38,7 @@ from watchfiles import Change, awatch
 
 from turnout.sources.base import PartitionSink, SourceSink
 from turnout.sources.parse import ParseResult, parse_text
+from turnout.sources.parse_cache import CachedParse, ParseCache
 from turnout.store import SourceProblem
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,10 @@ _REARM_DELAY_S = 0.2
 DEFAULT_EMPTY_FILE_GRACE_S = 5.0
 # A timer may fire a little before its deadline; waking a bit late avoids a second wake-up.
 _HOLD_MARGIN_S = 0.01
+
+# How long after the last change the parse cache is written (and when the source stops): one
+# write per burst, a while after a start, when the first compile is likely through.
+CACHE_SAVE_DELAY_S = 30.0
 
 # The level of a file's "loaded" line: debug during the first load (one summary line instead).
 _LOADED_LEVEL = {False: logging.INFO, True: logging.DEBUG}
@@ -165,16 +170,33 @@ def _read(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> _Read:
     before reading, and the read stops one byte past `limit` (the file may grow meanwhile, or
     `stat` may not know its size), so a huge file is never held in memory."""
     try:
-        with path.open("rb") as f:
-            if os.fstat(f.fileno()).st_size > limit:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            if size > limit:
                 return _too_large(path, limit)
-            data = f.read(limit + 1)
+            data = _read_fd(fd, size, limit)
+        finally:
+            os.close(fd)
     except OSError as err:
         reason = f"cannot read file: {err.strerror or err}"
         return _Read(None, SourceProblem(str(path), None, reason, severity="unreadable"))
     if len(data) > limit:
         return _too_large(path, limit)
     return _Read(data, None)
+
+
+def _read_fd(fd: int, size: int, limit: int) -> bytes:
+    """Up to `limit + 1` bytes of the file. Reads what `fstat` said first (one read of
+    `limit + 1` bytes would allocate that much: 4 MiB for every file), then whatever follows (a
+    short read, a file grown meanwhile) until its end or past `limit`."""
+    data = os.read(fd, size + 1)
+    while len(data) <= limit:
+        more = os.read(fd, limit + 1 - len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 def _parse(data: bytes, source: str, shared: dict[Any, Any] | None = None) -> ParseResult:
@@ -224,6 +246,7 @@ class _Update:
     path: Path
     seen: _Seen | None  # None: the file is gone
     result: ParseResult | None  # None: the content did not change, only the signature did
+    cached: bool = False  # the result is the parse cache's (the file was not parsed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +271,7 @@ class FileSource:
         empty_file_grace_s: float = DEFAULT_EMPTY_FILE_GRACE_S,
         exclude: Sequence[str] = (),
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        parse_cache: ParseCache | None = None,
     ) -> None:
         self._roots = tuple(paths)
         self._exclude = tuple(exclude)
@@ -273,6 +297,12 @@ class FileSource:
         # while a watcher scan was in its thread) is discarded instead of undoing newer content.
         self._generation = 0
         self._missing: frozenset[Path] = frozenset()
+        # The parse cache (`sources/parse_cache.py`): read by the first scan, then dropped; and
+        # each loaded file's last good parse, what the cache is written from.
+        self._cache = parse_cache
+        self._cached: dict[str, CachedParse] | None = None
+        self._parsed: dict[Path, CachedParse] = {}
+        self._cache_dirty = asyncio.Event()
 
     @property
     def paths(self) -> tuple[Path, ...]:
@@ -293,8 +323,37 @@ class FileSource:
         self._sink = sink
         await self._rescan(frozenset())
         sink.synced()
-        if self._watching:
+        if not self._watching:  # nothing changes after this load
+            await asyncio.to_thread(self.save_cache)
+            return
+        saver = asyncio.create_task(self._save_cache_later(), name="files-parse-cache")
+        try:
             await self.watch(_nothing, debounce_ms=self._debounce_ms)
+        finally:
+            saver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await saver
+            self.save_cache()  # stopping: what changed since the last write
+
+    async def _save_cache_later(self) -> None:
+        """Writes the parse cache `CACHE_SAVE_DELAY_S` after a change, off the event loop."""
+        if self._cache is None:
+            return
+        while True:
+            await self._cache_dirty.wait()
+            await asyncio.sleep(CACHE_SAVE_DELAY_S)
+            self._cache_dirty.clear()
+            await asyncio.to_thread(self._cache.save, self._cache_entries())
+
+    def save_cache(self) -> None:
+        """Writes every loaded file's last good parse to the parse cache, if there is one and
+        what it holds changed."""
+        if self._cache is not None and self._cache_dirty.is_set():
+            self._cache_dirty.clear()
+            self._cache.save(self._cache_entries())
+
+    def _cache_entries(self) -> dict[str, CachedParse]:
+        return {str(path): parsed for path, parsed in self._parsed.items()}
 
     async def reload(self) -> None:
         """Re-reads what differs from the last load (SIGHUP)."""
@@ -470,6 +529,8 @@ class FileSource:
     def _scan(self, seen: dict[Path, _Seen], changed: frozenset[Path]) -> _Scan:
         """Reads what differs from `seen`, the state of the last load. Runs in a worker thread, so
         it reads nothing that the event loop mutates."""
+        if self._cache is not None and self._generation == 0 and self._cached is None:
+            self._cached = self._cache.load()
         files = discover(self._roots, self._exclude)
         updates: list[_Update] = []
         # Equal values parsed from different files are one object (see `parse_text`).
@@ -499,9 +560,13 @@ class FileSource:
             result = ParseResult((), (read.problem,), failed=True)
             return _Update(path, _Seen(signature, None), result)
         digest = hashlib.sha256(read.data).digest()
+        seen = _Seen(signature, digest)
         if prev is not None and prev.digest == digest:
-            return _Update(path, _Seen(signature, digest), None)
-        return _Update(path, _Seen(signature, digest), _parse(read.data, str(path), shared))
+            return _Update(path, seen, None)
+        cached = self._cached.get(str(path)) if self._cached else None
+        if cached is not None and cached.digest == digest:
+            return _Update(path, seen, cached.result, cached=True)
+        return _Update(path, seen, _parse(read.data, str(path), shared))
 
     def _apply(self, scan: _Scan) -> bool:
         """Applies a scan to the sink; True when the sink's content changed."""
@@ -515,7 +580,7 @@ class FileSource:
         for update in scan.updates:
             changed = self._apply_update(sink, update, first) or changed
         if first:
-            log.info("loaded %d file(s)", len(scan.updates))
+            self._first_loaded(scan)
         missing = frozenset(scan.missing)
         for root in missing - self._missing:
             problem = SourceProblem(
@@ -529,6 +594,18 @@ class FileSource:
                 changed = sink.remove_partition(partition_key(root)) or changed
         self._missing = missing
         return changed
+
+    def _first_loaded(self, scan: _Scan) -> None:
+        """Logs the first load in one line; the parse cache is not needed any more, and is
+        written again unless it held exactly what was loaded."""
+        hits = sum(update.cached for update in scan.updates)
+        if self._cache is not None:
+            log.info("loaded %d file(s), %d from the parse cache", len(scan.updates), hits)
+        else:
+            log.info("loaded %d file(s)", len(scan.updates))
+        if self._cached is None or hits != len(self._cached) or hits != len(self._parsed):
+            self._cache_dirty.set()
+        self._cached = None
 
     def _apply_update(self, sink: PartitionSink, update: _Update, first: bool = False) -> bool:
         key = partition_key(update.path)
@@ -549,6 +626,7 @@ class FileSource:
             return False
         for problem in result.problems:
             log.warning("%s", problem)
+        self._record_parse(update, result)
         if result.failed:
             if key in self._loaded:
                 log.warning("%s: keeping its last good objects", update.path)
@@ -561,7 +639,20 @@ class FileSource:
             self._with_objects.discard(update.path)
         return sink.replace_partition(key, result.objects, result.problems)
 
+    def _record_parse(self, update: _Update, result: ParseResult) -> None:
+        """Keeps a good parse for the parse cache; a failed one is parsed again next time (it
+        keeps its last good objects only while turnout runs)."""
+        if not update.cached:
+            self._cache_dirty.set()
+        assert update.seen is not None
+        if result.failed or update.seen.digest is None:
+            self._parsed.pop(update.path, None)
+        else:
+            self._parsed[update.path] = CachedParse(update.seen.digest, result)
+
     def _forget(self, path: Path) -> None:
+        if self._parsed.pop(path, None) is not None:
+            self._cache_dirty.set()
         self._seen.pop(path, None)
         self._by_abspath.pop(Path(os.path.abspath(path)), None)
         self._held.pop(path, None)
