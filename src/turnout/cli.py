@@ -316,6 +316,19 @@ def _add_compile_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
         "`serve` and `translate` use it",
     )
     _add_path_flags(p)
+    _add_route_table_flags(p)
+    p.add_argument(
+        "--enable-external-name-service",
+        action="store_true",
+        help="route to ExternalName Services (off by default: such a Service can point Envoy at "
+        "any address, its own admin port included)",
+    )
+    _add_telemetry_flags(p)
+    _add_rate_limit_flags(p)
+
+
+def _add_route_table_flags(p: argparse.ArgumentParser) -> None:
+    """How the HTTP route tables are laid out in Envoy (matcher trees, scopes, path scopes)."""
     p.add_argument(
         "--matcher-tree-min-routes",
         type=_route_count,
@@ -347,14 +360,6 @@ def _add_compile_flags(p: argparse.ArgumentParser, paths: str = "+") -> None:
         "rebuild the directories holding them only (docs/data-plane.md; default: %(default)s, "
         "0: never). Only `serve` and `translate` use it",
     )
-    p.add_argument(
-        "--enable-external-name-service",
-        action="store_true",
-        help="route to ExternalName Services (off by default: such a Service can point Envoy at "
-        "any address, its own admin port included)",
-    )
-    _add_telemetry_flags(p)
-    _add_rate_limit_flags(p)
 
 
 def _positive_seconds(value: str) -> float:
