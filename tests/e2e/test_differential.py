@@ -500,13 +500,19 @@ def disagrees(envoy: EnvoyUnderTest, p: Probe, decision: Decision) -> str | None
     )
 
 
-@settings(
-    max_examples=100,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+def envoy_examples(count: int) -> Any:
+    """Hypothesis settings for a test that asks the real Envoy: the same examples every run
+    (derandomized, no database) and no deadline, since Envoy's reconfiguration sets the pace."""
+    return settings(
+        max_examples=count,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+@envoy_examples(100)
 @given(graph=route_sets(), data=st.data())
 def test_envoy_routes_generated_requests_as_the_evaluator_decides(
     envoy: EnvoyUnderTest, graph: RoutingGraph, data: st.DataObject
@@ -611,13 +617,7 @@ def tree_probes_for(draw: st.DrawFn, graph: RoutingGraph) -> Probe:
 TREE_COVERAGE: Counter[str] = Counter()
 
 
-@settings(
-    max_examples=60,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@envoy_examples(60)
 @given(graph=tree_route_sets(), data=st.data())
 def test_matcher_tree_hosts_route_generated_requests_as_the_evaluator_decides(
     envoy: EnvoyUnderTest, graph: RoutingGraph, data: st.DataObject
@@ -785,13 +785,7 @@ def scoped_probes_for(draw: st.DrawFn, graph: RoutingGraph) -> Probe:
     return draw(probes_for(graph))
 
 
-@settings(
-    max_examples=40,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@envoy_examples(40)
 @given(graph=route_sets(SCOPED_HOSTS), data=st.data())
 def test_scoped_listeners_route_generated_requests_as_the_evaluator_decides(
     envoy: EnvoyUnderTest, graph: RoutingGraph, data: st.DataObject
@@ -851,13 +845,7 @@ def split_probes_for(draw: st.DrawFn, graph: RoutingGraph) -> Probe:
     return draw(st.builds(Probe, st.just(host), split_paths, methods, random_headers))
 
 
-@settings(
-    max_examples=40,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@envoy_examples(40)
 @given(graph=route_sets(SCOPED_HOSTS), data=st.data())
 def test_split_hosts_route_generated_requests_as_the_evaluator_decides(
     envoy: EnvoyUnderTest, graph: RoutingGraph, data: st.DataObject

@@ -247,6 +247,32 @@ async def test_a_change_is_written_a_while_later_and_a_static_load_at_once(
     assert len(ParseCache(static).load()) == 5
 
 
+async def test_the_cache_waits_for_the_files_to_be_quiet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writing the cache costs CPU a compile would share: while changes keep coming it waits,
+    and it is written once they stopped for the delay."""
+    monkeypatch.setattr(files, "CACHE_SAVE_DELAY_S", 0.4)
+    objects = tree(tmp_path)
+    path = tmp_path / "parse-cache"
+    store = Store()
+    source = FileSource([objects], watch=True, parse_cache=ParseCache(path))
+    task = asyncio.create_task(source.run(StoreSink(store, lambda: None, lambda: None)))
+    try:
+        await until(lambda: path.exists())
+        path.unlink()
+        for i in range(8):  # a change every 0.15 s for 1.2 s: never 0.4 s of quiet
+            write(objects / f"busy-{i}.yaml", SERVICE % f"busy-{i}")
+            await asyncio.sleep(0.15)
+            assert not path.exists(), f"written during the burst, after change {i}"
+        await until(lambda: path.exists())
+        assert "busy-7.yaml" in str(ParseCache(path).load().keys())
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def until(condition: Any, timeout: float = 10.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not condition():
