@@ -80,6 +80,19 @@ def read_service(r: WarningReader, value: Any, path: str) -> ServiceSpec | None:
     )
 
 
+# Equal key sets, shared: every route and service of 10,000 objects keeps one (about 20 MiB when
+# each had its own), and they are few: the schema's field combinations people write. Bounded,
+# so that odd objects cannot grow it without end.
+_SHARED_KEY_SETS: dict[frozenset[str], frozenset[str]] = {}
+_SHARED_KEY_SETS_MAX = 4096
+
+
 def written(m: Mapping[str, Any]) -> frozenset[str]:
-    """The keys of `m` set to something (not null)."""
-    return frozenset(k for k, v in m.items() if isinstance(k, str) and v is not None)
+    """The keys of `m` set to something (not null); an equal set written before is that one."""
+    keys = frozenset(k for k, v in m.items() if isinstance(k, str) and v is not None)
+    shared = _SHARED_KEY_SETS.get(keys)
+    if shared is not None:
+        return shared
+    if len(_SHARED_KEY_SETS) < _SHARED_KEY_SETS_MAX:
+        _SHARED_KEY_SETS[keys] = keys
+    return keys
