@@ -65,6 +65,22 @@ def test_scopes_go_after_listeners_and_before_route_configurations() -> None:
     assert order.index(LISTENER_TYPE) < order.index(SCOPED_ROUTE_TYPE) < order.index(ROUTE_TYPE)
 
 
+async def take_a_and_b(client: DeltaClient | AdsClient) -> None:
+    """As Envoy starts: the listener, the scopes, then the tables of hosts a and b, each ACKed
+    (a SotW ACK names what it holds), and nothing more to send."""
+    client.send(LISTENER_TYPE)
+    client.ack(await client.recv())
+    client.send(SCOPED_ROUTE_TYPE)
+    client.ack(await client.recv())
+    client.send(ROUTE_TYPE, [A, B])
+    routes = await client.recv()
+    if isinstance(client, AdsClient):
+        client.ack(routes, [A, B])
+    else:
+        client.ack(routes)
+    await client.expect_nothing()
+
+
 async def test_delta_sends_scopes_then_only_the_changed_route_configuration(
     server: XdsServer,
 ) -> None:
@@ -117,13 +133,7 @@ async def test_new_route_configurations_go_before_changed_ones_and_old_scopes_af
     server.set_resources(resources(hosts))
     client = DeltaClient(server.port)  # type: ignore[attr-defined]
     try:
-        client.send(LISTENER_TYPE)
-        client.ack(await client.recv())
-        client.send(SCOPED_ROUTE_TYPE)
-        client.ack(await client.recv())
-        client.send(ROUTE_TYPE, [A, B])
-        client.ack(await client.recv())
-        await client.expect_nothing()
+        await take_a_and_b(client)
         # c comes while a changes: the scope, then c's table alone, then a's.
         server.set_resources(resources({**hosts, "a.example.com": "a2", "c.example.com": "c"}))
         scopes = await client.recv()
@@ -182,13 +192,7 @@ async def test_sotw_sends_a_new_route_configuration_before_a_changed_one(
     server.set_resources(resources(hosts))
     client = AdsClient(server.port)  # type: ignore[attr-defined]
     try:
-        client.send(LISTENER_TYPE)
-        client.ack(await client.recv())
-        client.send(SCOPED_ROUTE_TYPE)
-        client.ack(await client.recv())
-        client.send(ROUTE_TYPE, [A, B])
-        client.ack(await client.recv(), [A, B])
-        await client.expect_nothing()
+        await take_a_and_b(client)
         server.set_resources(resources({**hosts, "a.example.com": "a2", "c.example.com": "c"}))
         scopes = await client.recv()
         assert resource_names(scopes) == [A, B, c]

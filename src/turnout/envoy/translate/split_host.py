@@ -33,7 +33,6 @@ import hashlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from operator import contains, itemgetter
 from typing import Any
 
@@ -223,7 +222,9 @@ def _scopes(
         if groups is not None:
             held = list(map(pieces.__getitem__, groups[scope]))
         else:
-            held = list(itertools.compress(pieces, map(contains, plan.held, repeat(scope))))
+            held = list(
+                itertools.compress(pieces, map(contains, plan.held, itertools.repeat(scope)))
+            )
         if kept is not None and kept.members[scope] == held:
             pair, tree = kept.pairs[scope], kept.trees[scope]
         else:
