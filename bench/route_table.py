@@ -16,6 +16,14 @@ body.
     python3 bench/route_table.py --routes 1 100 1000 --rounds 3 --seconds 3
     python3 bench/route_table.py --envoy-cpu 0 --wrk-cpu 1   # pin Envoy and wrk (taskset)
     python3 bench/route_table.py --routes 45000 --translate-only  # turnout's side only
+    python3 bench/route_table.py --upstream       # routes forward to a local nginx instead
+
+With `--upstream` every route forwards to a local nginx (Debian's `nginx-light`; one worker)
+that answers with the route's name, which the route sets as a request header: the cost of a
+real proxied request, against which the scope key filter is a smaller share. Next to the
+throughput, every configuration's Envoy CPU time per request (its /proc utime + stime over the
+wrk run, divided by wrk's request count) is reported as a ratio: what a machine whose Envoy is
+the bottleneck would get, whatever the co-located nginx and wrk take of the 2 cores.
 
 It also prints what the tree costs turnout for the largest table: translate time and bytes.
 """
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import socket
@@ -39,15 +48,22 @@ from pathlib import Path
 from turnout.envoy.translate import TranslateOptions, translate
 from turnout.envoy.validate import static_bootstrap
 from turnout.graph.model import (
+    Cluster,
     DirectResponse,
+    Endpoint,
+    Forward,
+    HeaderPolicy,
+    HeaderValue,
     Listener,
     ListenerProtocol,
     PathMatch,
     Route,
     RouteMatch,
+    RoutePolicies,
     RouteSource,
     RoutingGraph,
     VirtualHost,
+    WeightedCluster,
 )
 from turnout.objects import ObjectRef
 
@@ -82,23 +98,57 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def graph(routes: int, port: int) -> RoutingGraph:
-    table = tuple(
-        Route(
-            RouteMatch(PathMatch.prefix(f"/route-{i}/")),
-            DirectResponse(200, f"route-{i}"),
-            RouteSource(OWNER, f"spec.routes[{i}]"),
-        )
-        for i in range(routes)
-    )
+UPSTREAM = "bench/upstream/80"
+NGINX_CONF = """worker_processes 1; daemon off; pid {dir}/nginx.pid; error_log stderr error;
+events {{ worker_connections 1024; }}
+http {{ access_log off; server {{ listen 127.0.0.1:{port};
+  location / {{ return 200 $http_x_route; }} }} }}
+"""
+
+
+def graph(routes: int, port: int, upstream: int | None = None) -> RoutingGraph:
+    """The host of `routes` routes, each answering its name: directly, or (`upstream`: nginx's
+    port) through nginx, which answers the `x-route` header the route sets."""
+    table = tuple(route(i, upstream) for i in range(routes))
     vh = VirtualHost(HOST, HOST, table, OWNER)
     listener = Listener("ingress_http", "127.0.0.1", port, ListenerProtocol.HTTP, (vh,))
-    return RoutingGraph(listeners=(listener,))
+    if upstream is None:
+        return RoutingGraph(listeners=(listener,))
+    nginx = Cluster(UPSTREAM, "bench", "upstream", 80, endpoints=(Endpoint("127.0.0.1", upstream),))
+    return RoutingGraph(listeners=(listener,), clusters=(nginx,))
 
 
-def start_envoy(config: Config, work: Path, cpu: str | None) -> tuple[subprocess.Popen[bytes], int]:
+def route(i: int, upstream: int | None) -> Route:
+    match, source = RouteMatch(PathMatch.prefix(f"/route-{i}/")), RouteSource(OWNER, f"r[{i}]")
+    if upstream is None:
+        return Route(match, DirectResponse(200, f"route-{i}"), source)
+    name = HeaderPolicy(set=(HeaderValue("x-route", f"route-{i}"),))
+    forward = Forward((WeightedCluster(UPSTREAM, 1),))
+    return Route(match, forward, source, RoutePolicies(request_headers=name))
+
+
+def start_nginx(work: Path, cpu: str | None) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
-    resources = translate(graph(config.routes, port), SHAPES[config.shape])
+    conf = work / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(dir=work, port=port))
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    command = [nginx, "-c", str(conf), "-p", str(work), "-e", "stderr"]
+    if cpu is not None:
+        command = ["taskset", "-c", cpu, *command]
+    return subprocess.Popen(command), port
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of process `pid` (its worker threads included), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_envoy(
+    config: Config, work: Path, cpu: str | None, upstream: int | None
+) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    resources = translate(graph(config.routes, port, upstream), SHAPES[config.shape])
     path = work / f"envoy-{config.routes}-{config.shape}.json"
     path.write_text(json.dumps(static_bootstrap(resources)))
     envoy = shutil.which("envoy") or "envoy"
@@ -127,7 +177,8 @@ def wait_serving(config: Config, port: int, timeout_s: float = 60.0) -> None:
     raise SystemExit(f"{config.label}: Envoy did not serve within {timeout_s} s")
 
 
-def wrk(config: Config, port: int, seconds: int, cpu: str | None) -> float:
+def wrk(config: Config, port: int, seconds: int, cpu: str | None) -> tuple[float, int]:
+    """wrk's requests/s and request count."""
     command = ["wrk", "-t1", "-c16", f"-d{seconds}s", "-H", f"Host: {HOST}",
                f"http://127.0.0.1:{port}{config.target}"]  # fmt: skip
     if cpu is not None:
@@ -136,31 +187,51 @@ def wrk(config: Config, port: int, seconds: int, cpu: str | None) -> float:
     if re.search(r"Non-2xx or 3xx responses", out):
         raise SystemExit(f"{config.label}: wrk saw errors:\n{out}")
     match = re.search(r"Requests/sec:\s+([0-9.]+)", out)
-    if match is None:
+    count = re.search(r"([0-9]+) requests in", out)
+    if match is None or count is None:
         raise SystemExit(f"cannot read wrk's output:\n{out}")
-    return float(match.group(1))
+    return float(match.group(1)), int(count.group(1))
 
 
-def measure(args: argparse.Namespace) -> dict[Config, list[float]]:
+def run_round(
+    running: dict[Config, tuple[subprocess.Popen[bytes], int]], args: argparse.Namespace
+) -> dict[Config, tuple[float, float]]:
+    """Each configuration's requests/s and Envoy CPU seconds per request, in turn."""
+    out = {}
+    for c, (process, port) in running.items():
+        cpu_before = cpu_seconds(process.pid)
+        rate, count = wrk(c, port, args.seconds, args.wrk_cpu)
+        out[c] = (rate, (cpu_seconds(process.pid) - cpu_before) / max(count, 1))
+    return out
+
+
+Ratios = dict[Config, list[tuple[float, float]]]
+
+
+def measure(args: argparse.Namespace) -> Ratios:
+    """Per configuration and round: (requests/s, 1 / Envoy CPU per request), each as a ratio
+    to the single-route list's in the same round."""
     configs = [Config(n, shape) for n in args.routes for shape in SHAPES]
     baseline = Config(1, "list")
     if baseline not in configs:
         configs.insert(0, baseline)
-    ratios: dict[Config, list[float]] = {c: [] for c in configs}
+    ratios: Ratios = {c: [] for c in configs}
     with tempfile.TemporaryDirectory() as tmp:
-        running = {c: start_envoy(c, Path(tmp), args.envoy_cpu) for c in configs}
+        nginx = start_nginx(Path(tmp), args.upstream_cpu) if args.upstream else None
+        upstream = None if nginx is None else nginx[1]
+        running = {c: start_envoy(c, Path(tmp), args.envoy_cpu, upstream) for c in configs}
         try:
             for c, (_, port) in running.items():
                 wait_serving(c, port)
             for r in range(args.rounds):
-                rates = {c: wrk(c, port, args.seconds, args.wrk_cpu) for c, (_, port) in
-                         running.items()}  # fmt: skip
-                for c, rate in rates.items():
-                    ratios[c].append(rate / rates[baseline])
-                print(f"round {r + 1}: " + ", ".join(f"{c.label} {rates[c]:.0f}/s" for c in
+                rates = run_round(running, args)
+                (rate0, cpu0) = rates[baseline]
+                for c, (rate, cpu) in rates.items():
+                    ratios[c].append((rate / rate0, cpu0 / cpu))
+                print(f"round {r + 1}: " + ", ".join(f"{c.label} {rates[c][0]:.0f}/s" for c in
                       configs), file=sys.stderr)  # fmt: skip
         finally:
-            for process, _ in running.values():
+            for process, _ in [*running.values(), *([nginx] if nginx else [])]:
                 process.terminate()
                 process.wait(10)
     return ratios
@@ -188,16 +259,23 @@ def main() -> None:
     parser.add_argument("--envoy-cpu", help="taskset CPU list for every Envoy")
     parser.add_argument("--wrk-cpu", help="taskset CPU list for wrk")
     parser.add_argument("--translate-only", action="store_true", help="skip the Envoy load")
+    parser.add_argument("--upstream", action="store_true", help="routes forward to local nginx")
+    parser.add_argument("--upstream-cpu", help="taskset CPU list for nginx")
     args = parser.parse_args()
     translation_cost(max(args.routes))
     if args.translate_only:
         return
     ratios = measure(args)
-    print("\n| routes | shape | requests/s vs 1 route (list), median | min | max |")
-    print("|---|---|---|---|---|")
-    for c, values in ratios.items():
-        print(f"| {c.routes} | {c.shape} | {statistics.median(values):.3f} | "
-              f"{min(values):.3f} | {max(values):.3f} |")  # fmt: skip
+    print("\n| routes | shape | requests/s vs 1 route (list): median, min, max | "
+          "Envoy CPU per request, 1 route (list) / this: median, min, max |")  # fmt: skip
+    print("|---|---|---|---|")
+    for c, pairs in ratios.items():
+        rates, cpus = [p[0] for p in pairs], [p[1] for p in pairs]
+        print(f"| {c.routes} | {c.shape} | {spread(rates)} | {spread(cpus)} |")
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f}, {min(values):.3f}, {max(values):.3f}"
 
 
 if __name__ == "__main__":
