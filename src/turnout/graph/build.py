@@ -20,7 +20,7 @@ from turnout.compile_inputs import (
     ListenerDecl,
     ListenerProtocol,
 )
-from turnout.graph.attribution import Writers, cluster_writers
+from turnout.graph.attribution import WriterIndex, cluster_writers
 from turnout.graph.dialect import (
     CompileContext,
     Dialect,
@@ -804,10 +804,11 @@ def endpoint_findings(
     status of its own)."""
     if not forbidden:
         return ()
-    writers: IdentityMemo[VirtualHost, Writers] | None = None
-    if memo is not None:
-        writers = memo.stage("writers", IdentityMemo)
-    users = cluster_writers(graph, writers, {f.cluster.name for f in forbidden})
+    names = {f.cluster.name for f in forbidden}
+    if memo is None:
+        users = cluster_writers(graph, only=names)
+    else:
+        users = memo.stage("writer-index", WriterIndex).writers(graph, names)
     kept: RefusalFindings = (CompileMemo() if memo is None else memo).stage(
         "refusal-findings", IdentityMemo
     )

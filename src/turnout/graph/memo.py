@@ -154,8 +154,12 @@ def replaced_keys(old: Mapping[K, object], new: Mapping[K, object]) -> set[K]:
     if len(old) == len(new) and old.keys() == new.keys():
         # The common case, all in C: the same keys, values compared by identity.
         return set(compress(new.keys(), map(is_not, map(old.__getitem__, new), new.values())))
-    changed = {k for k, v in new.items() if old.get(k, _MISSING) is not v}
-    changed.update(old.keys() - new.keys())
+    # A key added or removed: the keys in one only, and the shared ones compared as above.
+    changed = old.keys() ^ new.keys()
+    shared = old.keys() & new.keys()
+    changed.update(
+        compress(shared, map(is_not, map(old.__getitem__, shared), map(new.__getitem__, shared)))
+    )
     return changed
 
 
@@ -163,6 +167,3 @@ def replaced_places(old: Sequence[object], new: Sequence[object]) -> list[int]:
     """The places where two sequences of one length do not hold the very same object (one
     pass at C speed)."""
     return list(compress(range(len(new)), map(is_not, old, new)))
-
-
-_MISSING = object()

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress, count
+from operator import is_not
 
 from turnout.graph.memo import CompileMemo, IdentityMemo, replaced_places
 from turnout.objects import KubeObject, ObjectRef
@@ -91,17 +93,34 @@ def _replaced(
     old: list[ObjectStatus], new: list[ObjectStatus]
 ) -> tuple[list[ObjectStatus], list[ObjectStatus]] | None:
     """The statuses of `old` that are not in `new` and those of `new` not in `old`, by
-    identity (at C speed but for those); None when `new` holds one status twice."""
+    identity, at C speed but for those: position by position for lists of one length, else
+    between the first and the last place they differ (a status added or removed shifts the
+    rest: the very same objects from both ends); None when `new` holds one status twice there.
+    (A status in both lists twice is a tie `sorted_statuses` sorts afresh.)"""
     if len(old) == len(new):
         places = replaced_places(old, new)
         if all(old[i].ref == new[i].ref for i in places):
             return [old[i] for i in places], [new[i] for i in places]
-    old_ids = dict(zip(map(id, old), old, strict=True))
-    new_ids = dict(zip(map(id, new), new, strict=True))
-    if len(new_ids) != len(new):
+    head = _same_run(old, new)
+    tail = min(_same_run(old, new, backwards=True), min(len(old), len(new)) - head)
+    old_ids = _by_id(old[head : len(old) - tail])
+    new_part = new[head : len(new) - tail]
+    new_ids = _by_id(new_part)
+    if len(new_ids) != len(new_part):
         return None
     removed = [old_ids[k] for k in old_ids.keys() - new_ids.keys()]
     return removed, [new_ids[k] for k in new_ids.keys() - old_ids.keys()]
+
+
+def _same_run(a: Sequence[object], b: Sequence[object], *, backwards: bool = False) -> int:
+    """How many leading (or trailing) places of `a` and `b` hold the very same objects: at C
+    speed, up to the first that does not (the shorter one's length when all do)."""
+    pairs = map(is_not, reversed(a), reversed(b)) if backwards else map(is_not, a, b)
+    return next(compress(count(), pairs), min(len(a), len(b)))
+
+
+def _by_id(items: list[ObjectStatus]) -> dict[int, ObjectStatus]:
+    return dict(zip(map(id, items), items, strict=True))
 
 
 def fold_findings(
