@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress
+from itertools import compress, filterfalse, repeat
 from operator import is_not
 from typing import Any, Generic, TypeVar
 
@@ -154,12 +154,11 @@ def replaced_keys(old: Mapping[K, object], new: Mapping[K, object]) -> set[K]:
     if len(old) == len(new) and old.keys() == new.keys():
         # The common case, all in C: the same keys, values compared by identity.
         return set(compress(new.keys(), map(is_not, map(old.__getitem__, new), new.values())))
-    # A key added or removed: the keys in one only, and the shared ones compared as above.
-    changed = old.keys() ^ new.keys()
-    shared = old.keys() & new.keys()
-    changed.update(
-        compress(shared, map(is_not, map(old.__getitem__, shared), map(new.__getitem__, shared)))
-    )
+    # A key added or removed: each mapping's keys looked up once in the other (a tuple key's
+    # hash is not cached: no temporary sets of every key).
+    looked_up = map(old.get, new, repeat(_MISSING))
+    changed = set(compress(new, map(is_not, looked_up, new.values())))
+    changed.update(filterfalse(new.__contains__, old))
     return changed
 
 
@@ -167,3 +166,6 @@ def replaced_places(old: Sequence[object], new: Sequence[object]) -> list[int]:
     """The places where two sequences of one length do not hold the very same object (one
     pass at C speed)."""
     return list(compress(range(len(new)), map(is_not, old, new)))
+
+
+_MISSING = object()
