@@ -12,6 +12,13 @@ and after each change, as `turnout serve` of files does. Run from the repository
     PYTHONPATH=src python3 bench/incremental_compile.py --objects 10000 --changes 10
     PYTHONPATH=src python3 bench/incremental_compile.py --objects 10000 --profile
     PYTHONPATH=src python3 bench/incremental_compile.py --objects 10000 --change ingress
+    PYTHONPATH=src python3 bench/incremental_compile.py --objects 10000 --change add
+    PYTHONPATH=src python3 bench/incremental_compile.py --objects 10000 --change delete
+
+`--change add` adds one new HTTPProxy root (its own host) with its Service and EndpointSlice per
+change, as three new files; `--change delete` removes one HTTPProxy's file (a root in the
+`hosts` shape, an included child in the `one-host` shape, whose group then names a missing
+include).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -36,6 +45,7 @@ from turnout.controller import freeze_heap
 from turnout.envoy.translate import TranslateMemo, translate
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.graph.build import build_graph
+from turnout.graph.dialect import Dialect
 from turnout.graph.memo import CompileMemo
 from turnout.sources.parse import parse_text
 from turnout.store import Store
@@ -71,6 +81,27 @@ def load(shape: shapes.Shape) -> Store:
     return store
 
 
+def apply_change(store: Store, shape: shapes.Shape, change: str, k: int, i: int) -> None:
+    """Change `k` of its kind (`i`: a random object's index) written into the store."""
+    files: dict[str, str | None]
+    if change == "httpproxy":
+        files = {f"proxy-{i}.yaml": shapes.proxy_text(shape, i, k + 1)}
+    elif change == "ingress":
+        files = {"ingress.yaml": ingress_text(k + 1)}
+    elif change == "add":
+        new = shape.n + k
+        files = dict(shapes.service_files(new, 18080))
+        files[f"proxy-{new}.yaml"] = shapes.proxy_text(shapes.Shape("hosts", shape.n), new, 0)
+    else:
+        files = {f"proxy-{i}.yaml": None}
+    for name, text in files.items():
+        if text is None:
+            store.remove_partition(name)
+        else:
+            parsed = parse_text(text, name)
+            store.replace_partition(name, parsed.objects, parsed.problems)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--objects", type=int, default=1000)
@@ -79,65 +110,101 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile one change")
     parser.add_argument(
         "--change",
-        choices=("httpproxy", "ingress"),
-        default="httpproxy",
-        help="what each change rewrites: one HTTPProxy, or the one Ingress",
+        nargs="+",
+        choices=("httpproxy", "ingress", "add", "delete"),
+        default=["httpproxy"],
+        help="what each change does: rewrite one HTTPProxy or the one Ingress, add a new root "
+        "with its Service and EndpointSlice, or delete one HTTPProxy (several: each in turn, "
+        "on the same store)",
     )
     args = parser.parse_args()
     shape = shapes.Shape(args.shape, args.objects)
     started = time.perf_counter()
     store = load(shape)
     print(f"load {args.objects} objects: {time.perf_counter() - started:.2f} s")
-    dialects = default_dialects().all
-    options, topts = CompileOptions(), TranslateOptions()
-    memo, tmemo = CompileMemo(), TranslateMemo()
+    run = Run(store, shape, default_dialects().all, CompileOptions(), TranslateOptions())
     started = time.perf_counter()
-    translate(build_graph(store.snapshot(), options, dialects, memo).graph, topts, tmemo)
+    translate(
+        build_graph(store.snapshot(), run.options, run.dialects, run.memo).graph,
+        run.topts,
+        run.tmemo,
+    )
     print(f"first compile + translate: {time.perf_counter() - started:.2f} s")
     # As `turnout serve` of files does: the cold start's heap frozen, then again after each
     # compile, so no full collection over earlier survivors lands in a timed change.
     gc.collect()
     gc.freeze()
-    rng = random.Random(1)
-    compile_s: list[float] = []
-    translate_s: list[float] = []
-    for k in range(args.changes):
-        i = rng.randrange(args.objects)
-        name = f"proxy-{i}.yaml" if args.change == "httpproxy" else "ingress.yaml"
-        text = shapes.proxy_text(shape, i, k + 1) if args.change == "httpproxy" else None
-        parsed = parse_text(text or ingress_text(k + 1), name)
-        old = store.snapshot()
-        store.replace_partition(name, parsed.objects, parsed.problems)
-        t0 = time.perf_counter()
-        snapshot = store.snapshot()
-        changes = store.changes(old, snapshot)
-        profile = cProfile.Profile() if args.profile and k == args.changes - 1 else None
-        if profile is not None:
-            profile.enable()
-        result = build_graph(snapshot, options, dialects, memo, changes)
-        t1 = time.perf_counter()
-        translate(result.graph, topts, tmemo)
-        t2 = time.perf_counter()
-        if profile is not None:
-            profile.disable()
-            pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
-        compile_s.append(t1 - t0)
-        translate_s.append(t2 - t1)
-        freeze_heap()
+    picked = random.Random(1).sample(range(args.objects), args.changes * len(args.change))
+    timings = {kind: run.changes(kind, args.changes, picked, args.profile) for kind in args.change}
     t0 = time.perf_counter()
-    full = build_graph(store.snapshot(), options, dialects)
+    full = build_graph(store.snapshot(), run.options, run.dialects)
     t1 = time.perf_counter()
-    translate(full.graph, topts)
-    t2 = time.perf_counter()
-    base = t2 - t0
-    inc = [c + t for c, t in zip(compile_s, translate_s, strict=True)]
-    print(f"full compile (baseline): compile {t1 - t0:.3f} s, translate {t2 - t1:.3f} s")
-    print(
-        f"one change, memo carried: compile p50 {statistics.median(compile_s) * 1000:.1f} ms, "
-        f"translate p50 {statistics.median(translate_s) * 1000:.1f} ms, "
-        f"total p50 {statistics.median(inc) * 1000:.1f} ms "
-        f"(max {max(inc) * 1000:.1f} ms), ratio to full {statistics.median(inc) / base:.4f}x"
-    )
+    translate(full.graph, run.topts)
+    base = time.perf_counter() - t0
+    print(f"full compile (baseline): compile {t1 - t0:.3f} s, translate {base - t1 + t0:.3f} s")
+    for kind, (compile_s, translate_s, cpu_s) in timings.items():
+        inc = [c + t for c, t in zip(compile_s, translate_s, strict=True)]
+        print(
+            f"{kind}, memo carried: compile p50 {ms(statistics.median(compile_s))}, "
+            f"translate p50 {ms(statistics.median(translate_s))}, "
+            f"total p50 {ms(statistics.median(inc))} p99 {ms(percentile(inc, 0.99))}, "
+            f"CPU p50 {ms(statistics.median(cpu_s))} p99 {ms(percentile(cpu_s, 0.99))}, "
+            f"ratio to full {statistics.median(inc) / base:.4f}x"
+        )
+
+
+@dataclass
+class Run:
+    """The store and the memos carried from one change to the next."""
+
+    store: Store
+    shape: shapes.Shape
+    dialects: Sequence[Dialect]
+    options: CompileOptions
+    topts: TranslateOptions
+    memo: CompileMemo = field(default_factory=CompileMemo)
+    tmemo: TranslateMemo = field(default_factory=TranslateMemo)
+    added: int = 0  # new roots so far
+
+    def changes(
+        self, kind: str, count: int, picked: list[int], profile: bool
+    ) -> tuple[list[float], list[float], list[float]]:
+        """`count` changes of one kind, each timed: compile, translate (wall) and CPU."""
+        compile_s: list[float] = []
+        translate_s: list[float] = []
+        cpu_s: list[float] = []
+        for k in range(count):
+            old = self.store.snapshot()
+            at = self.added if kind == "add" else k
+            apply_change(self.store, self.shape, kind, at, picked.pop())
+            self.added += kind == "add"
+            c0, t0 = time.process_time(), time.perf_counter()
+            snapshot = self.store.snapshot()
+            changes = self.store.changes(old, snapshot)
+            prof = cProfile.Profile() if profile and k == count - 1 else None
+            if prof is not None:
+                prof.enable()
+            result = build_graph(snapshot, self.options, self.dialects, self.memo, changes)
+            t1 = time.perf_counter()
+            translate(result.graph, self.topts, self.tmemo)
+            t2, c2 = time.perf_counter(), time.process_time()
+            if prof is not None:
+                prof.disable()
+                pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
+            compile_s.append(t1 - t0)
+            translate_s.append(t2 - t1)
+            cpu_s.append(c2 - c0)
+            freeze_heap()
+        return compile_s, translate_s, cpu_s
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 if __name__ == "__main__":

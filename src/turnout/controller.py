@@ -252,14 +252,39 @@ class Controller:
         self.envoy: EnvoyProcess | None = None
         self.applied: Applied | None = None
         self.xds_port: int = config.xds_port
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._demo: list[object] = []
+        self._init_compile_state()
+        self._init_loop_state()
+        self._init_publish_state()
+
+    def _init_compile_state(self) -> None:
+        """What the last compile left: its results and errors, and the memos the next one
+        carries."""
         self.applied_problems: tuple[SourceProblem, ...] = ()
         self._ignored: tuple[IgnoredObject, ...] = ()  # the last compile's, and as a set:
         self._last_ignored: frozenset[IgnoredObject] = frozenset()
         self.compile_error: str | None = None
         self._source_errors: dict[int, str] = {}  # a failed source until it listed again
+        # What the compiles carry from one to the next (`graph.memo`, `envoy.translate.memo`),
+        # and the snapshot the compile memo last compiled: an endpoints fast path in between
+        # changes the store but not the memo, so the next compile's changes start there.
+        self._compile_memo = CompileMemo()
+        self._translate_memo = TranslateMemo()
+        self._memo_snapshot: Snapshot | None = None
+        # `freeze_heap` after every compile (`turnout serve` of files sets it, after its cold
+        # start froze the heap: `cli.cold_start_gc`).
+        self.freeze_heap = False
+        # OpenID discovery for RouteGroups' jwtValidation: network calls stay out of the compile,
+        # whose input the answers become; a changed answer recompiles.
+        self.oidc = IssuerDiscoverer(self.recompile)
+        # This host's addresses and the answers for the DNS names upstreams use, found outside
+        # the compile like OpenID discovery and refreshed every 30 s.
+        self.hosts = HostWatcher(self.recompile)
+
+    def _init_loop_state(self) -> None:
+        """The tasks, events and timings of the source and compile loops."""
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._demo: list[object] = []
         self._compile_lock = asyncio.Lock()
         self._compiled: _Input | None = None  # the input of the last good compile
         self._dirty = asyncio.Event()  # the store changed since the compile loop last looked
@@ -278,6 +303,10 @@ class Controller:
         self._burst_start: float | None = None
         self._leading = False
         self._last_change = -math.inf
+
+    def _init_publish_state(self) -> None:
+        """The statuses as published, and what publishing them patches from one compile to the
+        next."""
         # The published statuses: compiled, settled by Envoy's answers, stamped with transition
         # times; and the settled-but-unstamped ones they came from, to skip unchanged work.
         # All by identity (`identity_diff`): an unchanged status is the very same object from
@@ -296,24 +325,9 @@ class Controller:
             tuple[ObjectStatus, ...], tuple[ObjectStatus, ...], IdentityDiff[ObjectStatus]
         ] = ((), (), IdentityDiff({}, (), ()))
         self._state_counts: Counter[tuple[str, str]] = Counter()
-        self._settled_kinds = settled_kinds(dialects)
+        self._settled_kinds = settled_kinds(self.dialects)
         self._to_settle: dict[int, ObjectStatus] = {}
         self._programmed: Counter[str] = Counter()  # programmed_counts of _published
-        # What the compiles carry from one to the next (`graph.memo`, `envoy.translate.memo`),
-        # and the snapshot the compile memo last compiled: an endpoints fast path in between
-        # changes the store but not the memo, so the next compile's changes start there.
-        self._compile_memo = CompileMemo()
-        self._translate_memo = TranslateMemo()
-        self._memo_snapshot: Snapshot | None = None
-        # `freeze_heap` after every compile (`turnout serve` of files sets it, after its cold
-        # start froze the heap: `cli.cold_start_gc`).
-        self.freeze_heap = False
-        # OpenID discovery for RouteGroups' jwtValidation: network calls stay out of the compile,
-        # whose input the answers become; a changed answer recompiles.
-        self.oidc = IssuerDiscoverer(self.recompile)
-        # This host's addresses and the answers for the DNS names upstreams use, found outside
-        # the compile like OpenID discovery and refreshed every 30 s.
-        self.hosts = HostWatcher(self.recompile)
 
     # -- compile -------------------------------------------------------------------------------
 

@@ -27,6 +27,14 @@ STATUS_WRITE_RESULTS = ("written", "conflict", "gone", "error")
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._compile_metrics()
+        self._xds_metrics()
+        self._operation_metrics()
+        self._register_runtime_collectors()
+        self._initialise_labels()
+
+    def _compile_metrics(self) -> None:
+        """The objects and the compiles."""
         self.objects = Gauge(
             "turnout_objects",
             "Routing objects by kind and state (valid, invalid, orphaned)",
@@ -52,6 +60,9 @@ class Metrics:
             "Compiles that failed (a turnout bug); the last good configuration was kept",
             registry=self.registry,
         )
+
+    def _xds_metrics(self) -> None:
+        """What Envoy was sent and answered."""
         self.xds_pushes = Counter(
             "turnout_xds_pushes",
             "xDS responses sent to Envoy, by type",
@@ -83,6 +94,9 @@ class Metrics:
             ["programmed"],
             registry=self.registry,
         )
+
+    def _operation_metrics(self) -> None:
+        """Envoy's restarts, change to ACK, leadership and status writes."""
         self.envoy_restarts = Counter(
             "turnout_envoy_restarts",
             "Restarts of the supervised Envoy child process",
@@ -108,8 +122,6 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
-        self._register_runtime_collectors()
-        self._initialise_labels()
 
     def _register_runtime_collectors(self) -> None:
         """process_* (CPU, memory, open files) and python_* (GC, version), as on the default

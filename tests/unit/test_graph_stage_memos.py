@@ -12,7 +12,7 @@ from tests.builders import endpoint_slice, kube_object, service, snapshot
 from tests.e2e.certs import CA
 from turnout.app import default_dialects
 from turnout.compile_inputs import CompileOptions
-from turnout.graph.attribution import Writers, cluster_writers
+from turnout.graph.attribution import WriterIndex, Writers, cluster_writers
 from turnout.graph.build import CompileResult, build_graph, fold_findings
 from turnout.graph.memo import CompileMemo, IdentityMemo, replaced_keys
 from turnout.graph.model import (
@@ -25,6 +25,7 @@ from turnout.graph.model import (
     RouteMatch,
     RouteSource,
     RoutingGraph,
+    TCPProxy,
     VirtualHost,
     WeightedCluster,
 )
@@ -545,3 +546,47 @@ def test_kind_problems_stay_for_an_equal_object_handed_over_again() -> None:
     _, after = _carried(first, second)
     assert after == _fresh(second)
     assert [i.ref.name for i in after.ignored] == ["a", "b"]
+
+
+def _random_host(rng: random.Random, pool: list[VirtualHost]) -> VirtualHost:
+    """A host of the pool again (the very same object), or a new one naming random clusters."""
+    if pool and rng.random() < 0.6:
+        return rng.choice(pool)
+    routes = []
+    for r in range(rng.randint(0, 3)):
+        owner = ObjectRef("projectcontour.io", "HTTPProxy", "default", f"p{rng.randint(0, 4)}")
+        clusters = tuple(WeightedCluster(f"c{rng.randint(0, 5)}", 1) for _ in range(2))
+        routes.append(Route(RouteMatch(), Forward(clusters), RouteSource(owner, f"r{r}")))
+    vh = VirtualHost(
+        name=f"h{rng.randint(0, 9)}",
+        hostname="h.example.com",
+        routes=tuple(routes),
+        owner=ObjectRef("projectcontour.io", "HTTPProxy", "default", "p"),
+    )
+    pool.append(vh)
+    return vh
+
+
+def test_the_writer_index_gives_the_writers_a_walk_gives() -> None:
+    """`WriterIndex` patched from the hosts added and removed since its last call: per
+    cluster, the same writers in the same order as `cluster_writers`' walk, over random
+    graphs (hosts shared across listeners and compiles, TCP proxies, a host listed twice)."""
+    rng = random.Random(3)
+    for _ in range(40):
+        index, pool = WriterIndex(), []
+        for _ in range(25):
+            listeners = []
+            for port in range(rng.randint(1, 3)):
+                hosts = [_random_host(rng, pool) for _ in range(rng.randint(0, 5))]
+                owner = ObjectRef("projectcontour.io", "HTTPProxy", "default", f"t{port}")
+                tcp = [
+                    TCPProxy(f"t{j}", "", (WeightedCluster(f"c{rng.randint(0, 5)}", 1),), owner)
+                    for j in range(rng.randint(0, 2))
+                ]
+                protocol = ListenerProtocol.HTTP
+                listeners.append(
+                    Listener(f"l{port}", "0.0.0.0", port, protocol, tuple(hosts), tuple(tcp))
+                )
+            graph = RoutingGraph(listeners=tuple(listeners))
+            names = {f"c{rng.randint(0, 6)}" for _ in range(rng.randint(1, 4))}
+            assert index.writers(graph, names) == cluster_writers(graph, only=names)

@@ -4,8 +4,12 @@ partition updates (duplicates across and within partitions, problems, removals i
 
 from __future__ import annotations
 
+import operator
 import random
 
+import pytest
+
+import turnout.store as store_module
 from tests.builders import endpoint_slice, service
 from turnout.objects import KubeObject
 from turnout.store import Snapshot, SourceProblem, Store, changed_objects
@@ -113,3 +117,36 @@ def test_upserts_and_deletes_keep_the_partition_a_list_replaced_in_place() -> No
             changed = store.upsert("p", obj)
         assert changed == expected
         assert list(store.partition("p")[0]) == model
+
+
+def test_the_objects_of_many_partitions_come_in_partition_order_as_chunks_split_and_empty(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A snapshot's objects are its partitions' in name order, joined per chunk of names: with
+    # chunks of 2, partitions added, rewritten and removed split chunks and empty them, and the
+    # objects and problems stay those of every partition in sorted order.
+    monkeypatch.setattr(store_module, "CHUNK", 2)
+    rng = random.Random(31)
+    for _ in range(20):
+        store = Store()
+        for _ in range(60):
+            name = f"f{rng.randint(0, 40):02}"
+            action = rng.random()
+            if action < 0.3:
+                store.remove_partition(name)
+            elif action < 0.4:
+                store.set_problems(name, [SourceProblem(name, 1, "bad")])
+            elif action < 0.5:
+                store.upsert(name, _random_object(rng))
+            else:
+                objects = [_random_object(rng) for _ in range(rng.randint(0, 2))]
+                store.replace_partition(name, objects)
+            names = sorted(store.partitions())
+            want = Snapshot.of(
+                [o for n in names for o in store.partition(n)[0]],
+                [p for n in names for p in store.partition(n)[1]],
+            )
+            got = store.snapshot()
+            assert len(got.objects) == len(want.objects)
+            assert all(map(operator.is_, want.objects, got.objects))
+            assert got.problems == want.problems

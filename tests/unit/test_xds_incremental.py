@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -120,31 +120,41 @@ def digests(messages: tuple[Any, ...], key: str = "name") -> dict[str, str]:
     }
 
 
+async def walk_configurations(
+    server: XdsServer, configs: Configs, check: Callable[[EnvoyResources], None]
+) -> None:
+    """25 configurations set one after the other, each waited for until every Envoy
+    acknowledged it, then `check`ed; every fourth step sets one more first that the stream may
+    never see (the next one is not built from the one it has)."""
+    for step in range(25):
+        resources = configs.next()
+        if step % 4 == 3:
+            server.set_resources(resources)
+            resources = configs.next()
+        version = server.set_resources(resources)
+        assert await server.wait_acked(version, 3), server.readiness()[1]
+        check(resources)
+        assert server.readiness()[0]
+
+
 @pytest.mark.parametrize(("seed", "hinted"), [(1, False), (2, False), (3, False), (6, True)])
 async def test_delta_envoy_holds_exactly_each_configuration(
     server: XdsServer, seed: int, hinted: bool
 ) -> None:
     """`hinted`: each configuration says what changed since the one before
     (`EnvoyResources.changes`), which the server patches its snapshot with."""
-    configs = Configs(seed, hinted)
     fake = DeltaFakeEnvoy(DeltaClient(server.port)).start()  # type: ignore[attr-defined]
+
+    def holds(resources: EnvoyResources) -> None:
+        assert fake.have[CLUSTER_TYPE] == digests(resources.clusters)
+        current_endpoints = digests(resources.endpoints, "cluster_name")
+        have_endpoints = fake.have[ENDPOINT_TYPE]
+        assert {n: have_endpoints.get(n) for n in current_endpoints} == current_endpoints
+        assert fake.have[LISTENER_TYPE] == digests(resources.listeners)
+        assert fake.have[ROUTE_TYPE] == digests(resources.routes)
+
     try:
-        for step in range(25):
-            resources = configs.next()
-            if step % 4 == 3:
-                # A snapshot the stream may never see: the next one is not built from the one
-                # it has.
-                server.set_resources(resources)
-                resources = configs.next()
-            version = server.set_resources(resources)
-            assert await server.wait_acked(version, 3), server.readiness()[1]
-            assert fake.have[CLUSTER_TYPE] == digests(resources.clusters)
-            current_endpoints = digests(resources.endpoints, "cluster_name")
-            have_endpoints = fake.have[ENDPOINT_TYPE]
-            assert {n: have_endpoints.get(n) for n in current_endpoints} == current_endpoints
-            assert fake.have[LISTENER_TYPE] == digests(resources.listeners)
-            assert fake.have[ROUTE_TYPE] == digests(resources.routes)
-            assert server.readiness()[0]
+        await walk_configurations(server, Configs(seed, hinted), holds)
     finally:
         await fake.stop()
 
@@ -153,24 +163,19 @@ async def test_delta_envoy_holds_exactly_each_configuration(
 async def test_sotw_envoy_holds_exactly_each_configuration(
     server: XdsServer, seed: int, hinted: bool
 ) -> None:
-    configs = Configs(seed, hinted)
     fake = FakeEnvoy(AdsClient(server.port)).start()  # type: ignore[attr-defined]
+
+    def holds(resources: EnvoyResources) -> None:
+        last_clusters = fake.last[CLUSTER_TYPE]
+        assert resource_names(last_clusters) == [c.name for c in resources.clusters]
+        assert [r.value for r in last_clusters.resources] == [
+            c.SerializeToString(deterministic=True) for c in resources.clusters
+        ]
+        assert [r.value for r in fake.last[ROUTE_TYPE].resources] == [
+            r.SerializeToString(deterministic=True) for r in resources.routes
+        ]
+
     try:
-        for step in range(25):
-            resources = configs.next()
-            if step % 4 == 3:
-                server.set_resources(resources)
-                resources = configs.next()
-            version = server.set_resources(resources)
-            assert await server.wait_acked(version, 3), server.readiness()[1]
-            last_clusters = fake.last[CLUSTER_TYPE]
-            assert resource_names(last_clusters) == [c.name for c in resources.clusters]
-            assert [r.value for r in last_clusters.resources] == [
-                c.SerializeToString(deterministic=True) for c in resources.clusters
-            ]
-            assert [r.value for r in fake.last[ROUTE_TYPE].resources] == [
-                r.SerializeToString(deterministic=True) for r in resources.routes
-            ]
-            assert server.readiness()[0]
+        await walk_configurations(server, Configs(seed, hinted), holds)
     finally:
         await fake.stop()

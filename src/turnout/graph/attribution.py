@@ -9,9 +9,17 @@ object and the field (`spec.routes[2]`; `spec` for a whole virtual host or TCP p
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
+from itertools import count
 
 from turnout.graph.memo import IdentityMemo
-from turnout.graph.model import Forward, Route, RouteSource, RoutingGraph, VirtualHost
+from turnout.graph.model import (
+    Forward,
+    Route,
+    RouteSource,
+    RoutingGraph,
+    TCPProxy,
+    VirtualHost,
+)
 from turnout.status.model import Finding
 
 Writers = Mapping[str, tuple[RouteSource, ...]]
@@ -47,6 +55,69 @@ def cluster_writers(
                 if only is None or wc.cluster in only:
                     found.setdefault(wc.cluster, {})[RouteSource(proxy.owner, "spec")] = None
     return {name: tuple(sources) for name, sources in found.items()}
+
+
+class WriterIndex:
+    """`cluster_writers` kept per virtual host, patched from the hosts that are not the very
+    same objects since the last call (found at C speed): a refused endpoint's writers are
+    looked up and put in walk order, not walked for over every host."""
+
+    def __init__(self) -> None:
+        self.hosts: dict[int, tuple[VirtualHost, Writers]] = {}  # by the host's id
+        self.users: dict[str, dict[int, None]] = {}  # cluster -> ids of the hosts naming it
+
+    def writers(self, graph: RoutingGraph, only: Iterable[str]) -> Writers:
+        """`cluster_writers(graph, only=only)`, for the clusters that have writers."""
+        hosts = [lst.virtual_hosts for lst in graph.listeners]
+        places = [dict(zip(map(id, vhosts), count())) for vhosts in hosts]
+        if list(map(len, places)) != list(map(len, hosts)):
+            return cluster_writers(graph, only=set(only))  # a host listed twice: walk
+        self._sync(graph)
+        tcp = [_tcp_writers(lst.tcp_proxies) for lst in graph.listeners]
+        out: dict[str, tuple[RouteSource, ...]] = {}
+        for cluster in only:
+            # In the walk's order: per listener, its hosts in place order, then TCP proxies.
+            entries: list[tuple[int, int, int, tuple[RouteSource, ...]]] = []
+            users = self.users.get(cluster, {})
+            for li, at in enumerate(places):
+                entries += [(li, 0, at[k], self.hosts[k][1][cluster]) for k in users if k in at]
+                entries += [(li, 1, j, (source,)) for j, source in tcp[li].get(cluster, ())]
+            entries.sort(key=_walk_place)
+            found: dict[RouteSource, None] = {}
+            for entry in entries:
+                found.update(dict.fromkeys(entry[3]))
+            if found:
+                out[cluster] = tuple(found)
+        return out
+
+    def _sync(self, graph: RoutingGraph) -> None:
+        current: dict[int, VirtualHost] = {}
+        for lst in graph.listeners:
+            current.update(zip(map(id, lst.virtual_hosts), lst.virtual_hosts, strict=True))
+        for key in self.hosts.keys() - current.keys():
+            for cluster in self.hosts.pop(key)[1]:
+                users = self.users[cluster]
+                del users[key]
+                if not users:
+                    del self.users[cluster]
+        for key in current.keys() - self.hosts.keys():
+            own = vhost_writers(current[key])
+            self.hosts[key] = (current[key], own)
+            for cluster in own:
+                self.users.setdefault(cluster, {})[key] = None
+
+
+def _walk_place(entry: tuple[int, int, int, tuple[RouteSource, ...]]) -> tuple[int, int, int]:
+    return entry[:3]
+
+
+def _tcp_writers(proxies: Iterable[TCPProxy]) -> dict[str, list[tuple[int, RouteSource]]]:
+    """Cluster -> (place, writer) of the TCP proxies of one listener sending to it."""
+    out: dict[str, list[tuple[int, RouteSource]]] = {}
+    for j, proxy in enumerate(proxies):
+        for wc in proxy.clusters:
+            out.setdefault(wc.cluster, []).append((j, RouteSource(proxy.owner, "spec")))
+    return out
 
 
 def vhost_writers(vh: VirtualHost) -> Writers:

@@ -20,7 +20,7 @@ from turnout.compile_inputs import (
     ListenerDecl,
     ListenerProtocol,
 )
-from turnout.graph.attribution import Writers, cluster_writers
+from turnout.graph.attribution import WriterIndex, cluster_writers
 from turnout.graph.dialect import (
     CompileContext,
     Dialect,
@@ -32,7 +32,7 @@ from turnout.graph.dialect import (
     ownership_from_claims,
 )
 from turnout.graph.host_routes import IdsMemo
-from turnout.graph.memo import CompileMemo, IdentityMemo, replaced_places
+from turnout.graph.memo import CompileMemo, IdentityMemo
 from turnout.graph.model import (
     HostnameMatch,
     Listener,
@@ -72,6 +72,8 @@ from turnout.graph.services import (
     endpoint_sources,
     slice_index,
 )
+from turnout.graph.status_fold import fold_findings as fold_findings
+from turnout.graph.status_fold import sorted_statuses
 from turnout.graph.validate import (
     GraphProblem,
     PatchedLimits,
@@ -360,7 +362,7 @@ def build_graph(
     reserved = endpoint_reserved_ports(options, declared.values())
     served = served_clusters(named.clusters, backends, snapshot, reserved, options, memo)
     forbidden = forbidden_of(served)
-    statuses = _sorted_statuses(statuses, memo)
+    statuses = sorted_statuses(statuses, memo)
     graph, limit_problems = _checked_graph(listeners, named, served, secrets, memo)
     limits = memo.stage("limits", PatchedLimits)
     graph = _hold_owned_hosts(graph, ownership, memo, limits.rechecked())
@@ -453,44 +455,6 @@ def _checked_graph(
         hosts.hosts(),
         memo.stage("route-ids", IdsMemo),
     )
-
-
-class StatusOrder:
-    """The statuses of the compile before as the dialects gave them, the order they were sorted
-    in (positions), and their refs by sorted position."""
-
-    def __init__(self) -> None:
-        self.given: list[ObjectStatus] = []
-        self.order: list[int] = []
-        self.sorted: list[ObjectStatus] = []
-        # Whether the last compile's statuses have the refs, in the same places, of the one
-        # before (so that a stage keyed by position may patch its last result), and the refs
-        # of the statuses that are not the very same objects then.
-        self.same_places = False
-        self.moved: set[ObjectRef] = set()
-
-
-def _status_key(s: ObjectStatus) -> tuple[str, str, str, str]:
-    return (s.ref.group, s.ref.kind, s.ref.namespace, s.ref.name)
-
-
-def _sorted_statuses(given: list[ObjectStatus], memo: CompileMemo) -> list[ObjectStatus]:
-    """`given` sorted by ref; the compile before's order again when the statuses that are not
-    the very same objects have the same refs in the same places (one identity pass)."""
-    kept = memo.stage("status-order", StatusOrder)
-    old = kept.given
-    same = len(old) == len(given) and not memo.delta.everything
-    kept.moved = set()
-    if same:
-        moved = replaced_places(old, given)
-        same = all(old[i].ref == given[i].ref for i in moved)
-        kept.moved = {given[i].ref for i in moved}
-    if not same:
-        keys = [_status_key(s) for s in given]
-        kept.order = sorted(range(len(given)), key=keys.__getitem__)
-    kept.given, kept.same_places = given, same
-    kept.sorted = list(map(given.__getitem__, kept.order))
-    return kept.sorted
 
 
 class DialectMemo:
@@ -827,88 +791,6 @@ def _with_held(lst: Listener, held: tuple[VirtualHost, ...], kept: HeldMemo) -> 
     return hit[2]
 
 
-def fold_findings(
-    statuses: Iterable[ObjectStatus],
-    findings: Iterable[Finding],
-    snapshot: Snapshot,
-    memo: CompileMemo | None = None,
-) -> tuple[ObjectStatus, ...]:
-    """Each status with the findings on its object folded in (by the object's API's own
-    `StatusShape`), and the origin (file and line) of its object. `memo`: a status folded
-    before with the same findings and object keeps its folded result (the very same object);
-    with build_graph's sorted statuses in the places of the compile before, only the statuses
-    that changed, whose object changed or whose findings changed are folded again."""
-    # Dicts as ordered sets: linear in the findings, however many land on one object.
-    by_ref: dict[ObjectRef, dict[Finding, None]] = {}
-    for finding in findings:
-        by_ref.setdefault(finding.ref, {})[finding] = None
-    memo = CompileMemo() if memo is None else memo
-    folded: FoldMemo = memo.stage("fold", IdentityMemo)
-    kept = memo.stage("fold-places", FoldPlaces)
-    order = memo.stage("status-order", StatusOrder)
-    given = statuses if isinstance(statuses, list) else list(statuses)
-    if given is order.sorted and order.same_places and len(kept.given) == len(given):
-        out = list(kept.out)
-        for i in _refold_places(kept, given, by_ref, memo, order.moved):
-            out[i] = _folded(given[i], by_ref, snapshot, folded)
-    else:
-        out = [_folded(status, by_ref, snapshot, folded) for status in given]
-    kept.given, kept.out, kept.by_ref = given, out, by_ref
-    return tuple(out)
-
-
-class FoldPlaces:
-    """`fold_findings`' last sorted statuses, their folded results and the findings by ref."""
-
-    def __init__(self) -> None:
-        self.given: list[ObjectStatus] = []
-        self.out: list[ObjectStatus] = []
-        self.by_ref: dict[ObjectRef, dict[Finding, None]] = {}
-
-
-def _refold_places(
-    kept: FoldPlaces,
-    given: list[ObjectStatus],
-    by_ref: dict[ObjectRef, dict[Finding, None]],
-    memo: CompileMemo,
-    moved: set[ObjectRef],
-) -> set[int]:
-    """The places to fold again: those of the statuses that are new objects (`moved`), of the
-    objects the delta names and of those whose findings changed (found by bisection: the
-    statuses are sorted)."""
-    places: set[int] = set()
-    old = kept.by_ref
-    stale = {
-        r for r in old.keys() | by_ref.keys() if tuple(old.get(r, ())) != tuple(by_ref.get(r, ()))
-    }
-    for ref in stale | memo.delta.refs | moved:
-        key = (ref.group, ref.kind, ref.namespace, ref.name)
-        i = bisect_left(given, key, key=_status_key)
-        while i < len(given) and given[i].ref == ref:
-            places.add(i)
-            i += 1
-    return places
-
-
-def _folded(
-    status: ObjectStatus,
-    by_ref: Mapping[ObjectRef, Mapping[Finding, None]],
-    snapshot: Snapshot,
-    folded: FoldMemo,
-) -> ObjectStatus:
-    obj = snapshot.get_ref(status.ref)
-    own = tuple(by_ref.get(status.ref, ()))
-    hit = folded.get(status)
-    if hit is None or hit[0] is not obj or hit[1] != own:
-        origin = obj is not None and status.origin is None
-        done = dataclasses.replace(status, origin=obj.origin) if origin and obj else status
-        hit = folded.put(status, (obj, own, done.with_findings(own)))
-    return hit[2]
-
-
-FoldMemo = IdentityMemo[ObjectStatus, tuple[KubeObject | None, tuple[Finding, ...], ObjectStatus]]
-
-
 def _limit_findings(problems: Iterable[GraphProblem]) -> list[Finding]:
     return [Finding(p.object, p.field, ENVOY_LIMIT, p.reason) for p in problems]
 
@@ -922,10 +804,11 @@ def endpoint_findings(
     status of its own)."""
     if not forbidden:
         return ()
-    writers: IdentityMemo[VirtualHost, Writers] | None = None
-    if memo is not None:
-        writers = memo.stage("writers", IdentityMemo)
-    users = cluster_writers(graph, writers, {f.cluster.name for f in forbidden})
+    names = {f.cluster.name for f in forbidden}
+    if memo is None:
+        users = cluster_writers(graph, only=names)
+    else:
+        users = memo.stage("writer-index", WriterIndex).writers(graph, names)
     kept: RefusalFindings = (CompileMemo() if memo is None else memo).stage(
         "refusal-findings", IdentityMemo
     )

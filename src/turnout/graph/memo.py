@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress
+from itertools import compress, filterfalse, repeat
 from operator import is_not
 from typing import Any, Generic, TypeVar
 
@@ -154,8 +154,11 @@ def replaced_keys(old: Mapping[K, object], new: Mapping[K, object]) -> set[K]:
     if len(old) == len(new) and old.keys() == new.keys():
         # The common case, all in C: the same keys, values compared by identity.
         return set(compress(new.keys(), map(is_not, map(old.__getitem__, new), new.values())))
-    changed = {k for k, v in new.items() if old.get(k, _MISSING) is not v}
-    changed.update(old.keys() - new.keys())
+    # A key added or removed: each mapping's keys looked up once in the other (a tuple key's
+    # hash is not cached: no temporary sets of every key).
+    looked_up = map(old.get, new, repeat(_MISSING))
+    changed = set(compress(new, map(is_not, looked_up, new.values())))
+    changed.update(filterfalse(new.__contains__, old))
     return changed
 
 

@@ -20,8 +20,9 @@ dialects share on `--http-port`/`--https-port` (`claims()` is empty).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from turnout.compile_inputs import CompileOptions, ListenerDecl, ListenerProtocol
 from turnout.dialects.gatewayapi.attachment import (
@@ -342,28 +343,22 @@ def _serve_streams(
     """A TLSRoute or TCPRoute into `served.streams` on the attachment's listeners, its problems
     into `problems` and a note for each name an older route holds into `notes`; whether it is
     rejected."""
-    rejected = False
-    for listener, hostnames in attachment.listeners:
+
+    def compiled(listener: GatewayListener) -> CompiledStream:
         terminate = listener.tls_mode == "Terminate"
         if terminate not in done.streams:
             done.streams[terminate] = _compile_stream(route, ctx, grants, terminate)
-        stream = done.streams[terminate]
-        problems.update(dict.fromkeys(stream.problems))
-        # An invalid route serves nothing: it must not take a listener (or an SNI
-        # name) from a valid route, even an older one.
-        if not stream.accepted:
-            rejected = True
-            continue
-        if _key(listener) in done.contributed:
-            continue
-        done.contributed.add(_key(listener))
-        by_host = served.streams.setdefault(_key(listener), {})
+        return done.streams[terminate]
+
+    def serve(lst: GatewayListener, hostnames: tuple[str, ...], stream: CompiledStream) -> None:
+        by_host = served.streams.setdefault(_key(lst), {})
         for hostname in hostnames if route.kind == TLS_ROUTE else ("",):
             holders = by_host.setdefault(hostname, [])
             if holders:
-                notes.append(_not_served(listener, hostname, holders[0][0]))
+                notes.append(_not_served(lst, hostname, holders[0][0]))
             holders.append((route, stream.clusters))
-    return rejected
+
+    return _serve_listeners(attachment, done, problems, compiled, serve)
 
 
 def _serve_http(
@@ -377,12 +372,40 @@ def _serve_http(
 ) -> bool:
     """An HTTPRoute or GRPCRoute into `served.http` on the attachment's listeners, its problems
     into `problems`; whether it is rejected."""
-    rejected = False
-    for listener, hostnames in attachment.listeners:
+
+    def compiled(listener: GatewayListener) -> CompiledRoute:
         info = ListenerInfo(port=listener.port, scheme=listener.scheme)
         if info not in done.compiled:
             done.compiled[info] = _compile_http(route, info, ctx, grants, done.read)
-        result = done.compiled[info]
+        return done.compiled[info]
+
+    def serve(listener: GatewayListener, hostnames: tuple[str, ...], result: CompiledRoute) -> None:
+        by_host_http = served.http.setdefault(_key(listener), {})
+        kinds = served.http_kinds.setdefault(_key(listener), ServedKinds[KubeObject]())
+        for hostname in hostnames:
+            by_host_http.setdefault(hostname, []).extend(result.routes)
+            kinds.add(route.kind, hostname, route)
+
+    return _serve_listeners(attachment, done, problems, compiled, serve)
+
+
+_C = TypeVar("_C", CompiledStream, CompiledRoute)
+
+
+def _serve_listeners(
+    attachment: Attachment,
+    done: _RouteCompiled,
+    problems: dict[RouteProblem, None],
+    compiled: Callable[[GatewayListener], _C],
+    serve: Callable[[GatewayListener, tuple[str, ...], _C], None],
+) -> bool:
+    """Per listener of the attachment: the route as `compiled` for it, its problems into
+    `problems`, then `serve`d there once per listener; whether it is rejected. An invalid route
+    serves nothing: it must not take a listener (or a name) from a valid route, even an older
+    one."""
+    rejected = False
+    for listener, hostnames in attachment.listeners:
+        result = compiled(listener)
         problems.update(dict.fromkeys(result.problems))
         if not result.accepted:
             rejected = True
@@ -390,11 +413,7 @@ def _serve_http(
         if _key(listener) in done.contributed:
             continue
         done.contributed.add(_key(listener))
-        by_host_http = served.http.setdefault(_key(listener), {})
-        kinds = served.http_kinds.setdefault(_key(listener), ServedKinds[KubeObject]())
-        for hostname in hostnames:
-            by_host_http.setdefault(hostname, []).extend(result.routes)
-            kinds.add(route.kind, hostname, route)
+        serve(listener, hostnames, result)
     return rejected
 
 
