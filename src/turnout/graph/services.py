@@ -74,8 +74,26 @@ def _ip(value: Any) -> str | None:
 
 def service_ports(service: KubeObject) -> list[ServicePort]:
     spec = service.spec if isinstance(service.spec, Mapping) else {}
+    raw = spec.get("ports")
+    # Kept by the raw list's identity: the files source builds equal lists once, so Service
+    # after Service holds the very same `ports` (and each is read for every route naming it).
+    hit = _PORTS.get(id(raw))
+    if hit is not None and hit[0] is raw:  # the list is held: its id is not reused
+        return list(hit[1])
+    ports = _service_ports(raw)
+    if len(_PORTS) >= _PORTS_MAX:
+        _PORTS.clear()
+    _PORTS[id(raw)] = (raw, tuple(ports))
+    return ports
+
+
+_PORTS: dict[int, tuple[Any, tuple[ServicePort, ...]]] = {}
+_PORTS_MAX = 4096
+
+
+def _service_ports(raw: Any) -> list[ServicePort]:
     ports: list[ServicePort] = []
-    for p in _seq(spec.get("ports")):
+    for p in _seq(raw):
         if not isinstance(p, Mapping):
             continue
         port = _port(p.get("port"))

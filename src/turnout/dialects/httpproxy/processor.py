@@ -1149,23 +1149,26 @@ class _Compiler:
         proxy's routes. What a Service port with the same settings gave without a word is kept:
         routes after routes name the same one. A kept answer still records the Service read."""
         namespace = proxy.obj.namespace
+        # The records by identity (hashing them was most of the cost): unset ones are the
+        # shared defaults, and equal routes are one object (`spec.parse_proxy`).
+        parts = (svc.upstream, svc.backend_policies, route.upstream, route.health_check)
         key = (
             namespace,
             svc.name,
             svc.port,
             svc.protocol,
             svc.health_port,
-            svc.upstream,
-            svc.backend_policies,
-            route.upstream,
-            route.health_check,
-            settings.lb_strategy,
+            id(svc.upstream),
+            id(svc.backend_policies),
+            id(route.upstream),
+            id(route.health_check),
+            id(settings.lb_strategy),
             settings.idle_connection_timeout_s,
         )
         hit = self.work.backends.get(key)
-        if hit is not None:
+        if hit is not None and hit[0] == parts:  # held: their ids are not reused
             self.services.get(namespace, svc.name)  # the read, recorded in the current trace
-            return hit
+            return hit[1]
         st = self.status[proxy.key]
         adds = st.adds
         resolved = self._resolve(
@@ -1181,7 +1184,7 @@ class _Compiler:
             if not ok:
                 return None
         if st.adds == adds:
-            self.work.backends[key] = (resolved, backend)
+            self.work.backends[key] = (parts, (resolved, backend))
         return resolved, backend
 
     def _resolve(
@@ -1276,7 +1279,8 @@ class _RouteWork:
             tuple[int, str], tuple[route_policies.RoutePolicySpec, route_policies.RouteSettings]
         ] = {}
         self.backends: dict[
-            tuple[object, ...], tuple[Cluster | Unresolved, BackendPolicies | None]
+            tuple[object, ...],
+            tuple[tuple[object, ...], tuple[Cluster | Unresolved, BackendPolicies | None]],
         ] = {}
 
 
