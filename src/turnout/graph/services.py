@@ -10,6 +10,7 @@ function of its name and its Service object).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import re
@@ -751,6 +752,17 @@ def _canonical(address: str) -> str | None:
     return str(ip)
 
 
+@functools.lru_cache(maxsize=4096)
+def _address_facts(address: str) -> tuple[str, bool, bool, bool] | None:
+    """An address's canonical form and whether it is unspecified, link-local or loopback;
+    None when it is no IP address. Kept: every compile asks again for every endpoint."""
+    canonical = _canonical(address)
+    if canonical is None:
+        return None
+    ip = ipaddress.ip_address(canonical)
+    return canonical, ip.is_unspecified, ip.is_link_local, ip.is_loopback
+
+
 def forbidden_endpoint(
     address: str,
     port: int,
@@ -768,19 +780,19 @@ def forbidden_endpoint(
     unspecified one (0.0.0.0 and :: reach this host). Other loopback ports stay allowed:
     standalone turnout runs its backends there. DNS names: see `forbidden_dns_name`.
     """
-    canonical = _canonical(address)
-    if canonical is None:
+    facts = _address_facts(address)
+    if facts is None:
         return None
-    ip = ipaddress.ip_address(canonical)
-    if ip.is_unspecified:
+    canonical, unspecified, link_local, loopback = facts
+    if unspecified:
         return "the unspecified address reaches this host, which is not allowed"
-    if ip.is_link_local:
+    if link_local:
         return "link-local addresses (cloud metadata services) are not allowed"
     what = reserved.get(port)
     if what is None:
         return None
     mine = {own} if isinstance(own, str) else set(own or ())
-    if ip.is_loopback or canonical in {_canonical(a) for a in mine}:
+    if loopback or canonical in {_canonical(a) for a in mine}:
         return (
             f"port {port} on this host is turnout's or Envoy's own ({what}), which is not allowed"
         )
