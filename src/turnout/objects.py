@@ -69,6 +69,10 @@ class FrozenDict(Mapping[str, Any]):
         return None, {"_data": self._data, "_hash": None}
 
 
+# What an absent mapping reads as: one, as it cannot change.
+_EMPTY = FrozenDict({})
+
+
 def frozen_dict(data: dict[str, Any]) -> FrozenDict:
     """A FrozenDict that takes `data` over instead of copying it: for a builder that made a
     dict of frozen values and no longer touches it (the parser, at 100,000s of mappings)."""
@@ -159,7 +163,10 @@ class KubeObject:
     @property
     def metadata(self) -> Mapping[str, Any]:
         meta = self.raw.get("metadata")
-        return meta if isinstance(meta, Mapping) else FrozenDict({})
+        # The exact type first: the ABC check is slower, and these are asked for per route.
+        if meta.__class__ is FrozenDict or isinstance(meta, Mapping):
+            return meta
+        return _EMPTY
 
     @property
     def spec(self) -> Any:
@@ -168,12 +175,16 @@ class KubeObject:
     @property
     def labels(self) -> Mapping[str, str]:
         labels = self.metadata.get("labels")
-        return labels if isinstance(labels, Mapping) else FrozenDict({})
+        if labels.__class__ is FrozenDict or isinstance(labels, Mapping):
+            return labels
+        return _EMPTY
 
     @property
     def annotations(self) -> Mapping[str, str]:
         ann = self.metadata.get("annotations")
-        return ann if isinstance(ann, Mapping) else FrozenDict({})
+        if ann.__class__ is FrozenDict or isinstance(ann, Mapping):
+            return ann
+        return _EMPTY
 
     @property
     def creation_timestamp(self) -> str:

@@ -10,6 +10,7 @@ function of its name and its Service object).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import re
@@ -74,8 +75,26 @@ def _ip(value: Any) -> str | None:
 
 def service_ports(service: KubeObject) -> list[ServicePort]:
     spec = service.spec if isinstance(service.spec, Mapping) else {}
+    raw = spec.get("ports")
+    # Kept by the raw list's identity: the files source builds equal lists once, so Service
+    # after Service holds the very same `ports` (and each is read for every route naming it).
+    hit = _PORTS.get(id(raw))
+    if hit is not None and hit[0] is raw:  # the list is held: its id is not reused
+        return list(hit[1])
+    ports = _service_ports(raw)
+    if len(_PORTS) >= _PORTS_MAX:
+        _PORTS.clear()
+    _PORTS[id(raw)] = (raw, tuple(ports))
+    return ports
+
+
+_PORTS: dict[int, tuple[Any, tuple[ServicePort, ...]]] = {}
+_PORTS_MAX = 4096
+
+
+def _service_ports(raw: Any) -> list[ServicePort]:
     ports: list[ServicePort] = []
-    for p in _seq(spec.get("ports")):
+    for p in _seq(raw):
         if not isinstance(p, Mapping):
             continue
         port = _port(p.get("port"))
@@ -733,6 +752,17 @@ def _canonical(address: str) -> str | None:
     return str(ip)
 
 
+@functools.lru_cache(maxsize=4096)
+def _address_facts(address: str) -> tuple[str, bool, bool, bool] | None:
+    """An address's canonical form and whether it is unspecified, link-local or loopback;
+    None when it is no IP address. Kept: every compile asks again for every endpoint."""
+    canonical = _canonical(address)
+    if canonical is None:
+        return None
+    ip = ipaddress.ip_address(canonical)
+    return canonical, ip.is_unspecified, ip.is_link_local, ip.is_loopback
+
+
 def forbidden_endpoint(
     address: str,
     port: int,
@@ -750,19 +780,19 @@ def forbidden_endpoint(
     unspecified one (0.0.0.0 and :: reach this host). Other loopback ports stay allowed:
     standalone turnout runs its backends there. DNS names: see `forbidden_dns_name`.
     """
-    canonical = _canonical(address)
-    if canonical is None:
+    facts = _address_facts(address)
+    if facts is None:
         return None
-    ip = ipaddress.ip_address(canonical)
-    if ip.is_unspecified:
+    canonical, unspecified, link_local, loopback = facts
+    if unspecified:
         return "the unspecified address reaches this host, which is not allowed"
-    if ip.is_link_local:
+    if link_local:
         return "link-local addresses (cloud metadata services) are not allowed"
     what = reserved.get(port)
     if what is None:
         return None
     mine = {own} if isinstance(own, str) else set(own or ())
-    if ip.is_loopback or canonical in {_canonical(a) for a in mine}:
+    if loopback or canonical in {_canonical(a) for a in mine}:
         return (
             f"port {port} on this host is turnout's or Envoy's own ({what}), which is not allowed"
         )

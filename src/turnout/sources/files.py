@@ -86,7 +86,10 @@ def _hidden(name: str) -> bool:
 
 
 def _wanted(name: str) -> bool:
-    return Path(name).suffix.lower() in SUFFIXES
+    """Whether a file name's suffix (`Path.suffix`, without making a Path: one per file found)
+    is one of `SUFFIXES`."""
+    dot = name.rfind(".")
+    return 0 < dot < len(name) - 1 and name[dot:].lower() in SUFFIXES
 
 
 def excluded(relative: str, exclude: Sequence[str]) -> bool:
@@ -227,7 +230,7 @@ _Signature = tuple[int, int, int, int, int]
 
 def _signature(path: Path) -> _Signature | None:
     try:
-        st = path.stat()
+        st = os.stat(path)
     except OSError:
         return None
     # ctime too: a chmod that makes an unreadable file readable changes nothing else.

@@ -129,7 +129,23 @@ def route_key(match: RouteMatch) -> tuple[Any, ...]:
     comparison puts it first, and equal exactly when the comparison ties (so a sorted list of
     keys can be patched by bisection). Each part is one step of the comparison; a reversed
     string order is its code points negated, ended by 1 so that a longer string sorts before
-    its own prefix."""
+    its own prefix. The last keys are kept by the match's identity: a dialect that builds
+    equal matches once (HTTPProxy's equal routes) asks for the same match again and again."""
+    hit = _KEYS.get(id(match))
+    if hit is not None and hit[0] is match:  # the match is held: its id is not reused
+        return hit[1]
+    key = _route_key(match)
+    if len(_KEYS) >= _KEYS_MAX:
+        _KEYS.clear()
+    _KEYS[id(match)] = (match, key)
+    return key
+
+
+_KEYS: dict[int, tuple[RouteMatch, tuple[Any, ...]]] = {}
+_KEYS_MAX = 4096
+
+
+def _route_key(match: RouteMatch) -> tuple[Any, ...]:
     path = match.path
     exact = path.kind is PathMatchKind.EXACT
     headers = tuple(

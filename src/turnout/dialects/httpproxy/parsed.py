@@ -19,7 +19,7 @@ from turnout.dialects.httpproxy.classes import why_not_served
 from turnout.dialects.httpproxy.pieces import Pieces, in_order
 from turnout.dialects.httpproxy.processor import claimed_hostname, claimed_listeners
 from turnout.dialects.httpproxy.recording import Key
-from turnout.dialects.httpproxy.spec import GROUP, KIND, ParsedProxy, parse_proxy
+from turnout.dialects.httpproxy.spec import GROUP, KIND, ParsedProxy, RouteMemo, parse_proxy
 from turnout.graph.dialect import HostClaim
 from turnout.graph.memo import Delta
 from turnout.objects import KubeObject
@@ -55,13 +55,14 @@ class ParsedState:
 
     def _read_all(self, snapshot: Snapshot, options: CompileOptions) -> None:
         self.order, self.proxies, self.claims, self.ignored = [], {}, Pieces(), {}
+        memo: RouteMemo = {}
         for o in snapshot.kind(GROUP, KIND):  # sorted by namespace/name
             key = (o.namespace, o.name)
             why = why_not_served(o, options)
             if why is not None:
                 self.ignored[key] = IgnoredObject.of(o, why)
                 continue
-            proxy = self.proxies[key] = parse_proxy(o)
+            proxy = self.proxies[key] = parse_proxy(o, memo)
             self.order.append(key)
             self.claims.set(key, host_claims(proxy, options))
         self.claims.finish(self.order)

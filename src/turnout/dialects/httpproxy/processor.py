@@ -318,6 +318,8 @@ class _Compiler:
         self.jwt_default = ""  # the default JWT provider of the root being walked
         # Service ports by (namespace, name, port); many routes name the same Service.
         self.ports: dict[tuple[str, str, int], ServicePort | None] = {}
+        # Per-route work that reported nothing, by its inputs (`_RouteWork`).
+        self.work = _RouteWork()
         self.memo = ctx.memo.stage("httpproxy:compile", _Memo)
         self.changed = _changed(ctx.memo.delta, self.memo.extensions != self.extensions.valid)
         # The subtree entries of the proxy being walked, of the compile before and of this one.
@@ -925,11 +927,11 @@ class _Compiler:
         via: tuple[ObjectRef, ...],
     ) -> Candidate | None:
         st = self.status[proxy.key]
-        matched = self._route_conditions(proxy, route, conds)
-        if matched is None:
+        match = self._match(proxy, route, conds)
+        if match is None:
             return None
-        merged, path = matched
-        settings = route_policies.route_settings(route.route_policies, proxy.obj.namespace, st)
+        path = match.path
+        settings = self._settings(route.route_policies, proxy.obj.namespace, st)
         if settings is None:
             return None
         rate_limit, problems = vhost_policies.compile_route_rate_limit(route.filter_policies)
@@ -981,11 +983,6 @@ class _Compiler:
             assert route.direct_response is not None
             action = DirectResponse(route.direct_response.status_code, route.direct_response.body)
 
-        match = RouteMatch(
-            path=path,
-            headers=sorted_headers(merge_headers(merged)),
-            query=sorted_queries(merge_query(merged)),
-        )
         built = Route(match, action, RouteSource(proxy.obj.ref, route.field, via), policies)
         provider = jwt.route_provider(route.jwt_policy, self.jwt_default)
         if not isinstance(provider, str):
@@ -997,6 +994,46 @@ class _Compiler:
         built = vhost_policies.with_route_filters(built, ip_filter, rate_limit, global_limit)
         built = self._failure_policy(proxy, route, built)
         return Candidate(built, proxy.key, route.permit_insecure, route.auth_policy, provider)
+
+    def _match(
+        self, proxy: ParsedProxy, route: RouteSpec, conds: tuple[MatchCondition, ...]
+    ) -> RouteMatch | None:
+        """The route's match under its include chain's conditions (`_route_conditions`); the
+        same route under the same chain (proxies share equal routes) is checked once."""
+        key = (id(route), conds)
+        hit = self.work.matches.get(key)
+        if hit is not None and hit[0] is route:  # the route is held: its id is not reused
+            return hit[1]
+        st = self.status[proxy.key]
+        adds = st.adds
+        matched = self._route_conditions(proxy, route, conds)
+        if matched is None:
+            return None
+        merged, path = matched
+        match = RouteMatch(
+            path=path,
+            headers=sorted_headers(merge_headers(merged)),
+            query=sorted_queries(merge_query(merged)),
+        )
+        if st.adds == adds:
+            self.work.matches[key] = (route, match)
+        return match
+
+    def _settings(
+        self, spec: route_policies.RoutePolicySpec, namespace: str, st: ProxyStatusAccessor
+    ) -> route_policies.RouteSettings | None:
+        """`route_policies.route_settings`, once per policies and (when its header values can
+        name it) namespace."""
+        named = spec.request_headers is not None or spec.response_headers is not None
+        key = (id(spec), namespace if named else "")
+        hit = self.work.settings.get(key)
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        adds = st.adds
+        settings = route_policies.route_settings(spec, namespace, st)
+        if settings is not None and st.adds == adds:
+            self.work.settings[key] = (spec, settings)
+        return settings
 
     def _route_conditions(
         self, proxy: ParsedProxy, route: RouteSpec, conds: tuple[MatchCondition, ...]
@@ -1076,18 +1113,12 @@ class _Compiler:
                     f'service "{svc.name}": port must be in the range 1-65535',
                 )
                 return None
-            resolved = self._resolve(
-                proxy, svc, route, settings.lb_strategy, settings.idle_connection_timeout_s
-            )
-            if resolved is None:
+            found = self._backend(proxy, svc, route, settings)
+            if found is None:
                 return None
+            resolved, backend = found
             if isinstance(resolved, Unresolved):
                 continue
-            ok, backend = route_policies.backend_policies(
-                svc.backend_policies, proxy.obj.namespace, svc.name, svc.port, st
-            )
-            if not ok:
-                return None
             if svc.mirror:
                 if mirrors:
                     st.add_error(
@@ -1106,6 +1137,55 @@ class _Compiler:
             tuple(WeightedCluster(c.name, w if total else 1, b) for c, w, b in clusters)
         )
         return forward, tuple(mirrors)
+
+    def _backend(
+        self,
+        proxy: ParsedProxy,
+        svc: ServiceSpec,
+        route: RouteSpec,
+        settings: route_policies.RouteSettings,
+    ) -> tuple[Cluster | Unresolved, BackendPolicies | None] | None:
+        """A service's cluster (`_resolve`) and backend policies; None when an error drops the
+        proxy's routes. What a Service port with the same settings gave without a word is kept:
+        routes after routes name the same one. A kept answer still records the Service read."""
+        namespace = proxy.obj.namespace
+        # The records by identity (hashing them was most of the cost): unset ones are the
+        # shared defaults, and equal routes are one object (`spec.parse_proxy`).
+        parts = (svc.upstream, svc.backend_policies, route.upstream, route.health_check)
+        key = (
+            namespace,
+            svc.name,
+            svc.port,
+            svc.protocol,
+            svc.health_port,
+            id(svc.upstream),
+            id(svc.backend_policies),
+            id(route.upstream),
+            id(route.health_check),
+            id(settings.lb_strategy),
+            settings.idle_connection_timeout_s,
+        )
+        hit = self.work.backends.get(key)
+        if hit is not None and hit[0] == parts:  # held: their ids are not reused
+            self.services.get(namespace, svc.name)  # the read, recorded in the current trace
+            return hit[1]
+        st = self.status[proxy.key]
+        adds = st.adds
+        resolved = self._resolve(
+            proxy, svc, route, settings.lb_strategy, settings.idle_connection_timeout_s
+        )
+        if resolved is None:
+            return None
+        backend: BackendPolicies | None = None
+        if not isinstance(resolved, Unresolved):
+            ok, backend = route_policies.backend_policies(
+                svc.backend_policies, namespace, svc.name, svc.port, st
+            )
+            if not ok:
+                return None
+        if st.adds == adds:
+            self.work.backends[key] = (parts, (resolved, backend))
+        return resolved, backend
 
     def _resolve(
         self,
@@ -1180,6 +1260,28 @@ class _Compiler:
                 f"Spec.Routes unresolved service reference: {result.message}",
             )
         return result
+
+
+class _RouteWork:
+    """Per-route work that is a function of its inputs when it reported nothing, kept for one
+    compile by those inputs: the match of a route under an include chain, by the route's
+    identity (`spec.parse_proxy` shares equal routes) and the chain's conditions; route
+    settings by the policies' identity; a service's cluster and backend policies by what they
+    are made of (the Service port, its settings, the namespace)."""
+
+    __slots__ = ("backends", "matches", "settings")
+
+    def __init__(self) -> None:
+        self.matches: dict[
+            tuple[int, tuple[MatchCondition, ...]], tuple[RouteSpec, RouteMatch]
+        ] = {}
+        self.settings: dict[
+            tuple[int, str], tuple[route_policies.RoutePolicySpec, route_policies.RouteSettings]
+        ] = {}
+        self.backends: dict[
+            tuple[object, ...],
+            tuple[tuple[object, ...], tuple[Cluster | Unresolved, BackendPolicies | None]],
+        ] = {}
 
 
 def _expanded(out: list[Candidate], own: list[Candidate]) -> list[Candidate]:

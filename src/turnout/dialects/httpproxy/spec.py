@@ -386,8 +386,16 @@ class _Reader(FieldReader):
         return None
 
 
-def parse_proxy(obj: KubeObject) -> ParsedProxy:
-    """Reads `obj` into a `ProxySpec`; never raises, whatever the object holds."""
+# Routes read without a problem, by (the identity of the raw route, its field path): `RouteMemo`.
+RouteMemo = dict[tuple[int, str], tuple[Any, "RouteSpec"]]
+
+
+def parse_proxy(obj: KubeObject, memo: RouteMemo | None = None) -> ParsedProxy:
+    """Reads `obj` into a `ProxySpec`; never raises, whatever the object holds.
+
+    `memo` (one per load of many proxies, then dropped) shares the routes of equal raw routes
+    at the same place: the files source builds equal mappings once, so route after route of
+    thousands of proxies is the very same mapping, read once here."""
     r = _Reader()
     if obj.api_version != API_VERSION:
         r.error(f"apiVersion {obj.api_version} is not served; HTTPProxy is {API_VERSION}")
@@ -405,7 +413,11 @@ def parse_proxy(obj: KubeObject) -> ParsedProxy:
     over = total_backends_problem(spec.get("routes"), "services")
     if over is not None:
         r.field_error("spec.routes", over)  # the proxy is refused: its routes are not read
-    routes = () if over else tuple(_route(r, v, p) for p, v in r.items(spec, "routes", "spec"))
+    routes = (
+        ()
+        if over
+        else tuple(_read_route(r, v, p, memo) for p, v in r.items(spec, "routes", "spec"))
+    )
     includes = tuple(_include(r, v, p) for p, v in r.items(spec, "includes", "spec"))
     # Only its type is checked here: `classes.serves` already selected the proxy by its class.
     r.string(spec, "ingressClassName", "spec")
@@ -595,6 +607,22 @@ def _query(r: _Reader, value: Any, path: str) -> QueryCondition | None:
     if len(ops) == 1 and query.ignore_case and ops[0] in _QUERY_OPS_WITHOUT_IGNORE_CASE:
         _no_effect(r, f"{path}.ignoreCase", ops[0])
     return query
+
+
+def _read_route(r: _Reader, value: Any, path: str, memo: RouteMemo | None) -> RouteSpec | None:
+    """`_route`, from `memo` when the same raw route at the same path was read without a
+    problem: a route is a function of those two (its problems are its only other output)."""
+    if memo is None:
+        return _route(r, value, path)
+    key = (id(value), path)
+    hit = memo.get(key)
+    if hit is not None and hit[0] is value:  # the value is held, so its id is not reused
+        return hit[1]
+    before = len(r.problems)
+    route = _route(r, value, path)
+    if route is not None and len(r.problems) == before:
+        memo[key] = (value, route)
+    return route
 
 
 def _route(r: _Reader, value: Any, path: str) -> RouteSpec | None:

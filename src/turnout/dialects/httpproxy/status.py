@@ -50,8 +50,11 @@ class ProxyStatusAccessor:
     # problems, and a list membership test per add made that quadratic.
     errors: dict[Problem, None] = field(default_factory=dict)
     warnings: dict[Problem, None] = field(default_factory=dict)
+    # Every `add`, a repeated problem too: a memo of per-route work keeps what reported nothing.
+    adds: int = 0
 
     def add(self, problem: Problem) -> None:
+        self.adds += 1
         target = self.warnings if problem.warning else self.errors
         target.setdefault(problem, None)
 
