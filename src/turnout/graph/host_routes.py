@@ -42,6 +42,11 @@ class IdsMemo(IdentityMemo[Routes, RouteIds]):
         super().age()
         self.diffs = {}
 
+    def end(self) -> None:
+        """The compile is over: its diffs are not asked for again (they hold the route tuples
+        before, and the first compile's hold every route in lists)."""
+        self.diffs = {}
+
     def derive(
         self,
         base: tuple[Routes, RouteIds],
