@@ -8,7 +8,13 @@ from tests.builders import kube_object, service, snapshot
 from turnout.app import default_dialects
 from turnout.compile_inputs import CompileOptions
 from turnout.graph.build import CompileResult, build_graph
-from turnout.graph.host_routes import IdsMemo, NameCounts, ids_of, route_diff
+from turnout.graph.host_routes import (
+    PER_ROUTE_MIN_ROUTES,
+    IdsMemo,
+    NameCounts,
+    ids_of,
+    route_diff,
+)
 from turnout.graph.memo import CompileMemo
 from turnout.graph.model import (
     Cluster,
@@ -26,7 +32,6 @@ from turnout.graph.model import (
     WeightedCluster,
 )
 from turnout.graph.validate import (
-    PER_ROUTE_MIN_ROUTES,
     GraphProblem,
     PatchedLimits,
     enforce_envoy_limits,
@@ -262,6 +267,7 @@ def test_a_small_host_is_checked_whole_and_keeps_no_route_verdicts() -> None:
     graph = _graph(_host(small), CLUSTERS)
     assert net.check(graph) == (graph, ())
     assert net.kept.listeners[LISTENER].verdicts == {}
+    assert net.ids.get(small) is None and ids_of(small, net.ids) == ids_of(small)  # no memo
     gone = _graph(graph.listeners[0].virtual_hosts[0], [c for c in CLUSTERS if c != "c7"])
     found, problems = net.check(gone)
     assert (found, problems) == enforce_envoy_limits(gone) and len(problems) == 2

@@ -20,6 +20,7 @@ from turnout.dialects.contour.order import compare_routes, route_key, sorted_hea
 from turnout.dialects.httpproxy import route_order
 from turnout.dialects.httpproxy.jwt import NO_JWT
 from turnout.dialects.httpproxy.recording import Trace, Walk, replay_walks
+from turnout.graph import host_routes
 from turnout.graph.build import CompileResult, build_graph
 from turnout.graph.host_routes import IdsMemo, ids_of
 from turnout.graph.memo import CompileMemo
@@ -342,9 +343,22 @@ def test_a_replayed_walk_costs_its_own_revisits_and_those_of_proxies_walked_befo
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_a_patched_route_tuple_hands_the_graph_stages_its_exact_diff(seed: int) -> None:
+def test_a_patched_route_tuple_hands_the_graph_stages_its_exact_diff(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The stages diff a host's route tuples by the routes' identity; for a patched order the
     # dialect hands them the diff (`IdsMemo.derive`) instead of two passes over the host.
+    # (Its ids memoized as a big host's: a host of fewer than `PER_ROUTE_MIN_ROUTES` is taken
+    # whole.)
+    monkeypatch.setattr(host_routes, "PER_ROUTE_MIN_ROUTES", 1)
+    ended: list[dict[Any, Any]] = []  # each compile's diffs, which its end forgets
+    real_end = IdsMemo.end
+
+    def end(memo: IdsMemo) -> None:
+        ended.append(dict(memo.diffs))
+        real_end(memo)
+
+    monkeypatch.setattr(IdsMemo, "end", end)
     rng = random.Random(seed)
     world = World(rng, groups=4, children=40)
     run = Carried()
@@ -357,7 +371,8 @@ def test_a_patched_route_tuple_hands_the_graph_stages_its_exact_diff(seed: int) 
         ids = run.memo.stage("route-ids", IdsMemo)
         now = ids.get(new)
         assert now == ids_of(new)
-        for was, made, (added, removed) in list(ids.diffs.values()):
+        assert ids.diffs == {}  # forgotten at the compile's end
+        for was, made, (added, removed) in list(ended[-2].values()):
             if made is new and was is not new:
                 assert was is old
                 assert {id(r) for r in added} == set(map(id, new)) - set(map(id, old))

@@ -80,7 +80,7 @@ from turnout.graph.evaluate import (
     effective_forward,
     wildcard_authority_regex,
 )
-from turnout.graph.host_routes import IdsMemo, ids_of, route_diff
+from turnout.graph.host_routes import PER_ROUTE_MIN_ROUTES, IdsMemo, ids_of, route_diff
 from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import (
     COMPRESSIBLE_TYPES,
@@ -1491,11 +1491,6 @@ class HostVerdicts:
         self.faulty += check.problem is not None
 
 
-# A host of fewer routes is checked again whole when it is (`_Hosts.whole`): its route verdicts
-# kept per route (`HostVerdicts`, about 2.7 KB a host of five routes) would save next to nothing.
-PER_ROUTE_MIN_ROUTES = 64
-
-
 def _names(names: Container[str]) -> AbstractSet[str]:
     return names if isinstance(names, AbstractSet) else frozenset()
 
@@ -1809,6 +1804,8 @@ def _patch_host(
     if vh is None:
         state.verdicts.pop(name, None)
     elif len(vh.routes) < PER_ROUTE_MIN_ROUTES:
+        # Checked whole: its route verdicts (`HostVerdicts`, about 2.7 KB for a host of five
+        # routes) would save next to nothing.
         state.verdicts.pop(name, None)
         check = hosts[0].whole(vh)
         state.checks[name] = (vh, check)

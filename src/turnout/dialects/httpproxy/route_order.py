@@ -38,7 +38,7 @@ from typing import Any, cast
 from turnout.dialects.contour.order import route_key
 from turnout.dialects.httpproxy.authorization import AuthPolicySpec
 from turnout.dialects.httpproxy.jwt import VhostJwt
-from turnout.graph.host_routes import IdsMemo, RouteIds, ids_of
+from turnout.graph.host_routes import PER_ROUTE_MIN_ROUTES, IdsMemo, RouteIds, ids_of
 from turnout.graph.model import Route, RouteMatch
 
 Key = tuple[str, str]  # (namespace, name)
@@ -341,7 +341,7 @@ def _replacements(order: RouteOrder) -> list[Replacement]:
 # An order of fewer routes keeps only what `patch` cannot make again (`compact`): its keys,
 # groups and places cost about 700 bytes a route, kept for every root (10,000 roots of five
 # routes: 35 MiB), to save a build of a few dozen candidates when the root is compiled again.
-COMPACT_BELOW = 64
+COMPACT_BELOW = PER_ROUTE_MIN_ROUTES
 # Stand-ins for a compact order's containers: shared, and any change to them fails loudly.
 _NO_LIST: list[Any] = cast(list[Any], ())
 _NO_DICT: dict[Any, Any] = cast(dict[Any, Any], MappingProxyType({}))
