@@ -100,7 +100,10 @@ def main() -> None:
     directory = args.dir
     if directory is None:
         directory = Path(tempfile.mkdtemp(prefix="turnout-cold-"))
-        change_latency.generate(directory, change_latency.Shape("hosts", args.objects), 8080)
+        # Endpoints on 18080, not on the default --http-port 8080: served, as in `serve`
+        # (on 8080 every endpoint is refused and every HTTPProxy carries five errors).
+        shape = change_latency.Shape("hosts", args.objects)
+        change_latency.generate(directory, shape, 18080)
     if args.tracemalloc:
         tracemalloc.start(8)
     stages = Stages(args.profile, args.tracemalloc)

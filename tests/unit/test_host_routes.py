@@ -8,7 +8,13 @@ from tests.builders import kube_object, service, snapshot
 from turnout.app import default_dialects
 from turnout.compile_inputs import CompileOptions
 from turnout.graph.build import CompileResult, build_graph
-from turnout.graph.host_routes import IdsMemo, NameCounts, ids_of, route_diff
+from turnout.graph.host_routes import (
+    PER_ROUTE_MIN_ROUTES,
+    IdsMemo,
+    NameCounts,
+    ids_of,
+    route_diff,
+)
 from turnout.graph.memo import CompileMemo
 from turnout.graph.model import (
     Cluster,
@@ -251,3 +257,26 @@ def test_a_cluster_leaves_a_big_host_with_its_last_route() -> None:
     children[4] = ["shared"]
     fourth = _compile(memo, _objects(children))
     assert fourth == _fresh(_objects(children))
+
+
+def test_a_small_host_is_checked_whole_and_keeps_no_route_verdicts() -> None:
+    """A host of fewer than `PER_ROUTE_MIN_ROUTES` routes keeps no per-route state (memory at
+    10,000 small hosts) and still follows its clusters as the full net does."""
+    net = _Net()
+    small = ROUTES[: PER_ROUTE_MIN_ROUTES - 1]
+    graph = _graph(_host(small), CLUSTERS)
+    assert net.check(graph) == (graph, ())
+    assert net.kept.listeners[LISTENER].verdicts == {}
+    assert net.ids.get(small) is None and ids_of(small, net.ids) == ids_of(small)  # no memo
+    gone = _graph(graph.listeners[0].virtual_hosts[0], [c for c in CLUSTERS if c != "c7"])
+    found, problems = net.check(gone)
+    assert (found, problems) == enforce_envoy_limits(gone) and len(problems) == 2
+    back = _graph(gone.listeners[0].virtual_hosts[0], CLUSTERS)
+    assert net.check(back) == (back, ())
+    # Grown past the threshold, it keeps its route verdicts; shrunk back, it drops them.
+    big = _graph(_host(ROUTES[:PER_ROUTE_MIN_ROUTES]), CLUSTERS[1:])
+    assert net.check(big) == enforce_envoy_limits(big)
+    assert set(net.kept.listeners[LISTENER].verdicts) == {HOST}
+    again = _graph(_host(small), CLUSTERS[1:])
+    assert net.check(again) == enforce_envoy_limits(again)
+    assert net.kept.listeners[LISTENER].verdicts == {}

@@ -19,8 +19,8 @@ from turnout.app import default_dialects
 from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
 from turnout.dialects.httpproxy import HTTPProxyDialect
 from turnout.dialects.httpproxy.problem import Problem
-from turnout.dialects.httpproxy.recording import Trace, reached_of, statuses_of, units
-from turnout.dialects.httpproxy.root_index import problems_by_proxy
+from turnout.dialects.httpproxy.recording import Changed, Trace, reached_of, statuses_of, units
+from turnout.dialects.httpproxy.root_index import RootIndex, problems_by_proxy
 from turnout.dialects.httpproxy.status_names import ROUTE_ERROR
 from turnout.graph.build import CompileResult, build_graph
 from turnout.graph.dialect import Dialect
@@ -630,3 +630,24 @@ def test_a_trace_in_parts_reads_and_reports_as_one_merged_trace() -> None:
         assert problems_by_proxy(parts) == problems_by_proxy(flat)
         assert reached_of(parts) == flat.reached
         assert set().union(*(u.proxies for u in units(parts))) == flat.proxies
+
+
+def test_the_index_finds_every_reader_as_readers_come_and_go() -> None:
+    # One reader is kept as a 1-tuple, two or more as a set (memory): the roots a change
+    # affects are the same either way, as readers are added, replaced and removed.
+    app, db = ("default", "app"), ("default", "db")
+    a, b, c = ("default", "a"), ("default", "b"), ("default", "c")
+    changed = Changed(frozenset(), frozenset({app}), False, False)
+    index = RootIndex()
+    for root in (a, b, c):
+        index.add(root, Trace(services={app}), {})
+    assert index.affected(changed, {}) == {a, b, c}
+    index.remove(b, Trace(services={app}), {})
+    index.replace(c, (Trace(services={app}), {}), (Trace(services={db}), {}))
+    assert index.affected(changed, {}) == {a}
+    index.add(b, Trace(services={app, db}), {})
+    assert index.affected(changed, {}) == {a, b}
+    index.remove(a, Trace(services={app}), {})
+    index.remove(b, Trace(services={app, db}), {})
+    assert index.affected(changed, {}) == set()
+    assert index.services == {db: (c,)}

@@ -18,7 +18,9 @@ from turnout.app import default_dialects
 from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
 from turnout.dialects.contour.order import compare_routes, route_key, sorted_headers
 from turnout.dialects.httpproxy import route_order
+from turnout.dialects.httpproxy.jwt import NO_JWT
 from turnout.dialects.httpproxy.recording import Trace, Walk, replay_walks
+from turnout.graph import host_routes
 from turnout.graph.build import CompileResult, build_graph
 from turnout.graph.host_routes import IdsMemo, ids_of
 from turnout.graph.memo import CompileMemo
@@ -341,9 +343,22 @@ def test_a_replayed_walk_costs_its_own_revisits_and_those_of_proxies_walked_befo
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_a_patched_route_tuple_hands_the_graph_stages_its_exact_diff(seed: int) -> None:
+def test_a_patched_route_tuple_hands_the_graph_stages_its_exact_diff(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The stages diff a host's route tuples by the routes' identity; for a patched order the
     # dialect hands them the diff (`IdsMemo.derive`) instead of two passes over the host.
+    # (Its ids memoized as a big host's: a host of fewer than `PER_ROUTE_MIN_ROUTES` is taken
+    # whole.)
+    monkeypatch.setattr(host_routes, "PER_ROUTE_MIN_ROUTES", 1)
+    ended: list[dict[Any, Any]] = []  # each compile's diffs, which its end forgets
+    real_end = IdsMemo.end
+
+    def end(memo: IdsMemo) -> None:
+        ended.append(dict(memo.diffs))
+        real_end(memo)
+
+    monkeypatch.setattr(IdsMemo, "end", end)
     rng = random.Random(seed)
     world = World(rng, groups=4, children=40)
     run = Carried()
@@ -356,7 +371,8 @@ def test_a_patched_route_tuple_hands_the_graph_stages_its_exact_diff(seed: int) 
         ids = run.memo.stage("route-ids", IdsMemo)
         now = ids.get(new)
         assert now == ids_of(new)
-        for was, made, (added, removed) in list(ids.diffs.values()):
+        assert ids.diffs == {}  # forgotten at the compile's end
+        for was, made, (added, removed) in list(ended[-2].values()):
             if made is new and was is not new:
                 assert was is old
                 assert {id(r) for r in added} == set(map(id, new)) - set(map(id, old))
@@ -365,3 +381,32 @@ def test_a_patched_route_tuple_hands_the_graph_stages_its_exact_diff(seed: int) 
                 derived += 1
         before = after
     assert derived >= 12  # most steps were patched and handed their diff
+
+
+def _candidate(path: str, name: str) -> route_order.Candidate:
+    match = RouteMatch(PathMatch(PathMatchKind.PREFIX, path))
+    source = RouteSource(ObjectRef("projectcontour.io", "HTTPProxy", "default", name), "r")
+    return route_order.Candidate(Route(match, DirectResponse(200), source), ("default", name))
+
+
+def test_a_small_order_is_kept_compact_and_patched_as_a_whole_one_would_be() -> None:
+    # A root of a few routes keeps its parts and routes only (memory at 10,000 roots); a patch
+    # makes the rest again first and gives what a build gives, kept routes the same objects.
+    ids = IdsMemo()
+    a, b, c = _candidate("/a", "x"), _candidate("/b", "x"), _candidate("/a", "y")
+    order = route_order.build([[a, b]], NO_JWT)
+    made = route_order.routes_tuple(order, ids)
+    assert order.compact and not order.keys and not order.winners and order.ids is None
+    assert made == (b.route, a.route) and route_order.routes_tuple(order, ids) is made
+    patched = route_order.patch(order, [[a, b, c]], NO_JWT)
+    assert patched is not None and not patched.compact
+    fresh = route_order.build([[a, b, c]], NO_JWT)
+    assert (patched.keys, patched.order, patched.routes) == (fresh.keys, fresh.order, fresh.routes)
+    assert patched.replacements == fresh.replacements == [(a, c)]
+    after = route_order.routes_tuple(patched, ids)
+    assert after[0] is b.route and after == (b.route, c.route)
+    assert ids.get(after) == ids_of(after)
+    big = [_candidate(f"/p{i}", "x") for i in range(route_order.COMPACT_BELOW)]
+    whole = route_order.build([big], NO_JWT)
+    route_order.routes_tuple(whole, ids)
+    assert not whole.compact and len(whole.keys) == route_order.COMPACT_BELOW

@@ -381,6 +381,7 @@ def build_graph(
         head_problems=(*snapshot.problems, *kinds.problems),
         tail_problems=source_problems(limit_problems, snapshot),
     )
+    memo.stage("route-ids", IdsMemo).end()
     return CompileResult(
         graph=graph,
         statuses=fold_findings(

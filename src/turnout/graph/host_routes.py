@@ -23,6 +23,9 @@ from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import Route
 
 RouteIds = dict[int, Route]  # id(route) -> route: a host's distinct routes
+# A host of fewer routes is taken whole by the stages that keep something per route: their
+# per-route state would cost more memory than it saves time. Its ids are not memoized either.
+PER_ROUTE_MIN_ROUTES = 64
 Routes = tuple[Route, ...]
 
 Diff = tuple[list[Route], list[Route]]
@@ -40,6 +43,11 @@ class IdsMemo(IdentityMemo[Routes, RouteIds]):
 
     def age(self) -> None:
         super().age()
+        self.diffs = {}
+
+    def end(self) -> None:
+        """The compile is over: its diffs are not asked for again (they hold the route tuples
+        before, and the first compile's hold every route in lists)."""
         self.diffs = {}
 
     def derive(
@@ -83,8 +91,8 @@ def _fits(ids: RouteIds, routes: Routes, added: list[Route], removed: list[Route
 
 def ids_of(routes: Routes, memo: IdsMemo | None = None) -> RouteIds:
     """`routes` by id; made once per route tuple when `memo` is given (the stages of one
-    compile share it)."""
-    if memo is None:
+    compile share it) and the host is not small (`PER_ROUTE_MIN_ROUTES`)."""
+    if memo is None or len(routes) < PER_ROUTE_MIN_ROUTES:
         return dict(zip(map(id, routes), routes, strict=True))
     found = memo.get(routes)
     if found is None:

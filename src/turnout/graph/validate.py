@@ -80,7 +80,7 @@ from turnout.graph.evaluate import (
     effective_forward,
     wildcard_authority_regex,
 )
-from turnout.graph.host_routes import IdsMemo, ids_of, route_diff
+from turnout.graph.host_routes import PER_ROUTE_MIN_ROUTES, IdsMemo, ids_of, route_diff
 from turnout.graph.memo import IdentityMemo
 from turnout.graph.model import (
     COMPRESSIBLE_TYPES,
@@ -1355,6 +1355,10 @@ class _Hosts:
         hit = self._memo.get(vh)
         if hit is not None and (not self._changed or hit.asked.isdisjoint(self._changed)):
             return hit
+        return self._memo.put(vh, self.whole(vh))
+
+    def whole(self, vh: VirtualHost) -> VirtualHostCheck:
+        """The check of `vh` and of every one of its routes, kept by no memo."""
         self._asked.clear()
         problem = virtual_host_problem(vh, self._g)
         problems: list[GraphProblem] = []
@@ -1363,9 +1367,7 @@ class _Hosts:
             checked = [self._routes.check(r, problems) for r in vh.routes]
             if any(new is not old for new, old in zip(checked, vh.routes, strict=True)):
                 out = dataclasses.replace(vh, routes=tuple(r for r in checked if r is not None))
-        return self._memo.put(
-            vh, VirtualHostCheck(problem, out, tuple(problems), frozenset(self._asked))
-        )
+        return VirtualHostCheck(problem, out, tuple(problems), frozenset(self._asked))
 
     def patch(self, vh: VirtualHost, kept: HostVerdicts) -> VirtualHostCheck:
         """`check(vh)` from the route verdicts `kept` holds for its host (patched: the routes
@@ -1641,9 +1643,10 @@ def patch_envoy_limits(
 ) -> tuple[RoutingGraph, tuple[GraphProblem, ...]]:
     """`enforce_envoy_limits(graph)`, redoing only the clusters `clusters_changed` names, the
     virtual hosts `hosts_changed` names and those whose check asked about a cluster or Secret
-    name usable then or now, not both (None: everything, the state is made anew). A host
-    checked again keeps its routes' verdicts by the route's identity (`HostVerdicts`): only the
-    routes added, or that asked about such a name, are checked.
+    name usable then or now, not both (None: everything, the state is made anew). A host of
+    `PER_ROUTE_MIN_ROUTES` routes or more checked again keeps its routes' verdicts by the
+    route's identity (`HostVerdicts`): only the routes added, or that asked about such a name,
+    are checked; a smaller host is checked whole.
     `cluster_names`: the names of `graph.clusters`, in order (they are unique), `by_name`
     the clusters by name; `hosts`: each listener's virtual hosts by name, when the caller has
     them; `ids`: the route tuples' `ids_of`, shared with the compile's other stages."""
@@ -1800,6 +1803,12 @@ def _patch_host(
     check = None
     if vh is None:
         state.verdicts.pop(name, None)
+    elif len(vh.routes) < PER_ROUTE_MIN_ROUTES:
+        # Checked whole: its route verdicts (`HostVerdicts`, about 2.7 KB for a host of five
+        # routes) would save next to nothing.
+        state.verdicts.pop(name, None)
+        check = hosts[0].whole(vh)
+        state.checks[name] = (vh, check)
     else:
         verdicts = state.verdicts.get(name)
         if verdicts is None:

@@ -32,11 +32,13 @@ import itertools
 import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, cast
 
 from turnout.dialects.contour.order import route_key
 from turnout.dialects.httpproxy.authorization import AuthPolicySpec
 from turnout.dialects.httpproxy.jwt import VhostJwt
-from turnout.graph.host_routes import IdsMemo, RouteIds, ids_of
+from turnout.graph.host_routes import PER_ROUTE_MIN_ROUTES, IdsMemo, RouteIds, ids_of
 from turnout.graph.model import Route, RouteMatch
 
 Key = tuple[str, str]  # (namespace, name)
@@ -83,6 +85,9 @@ class RouteOrder:
     ids: RouteIds | None = None
     gone: list[Route] = field(default_factory=list)
     came: list[Route] = field(default_factory=list)
+    # Only `parts`, `jwt` and `made` are kept (a small order, `compact`); `patch` makes the rest
+    # again first (`_expanded`).
+    compact: bool = False
 
     def place(self, c: Candidate) -> tuple[int, int]:
         """Where `c` is in the walk: (part, index in the part)."""
@@ -113,6 +118,10 @@ def _undefined(c: Candidate, jwt: VhostJwt) -> bool:
 
 def build(parts: Sequence[Part], jwt: VhostJwt) -> RouteOrder:
     """The order as a full compile makes it."""
+    return _built(parts, jwt)
+
+
+def _built(parts: Sequence[Part], jwt: VhostJwt) -> RouteOrder:
     winners: dict[RouteMatch, Candidate] = {}
     groups: dict[RouteMatch, list[Candidate]] = {}
     replacements: list[Replacement] = []
@@ -177,9 +186,12 @@ def _not_in(part: Part, ids: set[int]) -> Iterator[Candidate]:
 
 def patch(old: RouteOrder, parts: Sequence[Part], jwt: VhostJwt) -> RouteOrder | None:
     """`old` (a usable order) patched to give what `build(parts, jwt)` gives, or None when it
-    cannot (see the module docstring). `old` is changed in place and returned."""
+    cannot (see the module docstring). `old` is changed in place and returned (a compact one
+    is made whole first, and that is returned)."""
     if len(parts) != len(old.parts) or old.jwt != jwt or old.undefined:
         return None
+    if old.compact:
+        old = _expanded(old)
     changes = _changes(old, parts, 64 + len(old.order) // 8)
     if changes is None or any(_undefined(c, jwt) for _, c in changes.added):
         return None
@@ -281,13 +293,23 @@ def _reorder(order: RouteOrder, before: dict[RouteMatch, Candidate | None]) -> N
 def routes_tuple(order: RouteOrder, ids: IdsMemo) -> tuple[Route, ...]:
     """`tuple(order.routes)`, the very same tuple as last time while no route was taken out or
     put in; its ids registered in `ids` (with the diff from the tuple before, when the order
-    was patched from one)."""
+    was patched from one). An order of fewer than `COMPACT_BELOW` routes is then made
+    `compact`."""
+    made = _routes_tuple(order, ids)
+    if len(made) < COMPACT_BELOW:
+        _compact(order)
+    return made
+
+
+def _routes_tuple(order: RouteOrder, ids: IdsMemo) -> tuple[Route, ...]:
     gone, came = order.gone, order.came
     order.gone, order.came = [], []
-    if order.made is None or order.ids is None:
+    if order.made is None:
         order.made = tuple(order.routes)
         order.ids = ids_of(order.made, ids)
         return order.made
+    if order.ids is None:  # a compact order's: the tuple's own (at most `COMPACT_BELOW`)
+        order.ids = ids_of(order.made, ids)
     if gone or came:
         # By identity: a route taken out and put back (a tie moved) is neither.
         out, back = set(map(id, gone)), set(map(id, came))
@@ -314,3 +336,32 @@ def _replacements(order: RouteOrder) -> list[Replacement]:
             out.append((order.place(c), (prev, c)))
     out.sort(key=lambda item: item[0])
     return [pair for _, pair in out]
+
+
+# An order of fewer routes keeps only what `patch` cannot make again (`compact`): its keys,
+# groups and places cost about 700 bytes a route, kept for every root (10,000 roots of five
+# routes: 35 MiB), to save a build of a few dozen candidates when the root is compiled again.
+COMPACT_BELOW = PER_ROUTE_MIN_ROUTES
+# Stand-ins for a compact order's containers: shared, and any change to them fails loudly.
+_NO_LIST: list[Any] = cast(list[Any], ())
+_NO_DICT: dict[Any, Any] = cast(dict[Any, Any], MappingProxyType({}))
+
+
+def _compact(order: RouteOrder) -> None:
+    """Drops what `_expanded` makes again from `order.parts`, `order.jwt` and `order.made`."""
+    order.part_of = order.winners = order.groups = order.places = _NO_DICT
+    order.keys = order.order = order.routes = order.replacements = _NO_LIST
+    order.gone = order.came = _NO_LIST
+    order.ids = None
+    order.compact = True
+
+
+def _expanded(order: RouteOrder) -> RouteOrder:
+    """The whole order `order` was made compact from: built again from its parts (a usable order
+    is what `build` makes of them), its routes the very same objects as handed out."""
+    assert order.made is not None
+    out = _built(order.parts, order.jwt)
+    assert len(out.routes) == len(order.made)
+    out.routes = list(order.made)
+    out.made = order.made
+    return out

@@ -6,6 +6,7 @@ tcpproxy, and `tcpproxy_spec.py` cannot import `spec.py` (which imports it).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,7 +73,8 @@ def read_service(r: WarningReader, value: Any, path: str) -> ServiceSpec | None:
         weight=weight,
         protocol=r.string(m, "protocol", path),
         mirror=r.boolean(m, "mirror", path),
-        field=path,
+        # One string per path (`spec.routes[0].services[0]`), not one per object that has it.
+        field=sys.intern(path),
         upstream=read_service_upstream(r, m, path),
         backend_policies=read_service_policies(r, m, path),
         health_port=read_health_port(r, m, path),
