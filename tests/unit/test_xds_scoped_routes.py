@@ -1,15 +1,19 @@
 """Scoped route configurations (SRDS) over ADS: Envoy subscribes to them with a wildcard, gets
 them after the listeners and before the route configurations they name, as the whole set over
-SotW and as changes over Delta; readiness counts the route configurations the scopes name."""
+SotW and as changes over Delta; readiness counts the route configurations the scopes name.
+A Delta stream takes each scope with its route configuration inline (`inline_scopes`, the
+default); with `inline_scopes=False` it takes them as a SotW stream does, naming them."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 from collections.abc import AsyncIterator
 
 import pytest
 from envoy.config.route.v3 import scoped_route_pb2
 
-from tests.xds_client import AdsClient, DeltaClient, delta_names, resource_names
+from tests.xds_client import AdsClient, DeltaClient, delta_names, resource_names, unpacked
 from turnout.envoy.resources import (
     LISTENER_TYPE,
     ROUTE_TYPE,
@@ -35,6 +39,7 @@ from turnout.objects import ObjectRef
 OWNER = ObjectRef("projectcontour.io", "HTTPProxy", "team-a", "app")
 SCOPED = TranslateOptions(scoped_routes_min_hosts=1)
 A, B = "ingress_http/a.example.com", "ingress_http/b.example.com"
+C = "ingress_http/c.example.com"
 
 
 def resources(hosts: dict[str, str]) -> EnvoyResources:
@@ -55,6 +60,15 @@ def resources(hosts: dict[str, str]) -> EnvoyResources:
 @pytest.fixture
 async def server() -> AsyncIterator[XdsServer]:
     srv = XdsServer(Metrics())
+    srv.port = await srv.start("127.0.0.1", 0)  # type: ignore[attr-defined]
+    yield srv
+    await srv.stop(0)
+
+
+@pytest.fixture
+async def named() -> AsyncIterator[XdsServer]:
+    """A server whose Delta streams take scopes naming their route configurations."""
+    srv = XdsServer(Metrics(), inline_scopes=False)
     srv.port = await srv.start("127.0.0.1", 0)  # type: ignore[attr-defined]
     yield srv
     await srv.stop(0)
@@ -82,8 +96,9 @@ async def take_a_and_b(client: DeltaClient | AdsClient) -> None:
 
 
 async def test_delta_sends_scopes_then_only_the_changed_route_configuration(
-    server: XdsServer,
+    named: XdsServer,
 ) -> None:
+    server = named
     server.set_resources(resources({"a.example.com": "a", "b.example.com": "b"}))
     client = DeltaClient(server.port)  # type: ignore[attr-defined]
     try:
@@ -123,11 +138,12 @@ async def test_delta_sends_scopes_then_only_the_changed_route_configuration(
 
 
 async def test_new_route_configurations_go_before_changed_ones_and_old_scopes_after(
-    server: XdsServer,
+    named: XdsServer,
 ) -> None:
     """A split host's index (a changed route configuration) may name scopes just added: their
     route configurations go first. A scope the new configuration drops stays until Envoy took
     the route configurations that stopped naming it."""
+    server = named
     c = "ingress_http/c.example.com"
     hosts = {"a.example.com": "a", "b.example.com": "b"}
     server.set_resources(resources(hosts))
@@ -208,3 +224,175 @@ async def test_sotw_sends_a_new_route_configuration_before_a_changed_one(
         assert server.readiness()[0]
     finally:
         await client.close()
+
+
+# -- inline scopes (Delta) ----------------------------------------------------------------------
+
+
+def inline_tables(response: object) -> dict[str, str]:
+    """Scope name -> the name of the route configuration it holds inline, of a scope response
+    whose scopes name none."""
+    out = {}
+    for scope in unpacked(response):
+        assert scope.route_configuration_name == ""
+        assert scope.HasField("route_configuration")
+        out[scope.name] = scope.route_configuration.name
+    return out
+
+
+async def test_delta_takes_each_scope_with_its_table_inline(server: XdsServer) -> None:
+    """No route configuration over RDS: Envoy is ready once it took the listener and the scopes,
+    a changed host sends its scope alone, a new host its scope, a gone host its removal."""
+    server.set_resources(resources({"a.example.com": "a", "b.example.com": "b"}))
+    client = DeltaClient(server.port)  # type: ignore[attr-defined]
+    try:
+        client.send(LISTENER_TYPE)
+        client.ack(await client.recv())
+        client.send(SCOPED_ROUTE_TYPE)
+        scopes = await client.recv()
+        assert scopes.type_url == SCOPED_ROUTE_TYPE
+        assert inline_tables(scopes) == {A: A, B: B}
+        # Each scope's version is the sha256 of what it carries, the inline message.
+        for res in scopes.resources:
+            assert res.version == hashlib.sha256(res.resource.value).hexdigest()
+        assert not server.readiness()[0]
+        client.ack(scopes)
+        await client.expect_nothing()
+        assert server.readiness()[0]
+        # One host changes: its scope alone, with its new table.
+        version = server.set_resources(resources({"a.example.com": "a2", "b.example.com": "b"}))
+        changed = await client.recv()
+        assert (changed.type_url, delta_names(changed)) == (SCOPED_ROUTE_TYPE, (A,))
+        (scope,) = unpacked(changed)
+        assert b"a2" in scope.route_configuration.SerializeToString()
+        client.ack(changed)
+        await client.expect_nothing()
+        assert await server.wait_acked(version, 2)
+        server.set_resources(resources({"a.example.com": "a2", "c.example.com": "c"}))
+        added = await client.recv()
+        assert inline_tables(added) == {C: C}
+        client.ack(added)
+        removed = await client.recv()
+        assert (delta_names(removed), list(removed.removed_resources)) == ((), [B])
+    finally:
+        await client.close()
+
+
+def test_an_inline_scope_is_what_protobuf_serializes() -> None:
+    """The inline scope is joined from the scope's and the table's bytes: the very bytes of the
+    message with `route_configuration` set, the route configuration the translation has."""
+    translated = resources({"a.example.com": "a", "b.example.com": "b"})
+    server = XdsServer(Metrics())
+    server.set_resources(translated)
+    snapshot = server._snapshot
+    assert snapshot is not None and snapshot.inline is not None
+    tables = {rc.name: rc for rc in translated.routes}
+    for scope in translated.scoped_routes:
+        expected = scoped_route_pb2.ScopedRouteConfiguration()
+        expected.CopyFrom(scope)
+        expected.ClearField("route_configuration_name")
+        expected.route_configuration.CopyFrom(tables[scope.route_configuration_name])
+        packed = snapshot.inline.resources[scope.name].packed()
+        assert packed.value == expected.SerializeToString(deterministic=True)
+
+
+async def test_sotw_and_delta_streams_each_take_their_form(server: XdsServer) -> None:
+    server.set_resources(resources({"a.example.com": "a", "b.example.com": "b"}))
+    sotw = AdsClient(server.port, node_id="sotw")  # type: ignore[attr-defined]
+    delta = DeltaClient(server.port, node_id="delta")  # type: ignore[attr-defined]
+    try:
+        await take_a_and_b(sotw)
+        delta.send(LISTENER_TYPE)
+        delta.ack(await delta.recv())
+        delta.send(SCOPED_ROUTE_TYPE)
+        scopes = await delta.recv()
+        assert inline_tables(scopes) == {A: A, B: B}
+        delta.ack(scopes)
+        await delta.expect_nothing()
+        assert server.readiness()[0]
+        server.set_resources(resources({"a.example.com": "a2", "b.example.com": "b"}))
+        changed = await sotw.recv()
+        assert (changed.type_url, resource_names(changed)) == (ROUTE_TYPE, [A])
+        sotw.ack(changed, [A, B])
+        inline = await delta.recv()
+        assert (inline.type_url, delta_names(inline)) == (SCOPED_ROUTE_TYPE, (A,))
+        delta.ack(inline)
+        await sotw.expect_nothing()
+        await delta.expect_nothing()
+        assert server.readiness()[0]
+    finally:
+        await sotw.close()
+        await delta.close()
+
+
+async def test_inline_new_scopes_go_before_changed_ones_and_old_scopes_after(
+    server: XdsServer,
+) -> None:
+    """Inline, a split host's index scope may name path scopes just added: those go first. A
+    scope the configuration drops stays until Envoy took the scopes that stopped naming it."""
+    hosts = {"a.example.com": "a", "b.example.com": "b"}
+    server.set_resources(resources(hosts))
+    client = DeltaClient(server.port)  # type: ignore[attr-defined]
+    try:
+        client.send(LISTENER_TYPE)
+        client.ack(await client.recv())
+        client.send(SCOPED_ROUTE_TYPE)
+        client.ack(await client.recv())
+        server.set_resources(resources({**hosts, "a.example.com": "a2", "c.example.com": "c"}))
+        first = await client.recv()
+        assert (first.type_url, delta_names(first)) == (SCOPED_ROUTE_TYPE, (C,))
+        await client.expect_nothing()
+        client.ack(first)
+        second = await client.recv()
+        assert (second.type_url, delta_names(second)) == (SCOPED_ROUTE_TYPE, (A,))
+        client.ack(second)
+        await client.expect_nothing()
+        server.set_resources(resources({"a.example.com": "a3", "c.example.com": "c"}))
+        changed = await client.recv()
+        assert (delta_names(changed), list(changed.removed_resources)) == ((A,), [])
+        client.ack(changed)
+        removed = await client.recv()
+        assert (delta_names(removed), list(removed.removed_resources)) == ((), [B])
+    finally:
+        await client.close()
+
+
+async def test_patched_inline_scopes_are_a_fresh_build(server: XdsServer) -> None:
+    """What a Delta stream holds after a walk of changes is what a fresh server sends at once
+    (names and versions): the inline form patched per change is the one made afresh."""
+    steps = [
+        {"a.example.com": "a", "b.example.com": "b"},
+        {"a.example.com": "a2", "b.example.com": "b"},
+        {"a.example.com": "a2", "b.example.com": "b", "c.example.com": "c"},
+        {"a.example.com": "a2", "c.example.com": "c2"},
+        {"a.example.com": "a", "c.example.com": "c2", "d.example.com": "d"},
+    ]
+    walked = await held_scopes(server, steps)
+    fresh = XdsServer(Metrics())
+    fresh.port = await fresh.start("127.0.0.1", 0)  # type: ignore[attr-defined]
+    try:
+        assert walked == await held_scopes(fresh, steps[-1:])
+    finally:
+        await fresh.stop(0)
+
+
+async def held_scopes(server: XdsServer, steps: list[dict[str, str]]) -> dict[str, str]:
+    """Scope name -> version a Delta stream holds after taking each of `steps` in turn."""
+    held: dict[str, str] = {}
+    client = DeltaClient(server.port)  # type: ignore[attr-defined]
+    try:
+        client.send(LISTENER_TYPE)
+        client.send(SCOPED_ROUTE_TYPE)
+        for hosts in steps:
+            version = server.set_resources(resources(hosts))
+            while not server.acked(version):
+                response = await client.recv()
+                if response.type_url == SCOPED_ROUTE_TYPE:
+                    held.update((res.name, res.version) for res in response.resources)
+                    for name in response.removed_resources:
+                        del held[name]
+                client.ack(response)
+                await asyncio.sleep(0.05)
+    finally:
+        await client.close()
+    return held

@@ -1,0 +1,175 @@
+"""Envoy's first apply of N hosts, in process: the compile's resources served by one XdsServer to
+a real Envoy (turnout's bootstrap, `--concurrency 1`), timed per type (push -> ACK, as
+`turnout_xds_apply_seconds`), then Envoy's RSS and statistics count, then K one-host changes
+(route count + 1) with the resources each sent and Envoy's apply per type.
+
+    PYTHONPATH=src python3 bench/envoy_first_apply.py --objects 10000 --xds-api delta
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import change_latency as shapes
+from incremental_compile import load
+
+from turnout.app import default_dialects
+from turnout.compile_inputs import CompileOptions
+from turnout.envoy import translate as translate_module
+from turnout.envoy.bootstrap import bootstrap_config, write_bootstrap
+from turnout.envoy.translate.options import TranslateOptions
+from turnout.envoy.xds import SHORT_TYPE_NAMES, XdsServer
+from turnout.graph.build import build_graph
+from turnout.graph.memo import CompileMemo
+from turnout.sources.parse import parse_text
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Timings:
+    """`XdsServer._observe_apply` recorded per type, with the resource counts pushed."""
+
+    def __init__(self) -> None:
+        self.apply: dict[str, list[float]] = {}
+
+    def hook(self, server: XdsServer) -> None:
+        original = server._observe_apply
+
+        def observe(type_url: str, seconds: float) -> None:
+            self.apply.setdefault(SHORT_TYPE_NAMES[type_url], []).append(seconds)
+            original(type_url, seconds)
+
+        server._observe_apply = observe  # type: ignore[method-assign]
+
+    def take(self) -> dict[str, list[float]]:
+        out, self.apply = self.apply, {}
+        return out
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def admin_get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+        return str(r.read().decode())
+
+
+async def run(args: argparse.Namespace) -> None:
+    shape = shapes.Shape("hosts", args.objects)
+    store = load(shape)
+    dialects = default_dialects().all
+    options, topts = CompileOptions(), TranslateOptions()
+    memo, tmemo = CompileMemo(), translate_module.TranslateMemo()
+    graph = build_graph(store.snapshot(), options, dialects, memo).graph
+    resources = translate_module.translate(graph, topts, tmemo)
+    server = XdsServer()
+    timings = Timings()
+    timings.hook(server)
+    xds_port = await server.start("127.0.0.1", 0)
+    admin_port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = bootstrap_config(
+            xds_address="127.0.0.1",
+            xds_port=xds_port,
+            admin_address="127.0.0.1",
+            admin_port=admin_port,
+            node_id="bench",
+            xds_api=args.xds_api,
+        )
+        for key, value in json.loads(args.bootstrap).items():
+            if value is None:
+                config.pop(key, None)
+            else:
+                config[key] = value
+        path = write_bootstrap(Path(tmp) / "bootstrap.yaml", config)
+        envoy = subprocess.Popen(
+            [
+                *("envoy", "-c", str(path), "-l", "warning", "--concurrency", "1"),
+                *("--use-dynamic-base-id", *args.envoy_args),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(Path(tmp) / "envoy.log", "w"),  # noqa: SIM115
+        )
+        try:
+            while server.connected() == 0:
+                await asyncio.sleep(0.05)
+            t0 = time.monotonic()
+            version = server.set_resources(resources)
+            if not await server.wait_acked(version, 300):
+                raise SystemExit(f"not acked: {server.readiness()}")
+            first = time.monotonic() - t0
+            await asyncio.sleep(1)
+            rss, hwm = rss_mib(envoy.pid)
+            stats = admin_get(admin_port, "/stats").count("\n")
+            memory = json.loads(admin_get(admin_port, "/memory"))
+            applied = timings.take()
+            print(f"first apply {first:.2f} s (set_resources -> every type acked)")
+            for t, values in applied.items():
+                print(f"  {t:13s} {sum(values):6.2f} s over {len(values)} response(s)")
+            print(
+                f"Envoy RSS {rss:.0f} MiB (peak {hwm:.0f}), allocated "
+                f"{int(memory['allocated']) / 2**20:.0f} MiB, heap "
+                f"{int(memory['heap_size']) / 2**20:.0f} MiB, {stats} stats"
+            )
+            for k in range(args.changes):
+                i = (k * 7919) % args.objects
+                name = f"proxy-{i}.yaml"
+                parsed = parse_text(shapes.proxy_text(shape, i, k + 1), name)
+                old = store.snapshot()
+                store.replace_partition(name, parsed.objects, parsed.problems)
+                snap = store.snapshot()
+                result = build_graph(snap, options, dialects, memo, store.changes(old, snap))
+                resources = translate_module.translate(result.graph, topts, tmemo)
+                t0 = time.monotonic()
+                version = server.set_resources(resources)
+                if not await server.wait_acked(version, 60):
+                    raise SystemExit("change not acked")
+                took = time.monotonic() - t0
+                applied = timings.take()
+                per = ", ".join(f"{t} {sum(v) * 1000:.1f} ms" for t, v in applied.items())
+                print(f"change {k}: acked in {took * 1000:.0f} ms ({per})")
+            if args.keep:
+                print(f"admin port {admin_port}; Ctrl-C to stop")
+                await asyncio.sleep(3600)
+        finally:
+            envoy.terminate()
+            envoy.wait()
+            await server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--objects", type=int, default=10000)
+    parser.add_argument("--changes", type=int, default=3)
+    parser.add_argument("--xds-api", choices=("delta", "sotw"), default="delta")
+    parser.add_argument("--envoy-args", nargs="*", default=[])
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument(
+        "--bootstrap", default="{}", help="JSON: top-level bootstrap fields to set (null: drop)"
+    )
+    args = parser.parse_args()
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
