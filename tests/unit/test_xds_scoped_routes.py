@@ -7,6 +7,7 @@ default); with `inline_scopes=False` it takes them as a SotW stream does, naming
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 from collections.abc import AsyncIterator
 
@@ -396,3 +397,24 @@ async def held_scopes(server: XdsServer, steps: list[dict[str, str]]) -> dict[st
     finally:
         await client.close()
     return held
+
+
+async def test_a_changed_table_under_the_very_same_scope_is_sent_inline(server: XdsServer) -> None:
+    """The inline scope follows its route configuration even when the scope message is the
+    very same object (only the table changed)."""
+    first = resources({"a.example.com": "a", "b.example.com": "b"})
+    server.set_resources(first)
+    client = DeltaClient(server.port)  # type: ignore[attr-defined]
+    try:
+        client.send(LISTENER_TYPE)
+        client.ack(await client.recv())
+        client.send(SCOPED_ROUTE_TYPE)
+        client.ack(await client.recv())
+        tables = resources({"a.example.com": "a2", "b.example.com": "b"}).routes
+        server.set_resources(dataclasses.replace(first, routes=tables))
+        changed = await client.recv()
+        assert (changed.type_url, delta_names(changed)) == (SCOPED_ROUTE_TYPE, (A,))
+        (scope,) = unpacked(changed)
+        assert b"a2" in scope.route_configuration.SerializeToString()
+    finally:
+        await client.close()
