@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -41,23 +42,42 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def cpu_seconds(pid: int) -> float:
+    """Envoy's CPU time (user + system): what it spent, whatever else loads the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Timings:
-    """`XdsServer._observe_apply` recorded per type, with the resource counts pushed."""
+    """`XdsServer._observe_apply` recorded per type, with Envoy's CPU time spent since the
+    previous ACK (the types go out one after another, so that is mostly this type's apply)."""
 
     def __init__(self) -> None:
         self.apply: dict[str, list[float]] = {}
+        self.cpu: dict[str, float] = {}
+        self.pid = 0
+        self.last_cpu = 0.0
 
     def hook(self, server: XdsServer) -> None:
         original = server._observe_apply
 
         def observe(type_url: str, seconds: float) -> None:
-            self.apply.setdefault(SHORT_TYPE_NAMES[type_url], []).append(seconds)
+            name = SHORT_TYPE_NAMES[type_url]
+            self.apply.setdefault(name, []).append(seconds)
+            if self.pid:
+                now = cpu_seconds(self.pid)
+                self.cpu[name] = self.cpu.get(name, 0.0) + now - self.last_cpu
+                self.last_cpu = now
             original(type_url, seconds)
 
         server._observe_apply = observe  # type: ignore[method-assign]
 
     def take(self) -> dict[str, list[float]]:
         out, self.apply = self.apply, {}
+        return out
+
+    def take_cpu(self) -> dict[str, float]:
+        out, self.cpu = self.cpu, {}
         return out
 
 
@@ -82,7 +102,7 @@ async def run(args: argparse.Namespace) -> None:
     memo, tmemo = CompileMemo(), translate_module.TranslateMemo()
     graph = build_graph(store.snapshot(), options, dialects, memo).graph
     resources = translate_module.translate(graph, topts, tmemo)
-    server = XdsServer()
+    server = XdsServer(inline_scopes=not args.named_scopes)
     timings = Timings()
     timings.hook(server)
     xds_port = await server.start("127.0.0.1", 0)
@@ -113,24 +133,34 @@ async def run(args: argparse.Namespace) -> None:
         try:
             while server.connected() == 0:
                 await asyncio.sleep(0.05)
+            timings.pid, timings.last_cpu = envoy.pid, cpu_seconds(envoy.pid)
+            cpu0 = timings.last_cpu
             t0 = time.monotonic()
             version = server.set_resources(resources)
             if not await server.wait_acked(version, 300):
                 raise SystemExit(f"not acked: {server.readiness()}")
             first = time.monotonic() - t0
+            cpu = cpu_seconds(envoy.pid) - cpu0
             await asyncio.sleep(1)
             rss, hwm = rss_mib(envoy.pid)
             stats = admin_get(admin_port, "/stats").count("\n")
             memory = json.loads(admin_get(admin_port, "/memory"))
-            applied = timings.take()
-            print(f"first apply {first:.2f} s (set_resources -> every type acked)")
+            applied, cpus = timings.take(), timings.take_cpu()
+            print(
+                f"first apply {first:.2f} s (set_resources -> every type acked), "
+                f"Envoy CPU {cpu:.2f} s; {os.getloadavg()[0]:.2f} load"
+            )
             for t, values in applied.items():
-                print(f"  {t:13s} {sum(values):6.2f} s over {len(values)} response(s)")
+                print(
+                    f"  {t:13s} {sum(values):6.2f} s over {len(values)} response(s), "
+                    f"Envoy CPU {cpus.get(t, 0.0):6.2f} s"
+                )
             print(
                 f"Envoy RSS {rss:.0f} MiB (peak {hwm:.0f}), allocated "
                 f"{int(memory['allocated']) / 2**20:.0f} MiB, heap "
                 f"{int(memory['heap_size']) / 2**20:.0f} MiB, {stats} stats"
             )
+            timings.last_cpu = cpu_seconds(envoy.pid)
             for k in range(args.changes):
                 i = (k * 7919) % args.objects
                 name = f"proxy-{i}.yaml"
@@ -145,8 +175,11 @@ async def run(args: argparse.Namespace) -> None:
                 if not await server.wait_acked(version, 60):
                     raise SystemExit("change not acked")
                 took = time.monotonic() - t0
-                applied = timings.take()
-                per = ", ".join(f"{t} {sum(v) * 1000:.1f} ms" for t, v in applied.items())
+                applied, cpus = timings.take(), timings.take_cpu()
+                per = ", ".join(
+                    f"{t} {sum(v) * 1000:.1f} ms, Envoy CPU {cpus.get(t, 0.0) * 1000:.0f} ms"
+                    for t, v in applied.items()
+                )
                 print(f"change {k}: acked in {took * 1000:.0f} ms ({per})")
             if args.keep:
                 print(f"admin port {admin_port}; Ctrl-C to stop")
@@ -164,6 +197,9 @@ def main() -> None:
     parser.add_argument("--xds-api", choices=("delta", "sotw"), default="delta")
     parser.add_argument("--envoy-args", nargs="*", default=[])
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument(
+        "--named-scopes", action="store_true", help="Delta streams too take scopes naming tables"
+    )
     parser.add_argument(
         "--bootstrap", default="{}", help="JSON: top-level bootstrap fields to set (null: drop)"
     )
