@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import random
 from collections.abc import AsyncIterator
 
 import pytest
@@ -22,7 +23,7 @@ from turnout.envoy.resources import (
     TYPE_ORDER,
     EnvoyResources,
 )
-from turnout.envoy.translate import TranslateOptions, translate
+from turnout.envoy.translate import TranslateMemo, TranslateOptions, translate
 from turnout.envoy.xds import XdsServer
 from turnout.graph.model import (
     DirectResponse,
@@ -45,6 +46,10 @@ C = "ingress_http/c.example.com"
 
 def resources(hosts: dict[str, str]) -> EnvoyResources:
     """The scoped translation of one listener whose hosts answer 200 with the given bodies."""
+    return translate(resources_graph(hosts), SCOPED)
+
+
+def resources_graph(hosts: dict[str, str]) -> RoutingGraph:
     vhosts = tuple(
         VirtualHost(
             host,
@@ -55,7 +60,7 @@ def resources(hosts: dict[str, str]) -> EnvoyResources:
         for host, body in hosts.items()
     )
     lst = Listener("ingress_http", "0.0.0.0", 8080, ListenerProtocol.HTTP, vhosts)
-    return translate(RoutingGraph(listeners=(lst,)), SCOPED)
+    return RoutingGraph(listeners=(lst,))
 
 
 @pytest.fixture
@@ -418,3 +423,30 @@ async def test_a_changed_table_under_the_very_same_scope_is_sent_inline(server: 
         assert b"a2" in scope.route_configuration.SerializeToString()
     finally:
         await client.close()
+
+
+def test_inline_scopes_patched_over_a_random_walk_are_a_fresh_build() -> None:
+    """Hosts come, go and change at random, translated with a carried memo (unchanged hosts keep
+    their very messages, so the patch path is taken): after every step the inline form the
+    server patched is, name by name, the one a fresh server makes."""
+    rng = random.Random(11)
+    memo = TranslateMemo()
+    walked = XdsServer(Metrics())
+    hosts: dict[str, str] = {}
+    for _ in range(40):
+        host = f"{rng.choice('abcdef')}.example.com"
+        if host in hosts and rng.random() < 0.3:
+            del hosts[host]
+        else:
+            hosts[host] = rng.choice(("x", "y", "z"))
+        graph = resources_graph(hosts)
+        walked.set_resources(translate(graph, SCOPED, memo))
+        fresh = XdsServer(Metrics())
+        fresh.set_resources(translate(graph, SCOPED))
+        mine, theirs = walked._snapshot, fresh._snapshot
+        assert mine is not None and theirs is not None
+        assert mine.inline is not None and theirs.inline is not None
+        digests = {n: r.digest for n, r in mine.inline.resources.items()}
+        assert digests == {n: r.digest for n, r in theirs.inline.resources.items()}
+        assert mine.inline.version == theirs.inline.version
+        assert mine.inline.referenced == theirs.inline.referenced

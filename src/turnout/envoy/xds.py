@@ -16,6 +16,10 @@ differs in what a response holds and how a request subscribes:
 * ACK/NACK, the per-resource refusal bookkeeping and the make-before-break order below are the
   same for both variants; stale clusters go out as `removed_resources` after the routes stopped
   naming them.
+* Scoped RDS: a delta stream gets each scope with its RouteConfiguration inline
+  (`_InlineScopes`, derived from the one translation per snapshot), a SotW stream the scopes
+  naming their route configurations, as translated. Each stream's versions, targets and
+  readiness are those of its own form (`_Snapshot.of` and the like).
 
 Protocol rules this module keeps (see the xDS protocol's "ACK/NACK and resource type instance
 version", "When to send an update" and "Eventual consistency considerations"):
