@@ -1,9 +1,12 @@
 """Envoy's first apply of N hosts, in process: the compile's resources served by one XdsServer to
 a real Envoy (turnout's bootstrap, `--concurrency 1`), timed per type (push -> ACK, as
-`turnout_xds_apply_seconds`), then Envoy's RSS and statistics count, then K one-host changes
-(route count + 1) with the resources each sent and Envoy's apply per type.
+`turnout_xds_apply_seconds`) and in Envoy's CPU time (which the machine's load does not
+inflate), then Envoy's RSS and statistics count, then K one-host changes (route count + 1) with
+Envoy's apply per type. Delta streams take inline scopes unless `--named-scopes`; `--ab` runs two
+Envoys, named and inline, and hands each change to both in turn. `--bootstrap` sets top-level
+bootstrap fields (e.g. `{"deferred_stat_options": {"enable_deferred_creation_stats": true}}`).
 
-    PYTHONPATH=src python3 bench/envoy_first_apply.py --objects 10000 --xds-api delta
+    PYTHONPATH=src python3 bench/envoy_first_apply.py --objects 10000 --changes 20 --ab
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import asyncio
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -29,6 +34,7 @@ from turnout.app import default_dialects
 from turnout.compile_inputs import CompileOptions
 from turnout.envoy import translate as translate_module
 from turnout.envoy.bootstrap import bootstrap_config, write_bootstrap
+from turnout.envoy.resources import EnvoyResources
 from turnout.envoy.translate.options import TranslateOptions
 from turnout.envoy.xds import SHORT_TYPE_NAMES, XdsServer
 from turnout.graph.build import build_graph
@@ -94,6 +100,109 @@ def admin_get(port: int, path: str) -> str:
         return str(r.read().decode())
 
 
+@dataclass
+class Side:
+    """One XdsServer and the Envoy it programs."""
+
+    label: str
+    server: XdsServer
+    timings: Timings
+    admin_port: int
+    envoy: subprocess.Popen[bytes]
+    changes: list[tuple[float, float]] = field(default_factory=list)  # (apply s, Envoy CPU s)
+
+    @staticmethod
+    async def start(label: str, args: argparse.Namespace, tmp: Path, named: bool) -> Side:
+        server = XdsServer(inline_scopes=not named)
+        timings = Timings()
+        timings.hook(server)
+        xds_port = await server.start("127.0.0.1", 0)
+        admin_port = free_port()
+        config = bootstrap_config(
+            xds_address="127.0.0.1",
+            xds_port=xds_port,
+            admin_address="127.0.0.1",
+            admin_port=admin_port,
+            node_id=f"bench-{label}",
+            xds_api=args.xds_api,
+        )
+        for key, value in json.loads(args.bootstrap).items():
+            if value is None:
+                config.pop(key, None)
+            else:
+                config[key] = value
+        path = write_bootstrap(tmp / f"bootstrap-{label}.yaml", config)
+        envoy = subprocess.Popen(
+            [
+                *("envoy", "-c", str(path), "-l", "warning", "--concurrency", "1"),
+                *("--use-dynamic-base-id", *args.envoy_args),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp / f"envoy-{label}.log", "w"),  # noqa: SIM115
+        )
+        while server.connected() == 0:
+            await asyncio.sleep(0.05)
+        timings.pid = envoy.pid
+        return Side(label, server, timings, admin_port, envoy)
+
+    async def first_apply(self, resources: EnvoyResources) -> None:
+        pid = self.envoy.pid
+        self.timings.last_cpu = cpu0 = cpu_seconds(pid)
+        t0 = time.monotonic()
+        version = self.server.set_resources(resources)
+        if not await self.server.wait_acked(version, 600):
+            raise SystemExit(f"not acked: {self.server.readiness()}")
+        first, cpu = time.monotonic() - t0, cpu_seconds(pid) - cpu0
+        await asyncio.sleep(1)
+        rss, hwm = rss_mib(pid)
+        stats = admin_get(self.admin_port, "/stats").count("\n")
+        memory = json.loads(admin_get(self.admin_port, "/memory"))
+        applied, cpus = self.timings.take(), self.timings.take_cpu()
+        print(
+            f"[{self.label}] first apply {first:.2f} s (set_resources -> every type acked), "
+            f"Envoy CPU {cpu:.2f} s; {os.getloadavg()[0]:.2f} load"
+        )
+        for t, values in applied.items():
+            print(
+                f"  {t:13s} {sum(values):6.2f} s over {len(values)} response(s), "
+                f"Envoy CPU {cpus.get(t, 0.0):6.2f} s"
+            )
+        print(
+            f"  Envoy RSS {rss:.0f} MiB (peak {hwm:.0f}), allocated "
+            f"{int(memory['allocated']) / 2**20:.0f} MiB, heap "
+            f"{int(memory['heap_size']) / 2**20:.0f} MiB, {stats} stats"
+        )
+        self.timings.last_cpu = cpu_seconds(pid)
+
+    async def change(self, k: int, resources: EnvoyResources) -> None:
+        t0 = time.monotonic()
+        version = self.server.set_resources(resources)
+        if not await self.server.wait_acked(version, 60):
+            raise SystemExit("change not acked")
+        took = time.monotonic() - t0
+        applied, cpus = self.timings.take(), self.timings.take_cpu()
+        self.changes.append((sum(sum(v) for v in applied.values()), sum(cpus.values())))
+        per = ", ".join(
+            f"{t} {sum(v) * 1000:.1f} ms, Envoy CPU {cpus.get(t, 0.0) * 1000:.0f} ms"
+            for t, v in applied.items()
+        )
+        print(f"[{self.label}] change {k}: acked in {took * 1000:.0f} ms ({per})")
+
+    def summary(self) -> str:
+        applies = sorted(a for a, _ in self.changes)
+        cpu = sum(c for _, c in self.changes)
+        return (
+            f"[{self.label}] {len(applies)} changes: Envoy apply (push -> ACK) median "
+            f"{statistics.median(applies) * 1000:.1f} ms, max {applies[-1] * 1000:.1f} ms, "
+            f"Envoy CPU {cpu * 1000 / len(applies):.1f} ms a change"
+        )
+
+    async def stop(self) -> None:
+        self.envoy.terminate()
+        self.envoy.wait()
+        await self.server.stop()
+
+
 async def run(args: argparse.Namespace) -> None:
     shape = shapes.Shape("hosts", args.objects)
     store = load(shape)
@@ -102,65 +211,14 @@ async def run(args: argparse.Namespace) -> None:
     memo, tmemo = CompileMemo(), translate_module.TranslateMemo()
     graph = build_graph(store.snapshot(), options, dialects, memo).graph
     resources = translate_module.translate(graph, topts, tmemo)
-    server = XdsServer(inline_scopes=not args.named_scopes)
-    timings = Timings()
-    timings.hook(server)
-    xds_port = await server.start("127.0.0.1", 0)
-    admin_port = free_port()
+    forms = [("named", True), ("inline", False)] if args.ab else []
+    forms = forms or [("named" if args.named_scopes else "inline", args.named_scopes)]
+    sides: list[Side] = []
     with tempfile.TemporaryDirectory() as tmp:
-        config = bootstrap_config(
-            xds_address="127.0.0.1",
-            xds_port=xds_port,
-            admin_address="127.0.0.1",
-            admin_port=admin_port,
-            node_id="bench",
-            xds_api=args.xds_api,
-        )
-        for key, value in json.loads(args.bootstrap).items():
-            if value is None:
-                config.pop(key, None)
-            else:
-                config[key] = value
-        path = write_bootstrap(Path(tmp) / "bootstrap.yaml", config)
-        envoy = subprocess.Popen(
-            [
-                *("envoy", "-c", str(path), "-l", "warning", "--concurrency", "1"),
-                *("--use-dynamic-base-id", *args.envoy_args),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=open(Path(tmp) / "envoy.log", "w"),  # noqa: SIM115
-        )
         try:
-            while server.connected() == 0:
-                await asyncio.sleep(0.05)
-            timings.pid, timings.last_cpu = envoy.pid, cpu_seconds(envoy.pid)
-            cpu0 = timings.last_cpu
-            t0 = time.monotonic()
-            version = server.set_resources(resources)
-            if not await server.wait_acked(version, 300):
-                raise SystemExit(f"not acked: {server.readiness()}")
-            first = time.monotonic() - t0
-            cpu = cpu_seconds(envoy.pid) - cpu0
-            await asyncio.sleep(1)
-            rss, hwm = rss_mib(envoy.pid)
-            stats = admin_get(admin_port, "/stats").count("\n")
-            memory = json.loads(admin_get(admin_port, "/memory"))
-            applied, cpus = timings.take(), timings.take_cpu()
-            print(
-                f"first apply {first:.2f} s (set_resources -> every type acked), "
-                f"Envoy CPU {cpu:.2f} s; {os.getloadavg()[0]:.2f} load"
-            )
-            for t, values in applied.items():
-                print(
-                    f"  {t:13s} {sum(values):6.2f} s over {len(values)} response(s), "
-                    f"Envoy CPU {cpus.get(t, 0.0):6.2f} s"
-                )
-            print(
-                f"Envoy RSS {rss:.0f} MiB (peak {hwm:.0f}), allocated "
-                f"{int(memory['allocated']) / 2**20:.0f} MiB, heap "
-                f"{int(memory['heap_size']) / 2**20:.0f} MiB, {stats} stats"
-            )
-            timings.last_cpu = cpu_seconds(envoy.pid)
+            for label, named in forms:
+                sides.append(await Side.start(label, args, Path(tmp), named))
+                await sides[-1].first_apply(resources)
             for k in range(args.changes):
                 i = (k * 7919) % args.objects
                 name = f"proxy-{i}.yaml"
@@ -170,24 +228,18 @@ async def run(args: argparse.Namespace) -> None:
                 snap = store.snapshot()
                 result = build_graph(snap, options, dialects, memo, store.changes(old, snap))
                 resources = translate_module.translate(result.graph, topts, tmemo)
-                t0 = time.monotonic()
-                version = server.set_resources(resources)
-                if not await server.wait_acked(version, 60):
-                    raise SystemExit("change not acked")
-                took = time.monotonic() - t0
-                applied, cpus = timings.take(), timings.take_cpu()
-                per = ", ".join(
-                    f"{t} {sum(v) * 1000:.1f} ms, Envoy CPU {cpus.get(t, 0.0) * 1000:.0f} ms"
-                    for t, v in applied.items()
-                )
-                print(f"change {k}: acked in {took * 1000:.0f} ms ({per})")
+                # Each side in turn, alternating who goes first: the same load for both.
+                for side in sides if k % 2 == 0 else sides[::-1]:
+                    await side.change(k, resources)
+            for side in sides:
+                if side.changes:
+                    print(side.summary())
             if args.keep:
-                print(f"admin port {admin_port}; Ctrl-C to stop")
+                print(f"admin ports {[s.admin_port for s in sides]}; Ctrl-C to stop")
                 await asyncio.sleep(3600)
         finally:
-            envoy.terminate()
-            envoy.wait()
-            await server.stop()
+            for side in sides:
+                await side.stop()
 
 
 def main() -> None:
@@ -199,6 +251,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true")
     parser.add_argument(
         "--named-scopes", action="store_true", help="Delta streams too take scopes naming tables"
+    )
+    parser.add_argument(
+        "--ab", action="store_true", help="two Envoys, named and inline scopes, changes in turn"
     )
     parser.add_argument(
         "--bootstrap", default="{}", help="JSON: top-level bootstrap fields to set (null: drop)"
