@@ -1,8 +1,8 @@
 """Scoped route configurations (SRDS) over ADS: Envoy subscribes to them with a wildcard, gets
 them after the listeners and before the route configurations they name, as the whole set over
 SotW and as changes over Delta; readiness counts the route configurations the scopes name.
-A Delta stream takes each scope with its route configuration inline (`inline_scopes`, the
-default); with `inline_scopes=False` it takes them as a SotW stream does, naming them."""
+With `inline_scopes` (`--xds-inline-scopes`) a Delta stream takes each scope with its route
+configuration inline; without, it takes them as a SotW stream does, naming them."""
 
 from __future__ import annotations
 
@@ -72,9 +72,9 @@ async def server() -> AsyncIterator[XdsServer]:
 
 
 @pytest.fixture
-async def named() -> AsyncIterator[XdsServer]:
-    """A server whose Delta streams take scopes naming their route configurations."""
-    srv = XdsServer(Metrics(), inline_scopes=False)
+async def inline() -> AsyncIterator[XdsServer]:
+    """A server whose Delta streams take scopes with their route configurations inline."""
+    srv = XdsServer(Metrics(), inline_scopes=True)
     srv.port = await srv.start("127.0.0.1", 0)  # type: ignore[attr-defined]
     yield srv
     await srv.stop(0)
@@ -102,9 +102,8 @@ async def take_a_and_b(client: DeltaClient | AdsClient) -> None:
 
 
 async def test_delta_sends_scopes_then_only_the_changed_route_configuration(
-    named: XdsServer,
+    server: XdsServer,
 ) -> None:
-    server = named
     server.set_resources(resources({"a.example.com": "a", "b.example.com": "b"}))
     client = DeltaClient(server.port)  # type: ignore[attr-defined]
     try:
@@ -144,12 +143,11 @@ async def test_delta_sends_scopes_then_only_the_changed_route_configuration(
 
 
 async def test_new_route_configurations_go_before_changed_ones_and_old_scopes_after(
-    named: XdsServer,
+    server: XdsServer,
 ) -> None:
     """A split host's index (a changed route configuration) may name scopes just added: their
     route configurations go first. A scope the new configuration drops stays until Envoy took
     the route configurations that stopped naming it."""
-    server = named
     c = "ingress_http/c.example.com"
     hosts = {"a.example.com": "a", "b.example.com": "b"}
     server.set_resources(resources(hosts))
@@ -246,9 +244,10 @@ def inline_tables(response: object) -> dict[str, str]:
     return out
 
 
-async def test_delta_takes_each_scope_with_its_table_inline(server: XdsServer) -> None:
+async def test_delta_takes_each_scope_with_its_table_inline(inline: XdsServer) -> None:
     """No route configuration over RDS: Envoy is ready once it took the listener and the scopes,
     a changed host sends its scope alone, a new host its scope, a gone host its removal."""
+    server = inline
     server.set_resources(resources({"a.example.com": "a", "b.example.com": "b"}))
     client = DeltaClient(server.port)  # type: ignore[attr-defined]
     try:
@@ -288,7 +287,7 @@ def test_an_inline_scope_is_what_protobuf_serializes() -> None:
     """The inline scope is joined from the scope's and the table's bytes: the very bytes of the
     message with `route_configuration` set, the route configuration the translation has."""
     translated = resources({"a.example.com": "a", "b.example.com": "b"})
-    server = XdsServer(Metrics())
+    server = XdsServer(Metrics(), inline_scopes=True)
     server.set_resources(translated)
     snapshot = server._snapshot
     assert snapshot is not None and snapshot.inline is not None
@@ -302,7 +301,8 @@ def test_an_inline_scope_is_what_protobuf_serializes() -> None:
         assert packed.value == expected.SerializeToString(deterministic=True)
 
 
-async def test_sotw_and_delta_streams_each_take_their_form(server: XdsServer) -> None:
+async def test_sotw_and_delta_streams_each_take_their_form(inline: XdsServer) -> None:
+    server = inline
     server.set_resources(resources({"a.example.com": "a", "b.example.com": "b"}))
     sotw = AdsClient(server.port, node_id="sotw")  # type: ignore[attr-defined]
     delta = DeltaClient(server.port, node_id="delta")  # type: ignore[attr-defined]
@@ -332,10 +332,11 @@ async def test_sotw_and_delta_streams_each_take_their_form(server: XdsServer) ->
 
 
 async def test_inline_new_scopes_go_before_changed_ones_and_old_scopes_after(
-    server: XdsServer,
+    inline: XdsServer,
 ) -> None:
     """Inline, a split host's index scope may name path scopes just added: those go first. A
     scope the configuration drops stays until Envoy took the scopes that stopped naming it."""
+    server = inline
     hosts = {"a.example.com": "a", "b.example.com": "b"}
     server.set_resources(resources(hosts))
     client = DeltaClient(server.port)  # type: ignore[attr-defined]
@@ -363,9 +364,10 @@ async def test_inline_new_scopes_go_before_changed_ones_and_old_scopes_after(
         await client.close()
 
 
-async def test_patched_inline_scopes_are_a_fresh_build(server: XdsServer) -> None:
+async def test_patched_inline_scopes_are_a_fresh_build(inline: XdsServer) -> None:
     """What a Delta stream holds after a walk of changes is what a fresh server sends at once
     (names and versions): the inline form patched per change is the one made afresh."""
+    server = inline
     steps = [
         {"a.example.com": "a", "b.example.com": "b"},
         {"a.example.com": "a2", "b.example.com": "b"},
@@ -374,7 +376,7 @@ async def test_patched_inline_scopes_are_a_fresh_build(server: XdsServer) -> Non
         {"a.example.com": "a", "c.example.com": "c2", "d.example.com": "d"},
     ]
     walked = await held_scopes(server, steps)
-    fresh = XdsServer(Metrics())
+    fresh = XdsServer(Metrics(), inline_scopes=True)
     fresh.port = await fresh.start("127.0.0.1", 0)  # type: ignore[attr-defined]
     try:
         assert walked == await held_scopes(fresh, steps[-1:])
@@ -404,9 +406,10 @@ async def held_scopes(server: XdsServer, steps: list[dict[str, str]]) -> dict[st
     return held
 
 
-async def test_a_changed_table_under_the_very_same_scope_is_sent_inline(server: XdsServer) -> None:
+async def test_a_changed_table_under_the_very_same_scope_is_sent_inline(inline: XdsServer) -> None:
     """The inline scope follows its route configuration even when the scope message is the
     very same object (only the table changed)."""
+    server = inline
     first = resources({"a.example.com": "a", "b.example.com": "b"})
     server.set_resources(first)
     client = DeltaClient(server.port)  # type: ignore[attr-defined]
@@ -431,7 +434,7 @@ def test_inline_scopes_patched_over_a_random_walk_are_a_fresh_build() -> None:
     server patched is, name by name, the one a fresh server makes."""
     rng = random.Random(11)
     memo = TranslateMemo()
-    walked = XdsServer(Metrics())
+    walked = XdsServer(Metrics(), inline_scopes=True)
     hosts: dict[str, str] = {}
     for _ in range(40):
         host = f"{rng.choice('abcdef')}.example.com"
@@ -441,7 +444,7 @@ def test_inline_scopes_patched_over_a_random_walk_are_a_fresh_build() -> None:
             hosts[host] = rng.choice(("x", "y", "z"))
         graph = resources_graph(hosts)
         walked.set_resources(translate(graph, SCOPED, memo))
-        fresh = XdsServer(Metrics())
+        fresh = XdsServer(Metrics(), inline_scopes=True)
         fresh.set_resources(translate(graph, SCOPED))
         mine, theirs = walked._snapshot, fresh._snapshot
         assert mine is not None and theirs is not None

@@ -1506,10 +1506,10 @@ class XdsServer:
         metrics: Metrics | None = None,
         *,
         on_state_change: Callable[[], None] | None = None,
-        inline_scopes: bool = True,
+        inline_scopes: bool = False,
     ) -> None:
-        # Delta streams take the scopes with their route configurations inline (`_InlineScopes`);
-        # False: as State-of-the-World streams do, naming them.
+        # True: Delta streams take the scopes with their route configurations inline
+        # (`_InlineScopes`, `--xds-inline-scopes`); False: naming them, as SotW streams do.
         self.inline_scopes = inline_scopes
         self._metrics = metrics
         self._on_state_change = on_state_change
