@@ -16,9 +16,10 @@ differs in what a response holds and how a request subscribes:
 * ACK/NACK, the per-resource refusal bookkeeping and the make-before-break order below are the
   same for both variants; stale clusters go out as `removed_resources` after the routes stopped
   naming them.
-* Scoped RDS: a delta stream gets each scope with its RouteConfiguration inline
-  (`_InlineScopes`, derived from the one translation per snapshot), a SotW stream the scopes
-  naming their route configurations, as translated. Each stream's versions, targets and
+* Scoped RDS: with `inline_scopes` (`--xds-inline-scopes`) a delta stream gets each scope with
+  its RouteConfiguration inline (`_InlineScopes`, derived from the one translation per
+  snapshot); a SotW stream, and any stream without it, the scopes naming their route
+  configurations, as translated. Each stream's versions, targets and
   readiness are those of its own form (`_Snapshot.of` and the like).
 
 Protocol rules this module keeps (see the xDS protocol's "ACK/NACK and resource type instance
@@ -558,13 +559,16 @@ def _referenced(
 
 @dataclass(frozen=True, slots=True)
 class _InlineScopes:
-    """The scopes of a snapshot as a Delta stream is sent them: each with the RouteConfiguration
-    it names inline (`ScopedRouteConfiguration.route_configuration`). Envoy then builds a scope's
-    table as it takes the scope, with no RDS subscription per scope (a subscription, its init
-    target and a dozen statistics each, and a second round trip before the table is in effect).
-    A Delta response carries only the changed scopes, so a one-host change still sends one
-    scope. A State-of-the-World stream keeps the scopes naming their route configurations: each
-    of its scope responses carries every scope, and inline, every table.
+    """The scopes of a snapshot as a Delta stream is sent them with `XdsServer.inline_scopes`
+    (`--xds-inline-scopes`): each with the RouteConfiguration it names inline
+    (`ScopedRouteConfiguration.route_configuration`). Envoy then builds a scope's table as it
+    takes the scope, with no RDS subscription per scope (a subscription, its init target and a
+    dozen statistics each, and a second round trip before the table is in effect): a shorter
+    first configuration and less memory, but a changed table is a scoped RDS update, which
+    costs Envoy more than an RDS one (docs/data-plane.md). A Delta response carries only the
+    changed scopes, so a one-host change still sends one scope. A State-of-the-World stream keeps
+    the scopes naming their route configurations: each of its scope responses carries every
+    scope, and inline, every table.
 
     Derived from the one translation per snapshot, and patched: a scope is made again only when
     it or the route configuration of its name changed (or it names another one: `odd`)."""
