@@ -618,6 +618,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         rate_limit_timeout_s=args.rate_limit_timeout,
         node_id=getattr(args, "node_id", defaults.node_id),
         xds_api=getattr(args, "xds_api", defaults.xds_api),
+        xds_inline_scopes=getattr(args, "xds_inline_scopes", defaults.xds_inline_scopes),
         empty_file_grace_s=getattr(args, "empty_file_grace", defaults.empty_file_grace_s),
         exclude=tuple(args.exclude),
         state_dir=getattr(args, "state_dir", defaults.state_dir),
@@ -735,6 +736,13 @@ def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
     serve.add_argument("--node-id", default="turnout-envoy", help="the child Envoy's node id")
     _add_kubernetes_status_flags(serve)
     _add_xds_api(serve, "the child Envoy's")
+    serve.add_argument(
+        "--xds-inline-scopes",
+        action="store_true",
+        help="Delta Envoys take each host's scope with its route table inline: a shorter first "
+        "configuration and less Envoy memory at thousands of hosts, but a one-host change costs "
+        "Envoy a scope update (docs/data-plane.md, 'Inline scopes over Delta')",
+    )
     serve.add_argument(
         "--state-dir",
         type=Path,

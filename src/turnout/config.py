@@ -106,6 +106,8 @@ class ServeConfig:
     node_id: str = "turnout-envoy"
     # The ADS variant of the child Envoy's bootstrap (`--xds-api`): "delta" or "sotw".
     xds_api: str = "delta"
+    # Delta Envoys take each scope with its RouteConfiguration inline (`XdsServer.inline_scopes`).
+    xds_inline_scopes: bool = False
     # The Envoy child's bootstrap, pid file and admin socket (`envoy.state`); None: the default
     # per-user directory for this HTTP port (`envoy.state.default_state_dir`).
     state_dir: Path | None = None

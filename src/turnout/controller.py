@@ -248,7 +248,11 @@ class Controller:
         self.translate_options = translate_options
         self.metrics = metrics or Metrics()
         self.store = Store()
-        self.xds = XdsServer(self.metrics, on_state_change=self._settle)
+        self.xds = XdsServer(
+            self.metrics,
+            on_state_change=self._settle,
+            inline_scopes=config.xds_inline_scopes,
+        )
         self.envoy: EnvoyProcess | None = None
         self.applied: Applied | None = None
         self.xds_port: int = config.xds_port

@@ -344,7 +344,9 @@ class Harness:
         self._echoes.clear()
 
 
-async def start_harness(tmp: Path) -> Harness:
+async def start_harness(tmp: Path, **settings: Any) -> Harness:
+    """A controller with its own Envoy serving `tmp/config`; `settings`: more `ServeConfig`
+    fields."""
     config_dir = tmp / "config"
     config_dir.mkdir()
     http_port = free_port()
@@ -360,6 +362,7 @@ async def start_harness(tmp: Path) -> Harness:
         demo_backends=False,
         state_dir=tmp / "state",
         debounce_ms=50,
+        **settings,
     )
     controller = build_controller(config)
     await controller.start()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from turnout.app import default_sources
+from turnout.app import build_controller, default_sources
 from turnout.cli import build_parser, main, serve_config
 from turnout.config import ServeConfig
 from turnout.sources.base import StoreSink
@@ -301,3 +301,13 @@ async def test_serve_empty_file_grace_flag_reaches_the_files_source(tmp_path: Pa
     for bad in ("-1", "nan", "x", "3601"):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["serve", str(tmp_path), "--empty-file-grace", bad])
+
+
+def test_xds_inline_scopes_reaches_the_xds_server(tmp_path: Path) -> None:
+    """`--xds-inline-scopes` makes the controller's xDS server send Delta Envoys inline scopes;
+    without it they name their route configurations."""
+    for flags, inline in (([], False), (["--xds-inline-scopes"], True)):
+        args = build_parser().parse_args(["serve", str(tmp_path), "--no-envoy", *flags])
+        config = serve_config(args)
+        assert config.xds_inline_scopes is inline
+        assert build_controller(config).xds.inline_scopes is inline

@@ -16,6 +16,11 @@ differs in what a response holds and how a request subscribes:
 * ACK/NACK, the per-resource refusal bookkeeping and the make-before-break order below are the
   same for both variants; stale clusters go out as `removed_resources` after the routes stopped
   naming them.
+* Scoped RDS: with `inline_scopes` (`--xds-inline-scopes`) a delta stream gets each scope with
+  its RouteConfiguration inline (`_InlineScopes`, derived from the one translation per
+  snapshot); a SotW stream, and any stream without it, the scopes naming their route
+  configurations, as translated. Each stream's versions, targets and
+  readiness are those of its own form (`_Snapshot.of` and the like).
 
 Protocol rules this module keeps (see the xDS protocol's "ACK/NACK and resource type instance
 version", "When to send an update" and "Eventual consistency considerations"):
@@ -73,6 +78,7 @@ from typing import Any, Literal
 import grpc
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2
+from envoy.config.route.v3 import scoped_route_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2,
 )
@@ -160,12 +166,17 @@ class _Resource:
     # This resource's share of its type's version (`content_version`), a function of name and
     # digest, so a type's version is a sum rather than a hash over every resource.
     mark: int = field(default=0, compare=False, repr=False)
+    # An inline scope (`_InlineScopes`): `data` is the scope without `route_configuration_name`
+    # and this the route configuration that goes inline, joined only when a response is built.
+    inlined: _Resource | None = field(default=None, compare=False, repr=False)
 
     def refs_of(self, child_type: str) -> tuple[str, ...]:
         return self.secret_refs if child_type == SECRET_TYPE else self.refs
 
     def packed(self) -> Any:
         """The resource as a response carries it (a `google.protobuf.Any`)."""
+        if self.inlined is not None:
+            return any_pb2.Any(type_url=self.type_url, value=_inline_bytes(self))
         return any_pb2.Any(type_url=self.type_url, value=self.data)
 
 
@@ -300,6 +311,30 @@ class _Snapshot:
     # type how many parent resources name each name: what a patched type updates.
     totals: Mapping[str, int] = field(default_factory=dict)
     ref_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # The scopes with their route configurations inline, for Delta streams (None: not made).
+    inline: _InlineScopes | None = None
+
+    # -- per form: what a stream taking inline scopes (`inline`) sees of each type ------------
+
+    def of(self, type_url: str, inline: bool) -> Mapping[str, _Resource]:
+        if inline and type_url == SCOPED_ROUTE_TYPE and self.inline is not None:
+            return self.inline.resources
+        return self.resources[type_url]
+
+    def version_of(self, type_url: str, inline: bool) -> str:
+        if inline and type_url == SCOPED_ROUTE_TYPE and self.inline is not None:
+            return self.inline.version
+        return self.type_versions[type_url]
+
+    def changes_of(self, type_url: str, inline: bool) -> frozenset[str]:
+        if inline and type_url == SCOPED_ROUTE_TYPE and self.inline is not None:
+            return self.inline.changes
+        return self.changes.get(type_url, frozenset())
+
+    def referenced_of(self, type_url: str, inline: bool) -> frozenset[str]:
+        if inline and type_url == ROUTE_TYPE and self.inline is not None:
+            return self.inline.referenced
+        return self.referenced.get(type_url, frozenset())
 
     @staticmethod
     def build(
@@ -307,6 +342,7 @@ class _Snapshot:
         envoy_resources: EnvoyResources,
         previous: _Snapshot | None,
         equal_sources: Mapping[str, tuple[Any, ...]] | None = None,
+        inline: bool = False,
     ) -> _Snapshot:
         """The snapshot of `envoy_resources`. What `previous` already held as the very same
         message is reused as it was (no serialization, no hash), and a type none of whose
@@ -314,7 +350,8 @@ class _Snapshot:
         patched from the very tuple `previous` was built from (`EnvoyResources.changes`) is
         patched here too: the work is in the changes alone. `equal_sources`: the tuples of a
         later snapshot not installed because its content was `previous`'s, which stand for
-        `previous`'s own (the translator patches the last tuples it made)."""
+        `previous`'s own (the translator patches the last tuples it made). `inline`: also make
+        the inline form of the scopes (`_InlineScopes`), patched from `previous`'s."""
         aliases = equal_sources or {}
         resources: dict[str, Mapping[str, _Resource]] = {}
         changes: dict[str, frozenset[str]] = {}
@@ -342,7 +379,11 @@ class _Snapshot:
             if changed:
                 resources[type_url], changes[type_url] = by_name, changed
                 totals[type_url] = total
-        return _Snapshot._finish(seq, resources, changes, sources, totals, previous)
+        snapshot = _Snapshot._finish(seq, resources, changes, sources, totals, previous)
+        if not inline:
+            return snapshot
+        before = previous.inline if previous is not None else None
+        return dataclasses.replace(snapshot, inline=_inline_scopes(resources, changes, before))
 
     @staticmethod
     def _finish(
@@ -513,6 +554,140 @@ def _referenced(
 
 
 # ---------------------------------------------------------------------------------------------
+# Inline scopes: what a Delta stream is sent of scoped RDS
+
+
+@dataclass(frozen=True, slots=True)
+class _InlineScopes:
+    """The scopes of a snapshot as a Delta stream is sent them with `XdsServer.inline_scopes`
+    (`--xds-inline-scopes`): each with the RouteConfiguration it names inline
+    (`ScopedRouteConfiguration.route_configuration`). Envoy then builds a scope's table as it
+    takes the scope, with no RDS subscription per scope (a subscription, its init target and a
+    dozen statistics each, and a second round trip before the table is in effect): a shorter
+    first configuration and less memory, but a changed table is a scoped RDS update, which
+    costs Envoy more than an RDS one (docs/data-plane.md). A Delta response carries only the
+    changed scopes, so a one-host change still sends one scope. A State-of-the-World stream keeps
+    the scopes naming their route configurations: each of its scope responses carries every
+    scope, and inline, every table.
+
+    Derived from the one translation per snapshot, and patched: a scope is made again only when
+    it or the route configuration of its name changed (or it names another one: `odd`)."""
+
+    resources: Mapping[str, _Resource]
+    version: str
+    total: int
+    # The names whose resource is not the very same object in the previous snapshot's form.
+    changes: frozenset[str]
+    # Scopes naming a route configuration of another name: made again on every change.
+    odd: frozenset[str]
+    # The route configurations the listeners name, and of those the ones that exist: what a
+    # stream of this form subscribes to (it asks for no scope's route configuration).
+    listener_refs: frozenset[str]
+    referenced: frozenset[str]
+
+
+# `ScopedRouteConfiguration.route_configuration`, field 5, length-delimited: the highest field
+# number of the message, so appended to the others (which a deterministic serialization writes in
+# field order) it gives the bytes the inline message serializes to.
+_INLINE_TAG = bytes([5 << 3 | 2])
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _inline_bytes(res: _Resource) -> bytes:
+    config = res.inlined
+    assert config is not None
+    return res.data + _INLINE_TAG + _varint(len(config.data)) + config.data
+
+
+def _inline(scope: _Resource, routes: Mapping[str, _Resource]) -> _Resource:
+    """`scope` with the route configuration it names inline; `scope` itself when the snapshot
+    has no such route configuration (Envoy then asks for it over RDS, as ever)."""
+    config = routes.get(scope.refs[0]) if scope.refs else None
+    if config is None:
+        return scope
+    message = scoped_route_pb2.ScopedRouteConfiguration.FromString(scope.data)
+    message.ClearField("route_configuration_name")
+    head = message.SerializeToString(deterministic=True)
+    hashed = hashlib.sha256(head)
+    hashed.update(_INLINE_TAG + _varint(len(config.data)))
+    hashed.update(config.data)
+    digest = hashed.hexdigest()
+    return _Resource(
+        name=scope.name,
+        digest=digest,
+        data=head,
+        type_url=SCOPED_ROUTE_TYPE,
+        mark=_mark(scope.name, digest),
+        inlined=config,
+    )
+
+
+def _is_odd(name: str, scope: _Resource) -> bool:
+    return scope.refs != (name,)
+
+
+def _inline_scopes(
+    resources: Mapping[str, Mapping[str, _Resource]],
+    changes: Mapping[str, frozenset[str]],
+    previous: _InlineScopes | None,
+) -> _InlineScopes:
+    """The inline form of `resources`' scopes, patched from `previous` (the form of the snapshot
+    `changes` are relative to) for the changed scopes and route configurations only."""
+    scopes, routes = resources[SCOPED_ROUTE_TYPE], resources[ROUTE_TYPE]
+    listeners = resources[LISTENER_TYPE]
+    if previous is None or not changes:
+        by_name = {name: _inline(res, routes) for name, res in scopes.items()}
+        odd = frozenset(name for name, res in scopes.items() if _is_odd(name, res))
+        refs = frozenset[str]().union(*(res.refs for res in listeners.values()))
+        total = _total(by_name.values())
+        return _InlineScopes(
+            by_name, _version_of(total), total, frozenset(by_name), odd, refs, refs & routes.keys()
+        )
+    refs = previous.listener_refs
+    if changes[LISTENER_TYPE]:
+        refs = frozenset[str]().union(*(res.refs for res in listeners.values()))
+    referenced = previous.referenced
+    if refs is not previous.listener_refs or not refs.isdisjoint(changes[ROUTE_TYPE]):
+        referenced = refs & routes.keys()
+    # Only these can have changed: the rest is the very same scope naming the very same table.
+    touched = changes[SCOPED_ROUTE_TYPE] | changes[ROUTE_TYPE] | previous.odd
+    base, patched = previous.resources, None
+    total, strays = previous.total, set(previous.odd)
+    for name in touched:
+        old, scope = base.get(name), scopes.get(name)
+        new = None if scope is None else _inline(scope, routes)
+        strays.discard(name)
+        if scope is not None and _is_odd(name, scope):
+            strays.add(name)
+        if new is old or (old is not None and new is not None and old.digest == new.digest):
+            continue
+        if patched is None:
+            patched = dict(base)
+        if old is not None:
+            total -= _total((old,))
+            del patched[name]
+        if new is not None:
+            total += _total((new,))
+            patched[name] = new
+    if patched is None:
+        return _InlineScopes(
+            base, previous.version, total, frozenset(), frozenset(strays), refs, referenced
+        )
+    changed = frozenset(n for n in touched if patched.get(n) is not base.get(n))
+    return _InlineScopes(
+        patched, _version_of(total), total, changed, frozenset(strays), refs, referenced
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # Per-stream state
 
 
@@ -676,6 +851,8 @@ class _Stream:
         self.id = stream_id
         self.peer = peer
         self.delta = delta
+        # Takes the scopes with their route configurations inline (`_InlineScopes`).
+        self.inline = delta and server.inline_scopes
         self.node_id: str | None = None
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.snapshot: _Snapshot | None = None
@@ -710,11 +887,11 @@ class _Stream:
             return
         for type_url, st in self.types.items():
             if snapshot.base == old.seq:
-                st.touch(snapshot.changes.get(type_url, ()))
+                st.touch(snapshot.changes_of(type_url, self.inline))
             else:
                 st.forget_dirty()
         for type_url, retained in self.retained.items():
-            current = snapshot.resources[type_url]
+            current = snapshot.of(type_url, self.inline)
             st = self.types[type_url]
             # Names outside `current` enter what the stream was sent or acknowledged only by a
             # response, an answer or a resumption, each of which moves nonce, pending or
@@ -963,9 +1140,13 @@ class _Stream:
 
     # -- what the stream should have --------------------------------------------------------
 
+    def current(self, type_url: str, snapshot: _Snapshot) -> Mapping[str, _Resource]:
+        """`snapshot`'s resources of `type_url` in the form this stream is sent."""
+        return snapshot.of(type_url, self.inline)
+
     def _target(self, type_url: str) -> Mapping[str, _Resource]:
         assert self.snapshot is not None
-        current = self.snapshot.resources[type_url]
+        current = self.snapshot.of(type_url, self.inline)
         retained = self.retained.get(type_url)
         if not retained:
             return current
@@ -973,8 +1154,8 @@ class _Stream:
 
     def _target_version(self, type_url: str, target: Mapping[str, _Resource]) -> str:
         assert self.snapshot is not None
-        if target is self.snapshot.resources[type_url]:
-            return self.snapshot.type_versions[type_url]
+        if target is self.snapshot.of(type_url, self.inline):
+            return self.snapshot.version_of(type_url, self.inline)
         return content_version(target.values())
 
     def _counted_names(self, type_url: str, target: Mapping[str, _Resource]) -> set[str]:
@@ -988,7 +1169,7 @@ class _Stream:
         if self.retained.get(type_url) or any(self.retained.get(p) for p in parents):
             named_by = (res for p in parents for res in self._target(p).values())
             return counted | _referenced(named_by, target, type_url)
-        return counted | self.snapshot.referenced[type_url]
+        return counted | self.snapshot.referenced_of(type_url, self.inline)
 
     def _synced(self, type_url: str, excused: frozenset[str] = frozenset()) -> bool:
         """Has the stream acknowledged the current content of this type? `excused`: listeners
@@ -1017,7 +1198,7 @@ class _Stream:
         ):
             # Only a name whose acknowledged content differs can be one that is not synced.
             assert self.snapshot is not None
-            referenced = self.snapshot.referenced.get(type_url, frozenset())
+            referenced = self.snapshot.referenced_of(type_url, self.inline)
             return not any(
                 name in target and (st.wildcard or name in st.names or name in referenced)
                 for name in self._unacked(st, target)
@@ -1158,7 +1339,8 @@ class _Stream:
         target = self._target(type_url)
         candidates = self._candidates(st, target)
         names = sorted(name for name in candidates if name in target)
-        if type_url == ROUTE_TYPE:
+        if type_url == ROUTE_TYPE or (type_url == SCOPED_ROUTE_TYPE and self.inline):
+            # Inline, a split host's new path scopes go before the index scope naming them.
             names = _new_first(st, names)
         send = [
             target[name]
@@ -1328,7 +1510,11 @@ class XdsServer:
         metrics: Metrics | None = None,
         *,
         on_state_change: Callable[[], None] | None = None,
+        inline_scopes: bool = False,
     ) -> None:
+        # True: Delta streams take the scopes with their route configurations inline
+        # (`_InlineScopes`, `--xds-inline-scopes`); False: naming them, as SotW streams do.
+        self.inline_scopes = inline_scopes
         self._metrics = metrics
         self._on_state_change = on_state_change
         self._snapshot: _Snapshot | None = None
@@ -1394,7 +1580,9 @@ class XdsServer:
     def set_resources(self, resources: EnvoyResources) -> str:
         """Install a new snapshot and return its version. Identical content keeps the version and
         wakes nobody, so nothing is pushed."""
-        candidate = _Snapshot.build(self._seq + 1, resources, self._snapshot, self._equal_sources)
+        candidate = _Snapshot.build(
+            self._seq + 1, resources, self._snapshot, self._equal_sources, self.inline_scopes
+        )
         if self._snapshot is not None and candidate.version == self._snapshot.version:
             self._equal_sources = candidate.sources
             return self._snapshot.version
@@ -1471,7 +1659,7 @@ class XdsServer:
         found: dict[tuple[str, str], RefusedResource] = {}
         for stream in sorted(self._streams.values(), key=lambda s: s.id):
             for type_url, st in stream.types.items():
-                current = snapshot.resources[type_url]
+                current = stream.current(type_url, snapshot)
                 for name, (digest, message) in st.refused.items():
                     res = current.get(name)
                     if res is not None and res.digest == digest:
