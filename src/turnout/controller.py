@@ -812,14 +812,22 @@ class Controller:
         """Starts the xDS server and the sources, and returns once every source has listed
         everything and that was compiled. Envoy (if turnout runs one) starts meanwhile: it waits
         on ADS, which answers nothing before the first compile, so a new Envoy is programmed
-        as soon as that is through and an adopted one keeps serving what it had until then."""
+        as soon as that is through and an adopted one keeps serving what it had until then;
+        unless the last run's served state was restored (`_restore_served`): then ADS serves
+        that at once."""
         tls = self.config.xds_tls
         self.xds_port = await self.xds.start(
             self.config.xds_address,
             self.config.xds_port,
             credentials=None if tls is None else server_credentials(tls),
         )
-        await self._restore_served()
+        # Envoy starts while the served state is looked for; the sources once that is settled, so
+        # that a change they see after the files were stat'ed is one the first compile has.
+        restoring = asyncio.create_task(self._restore_served(), name="served-restore")
+        try:
+            started = self.config.run_envoy and await self._start_envoy(replace=False)
+        finally:
+            await restoring
         for index, source in enumerate(self.sources):
             self._tasks.append(
                 asyncio.create_task(self._run_source(index, source), name=f"source-{source.name}")
@@ -830,7 +838,6 @@ class Controller:
             self._tasks.append(asyncio.create_task(self._save_served_later(), name="served"))
         for sink in self.status_sinks:
             self._tasks.append(asyncio.create_task(sink.run(), name="turnout-status-sink"))
-        started = self.config.run_envoy and await self._start_envoy(replace=False)
         await self._wait_first_compile()
         if self.config.demo_backends:
             await self._start_demo_backends()
