@@ -337,6 +337,7 @@ class Controller:
         self._restored_listeners: frozenset[str] | None = None
         self._served_key: tuple[ServedKey, str] | None = None
         self._served_mark: tuple[object, ...] | None = None
+        self._last_compiled = -math.inf  # monotonic
 
     # -- compile -------------------------------------------------------------------------------
 
@@ -500,6 +501,7 @@ class Controller:
     ) -> None:
         self.compile_error = None
         self._restored_listeners = None
+        self._last_compiled = time.monotonic()
         self.metrics.compile_seconds.observe(elapsed)
         self.metrics.compiles.inc()
         self.applied = Applied(result, version, time.time(), snapshot, resources)
@@ -751,7 +753,9 @@ class Controller:
     async def _save_served_later(self) -> None:
         while True:
             await asyncio.sleep(SERVED_STATE_POLL_S)
-            if time.monotonic() - self._last_change >= SERVED_STATE_QUIET_S:
+            # Quiet since the last change and the last compile: not while Envoy takes it.
+            quiet_since = max(self._last_change, self._last_compiled)
+            if time.monotonic() - quiet_since >= SERVED_STATE_QUIET_S:
                 await self.save_served()
 
     async def save_served(self) -> bool:

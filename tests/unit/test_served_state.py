@@ -30,6 +30,7 @@ from turnout.envoy.served_state import (
     files_key,
 )
 from turnout.envoy.xds import Serialized
+from turnout.sources import files
 from turnout.sources.files import file_stats
 
 PROXY = """\
@@ -88,6 +89,31 @@ def test_the_files_key_follows_every_file_read_and_nothing_else(tmp_path: Path) 
     assert added not in (first, touched)
     (objects / "p1.yaml").unlink()
     assert key() not in (first, touched, added)
+
+
+def test_file_stats_name_the_files_a_load_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects = write_tree(tmp_path)
+    (objects / "sub" / "deeper").mkdir(parents=True)
+    (objects / "sub" / "deeper" / "x.YML").write_text("a: 1")
+    (objects / "sub" / "skip.yaml").write_text("a: 1")
+    (objects / ".hidden.yaml").write_text("a: 1")
+    (objects / "notes.txt").write_text("")
+    (objects / "dir.yaml").mkdir()
+    (objects / "linked").symlink_to(objects / "sub")
+    (objects / "loop").symlink_to(objects)
+    single = tmp_path / "single.conf"
+    single.write_text("a: 1")
+    monkeypatch.chdir(tmp_path)
+    for roots in ((objects, single), (Path("objects"), Path("single.conf")), (Path("."),)):
+        for exclude in ((), ("skip.yaml",), ("sub/*",)):
+            expected = tuple(
+                sorted((str(p), files._signature(p)) for p in files.discover(roots, exclude))
+            )
+            assert file_stats(roots, exclude) == expected, (roots, exclude)
+            if not exclude:
+                assert any(path.endswith("deeper/x.YML") for path, _ in expected)
 
 
 def test_the_environment_key_follows_flags_options_and_code(
@@ -268,6 +294,10 @@ async def test_a_restart_with_unchanged_files_programs_envoy_before_the_compile(
         await asyncio.sleep(0.2)
         assert envoy.received() == []
         assert len(controller.statuses()) > 0
+        # The compile's messages stand behind the resources now: a change reuses the others.
+        current = controller.xds._snapshot
+        assert current is not None
+        assert all(r.message is not None for rs in current.resources.values() for r in rs.values())
     finally:
         gate.event.set()
         await envoy.stop()

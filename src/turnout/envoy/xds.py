@@ -240,8 +240,9 @@ def _pack(
     # Deterministic serialization makes the bytes a function of content only (map order).
     data = source.serialized(message)
     if old is not None and old.data == data:
-        # Equal content from a new message: keep the digest, remember the message.
-        return dataclasses.replace(old, message=message)
+        # Equal content from a new message: keep the digest, remember the message, and hold
+        # the bytes the translator holds too (not a copy: a restored resource's).
+        return dataclasses.replace(old, data=data, message=message)
     refs: tuple[str, ...] = ()
     secret_refs: tuple[str, ...] = ()
     if type_url == CLUSTER_TYPE:

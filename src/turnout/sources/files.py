@@ -28,6 +28,7 @@ import hashlib
 import inspect
 import logging
 import os
+import stat
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -86,7 +87,9 @@ def _hidden(name: str) -> bool:
 
 
 def _wanted(name: str) -> bool:
-    return Path(name).suffix.lower() in SUFFIXES
+    # `Path(name).suffix`, without making a Path (30,000 of them cost 0.2 s).
+    dot = name.rfind(".")
+    return 0 < dot < len(name) - 1 and name[dot:].lower() in SUFFIXES
 
 
 def excluded(relative: str, exclude: Sequence[str]) -> bool:
@@ -239,9 +242,50 @@ FileStat = tuple[str, _Signature | None]
 
 
 def file_stats(paths: Sequence[Path], exclude: Sequence[str] = ()) -> tuple[FileStat, ...]:
-    """Every file a load of `paths` would read, with its signature, sorted; nothing is read.
-    A restart compares it with what the last run loaded (`FileSource.loaded_stats`)."""
-    return tuple(sorted((str(path), _signature(path)) for path in discover(paths, exclude)))
+    """Every file a load of `paths` would read (`discover`), with its signature, sorted;
+    nothing is read. A restart compares it with what the last run loaded
+    (`FileSource.loaded_stats`). One `stat` per file: half of what `discover` and then
+    `_signature` cost (at 30,000 files about 1 s)."""
+    found: dict[str, _Signature | None] = {}
+    for root in paths:
+        if root.is_dir():
+            _tree_stats(root, exclude, found)
+        elif root.is_file() and not excluded(root.name, exclude):
+            found[str(root)] = _signature(root)
+    return tuple(sorted(found.items()))
+
+
+def _tree_stats(root: Path, exclude: Sequence[str], found: dict[str, _Signature | None]) -> None:
+    """`_walk`'s files under `root` with their signatures (the same walk: any difference would
+    only make a restart take the cold path)."""
+    seen: set[str] = set()
+    for current, subdirs, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(current)
+        if real in seen:
+            subdirs[:] = []
+            continue
+        seen.add(real)
+        here = Path(current)
+        base = here.relative_to(root).as_posix()
+        prefix = "" if base == "." else f"{base}/"
+        subdirs[:] = [d for d in subdirs if not _hidden(d) and not excluded(prefix + d, exclude)]
+        # str(here / name), without making a Path per file.
+        head = "" if str(here) == "." else os.path.join(str(here), "")
+        for name in names:
+            if _hidden(name) or not _wanted(name) or (exclude and excluded(prefix + name, exclude)):
+                continue
+            try:
+                st = os.stat(head + name)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found[head + name] = (
+                    st.st_dev,
+                    st.st_ino,
+                    st.st_size,
+                    st.st_mtime_ns,
+                    st.st_ctime_ns,
+                )
 
 
 @dataclass(frozen=True, slots=True)
