@@ -5,9 +5,12 @@ a file touched in between makes it compile first, as a cold start."""
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import signal
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,11 +18,33 @@ import pytest
 
 from tests.e2e.harness import free_port, service_yaml
 from tests.e2e.serve import start_serve, stop_serve, wait_ready
-from tests.e2e.test_dataplane_survives import backend_port  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.e2e
 
 RESTORED = "serving the last run's configuration"
+
+
+class _Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def backend_port() -> Iterator[int]:
+    """A backend that is not turnout's (the demo backends die with turnout)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _proxy(name: str, fqdn: str) -> str:
@@ -38,7 +63,7 @@ def _served(http_port: int, host: str) -> bool:
 
 def test_a_restart_serves_the_saved_state_and_a_touched_file_compiles_first(
     tmp_path: Path,
-    backend_port: int,  # noqa: F811
+    backend_port: int,
 ) -> None:
     config, state = tmp_path / "config", tmp_path / "state"
     config.mkdir()
