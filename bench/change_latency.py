@@ -24,6 +24,10 @@ figure is also printed as a ratio to it. Run:
 
     PYTHONPATH=src python3 bench/change_latency.py --objects 1000 --shape hosts --changes 20 --load
 
+`--restart` then restarts turnout twice with the files as the run left them: after a clean stop
+(turnout stops its Envoy: a fresh one starts) and after turnout alone was killed (SIGKILL: its
+Envoy is adopted), each measured as the cold start, plus when its first compile was through.
+
 `--serve-flags "..."` passes flags to every `turnout serve`. `--variants NAME=FLAGS ...` compares
 serve flags instead of sizes: each size runs once per variant, and the first variant is the
 baseline of the ratios, e.g. one RouteConfiguration against scoped routes per host:
@@ -378,8 +382,60 @@ async def measure(
         proc.wait(60)
 
 
+def compiled(client: httpx.AsyncClient, admin: str) -> object:
+    """Whether turnout's first compile is through (`turnout_compiles_total` counted one)."""
+
+    async def check() -> bool:
+        text = (await client.get(admin + "/metrics")).text
+        m = re.search(r"^turnout_compiles_total (\S+)$", text, re.MULTILINE)
+        return m is not None and float(m.group(1)) >= 1
+
+    return check
+
+
+async def restarts(run: Run, ports: dict[str, int], log: Path) -> dict[str, float]:
+    """Two restarts with the files as the measured run left them: after a clean stop (turnout
+    stops its Envoy, so a fresh one starts), then after turnout alone was killed (SIGKILL, once
+    its first compile was through): its Envoy kept running and is adopted."""
+    state = run.directory.parent / "state"
+    out: dict[str, float] = {}
+    try:
+        await restart_twice(run, ports, log, out)
+    except BaseException:
+        # The killed turnout's Envoy must not outlive the run.
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((state / "envoy.pid").read_text().split()[0]), signal.SIGTERM)
+        raise
+    return out
+
+
+async def restart_twice(run: Run, ports: dict[str, int], log: Path, out: dict[str, float]) -> None:
+    state = run.directory.parent / "state"
+    admin = f"http://127.0.0.1:{ports['admin-port']}"
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        for name in ("restart", "adopted"):
+            started = time.perf_counter()
+            proc = serve(run.directory, state, ports, log, run.flags)
+            try:
+                result = await cold_start(client, run, admin, started)
+                out[f"{name}_ready"], out[f"{name}_served"] = result["ready"], result["served"]
+                await until(compiled(client, admin), run.timeout)
+                out[f"{name}_compiled"] = time.perf_counter() - started
+            finally:
+                if name == "restart":
+                    proc.kill()  # turnout only: the next one adopts its Envoy
+                else:
+                    proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
+
+
 async def one(
-    shape: Shape, k: int, load: bool, timeout: float, flags: tuple[str, ...] = ()
+    shape: Shape,
+    k: int,
+    load: bool,
+    timeout: float,
+    flags: tuple[str, ...] = (),
+    restart: bool = False,
 ) -> dict[str, float]:
     names = ("http-port", "https-port", "admin-port", "xds-port", "envoy-admin-port")
     ports = {name: free_port() for name in names}
@@ -399,7 +455,10 @@ async def one(
         run = Run(shape, directory, pair, envoy, timeout, flags)
         try:
             generate(directory, shape, pair[0])
-            return await measure(run, ports, k, load, Path(tmp) / "turnout.log")
+            result = await measure(run, ports, k, load, Path(tmp) / "turnout.log")
+            if restart:
+                result.update(await restarts(run, ports, Path(tmp) / "turnout.log"))
+            return result
         except Exception:
             with contextlib.suppress(OSError):
                 sys.stderr.write((Path(tmp) / "turnout.log").read_text()[-4000:])
@@ -413,6 +472,11 @@ async def one(
 ROWS = (
     ("cold start: /readyz 200", "ready", "s"),
     ("cold start: a route served", "served", "s"),
+    ("restart (fresh Envoy): /readyz 200", "restart_ready", "s"),
+    ("restart (fresh Envoy): a route served", "restart_served", "s"),
+    ("restart (fresh Envoy): first compile through", "restart_compiled", "s"),
+    ("restart (Envoy adopted): /readyz 200", "adopted_ready", "s"),
+    ("restart (Envoy adopted): first compile through", "adopted_compiled", "s"),
     ("route added -> served p50", "route_p50", "ms"),
     ("route added -> served p99", "route_p99", "ms"),
     ("EndpointSlice -> new backend p50", "slice_p50", "ms"),
@@ -456,6 +520,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per wait")
     parser.add_argument("--serve-flags", default="", help="more flags for every turnout serve")
     parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="then restart with the files unchanged: after a clean stop, and turnout killed alone",
+    )
+    parser.add_argument(
         "--variants",
         nargs="+",
         default=[],
@@ -470,10 +539,13 @@ def main() -> None:
             compare_variants(args, shape, common, mode)
             continue
         base = asyncio.run(
-            one(Shape(shape, args.baseline), args.changes, args.load, args.timeout, common)
-        )
+            one(Shape(shape, args.baseline), args.changes, args.load, args.timeout, common,
+                args.restart)
+        )  # fmt: skip
         for n in args.objects:
-            big = asyncio.run(one(Shape(shape, n), args.changes, args.load, args.timeout, common))
+            big = asyncio.run(
+                one(Shape(shape, n), args.changes, args.load, args.timeout, common, args.restart)
+            )
             columns = (f"{args.baseline:,}", f"{n:,}")
             print(table(f"\n{shape}, {mode}", base, big, columns), flush=True)
 

@@ -19,6 +19,7 @@ from turnout.dialects.httpproxy import HTTPProxyDialect
 from turnout.dialects.ingress import IngressDialect
 from turnout.dialects.ingressroute import IngressRouteDialect
 from turnout.dialects.routegroup import RouteGroupDialect
+from turnout.envoy.served_state import STATE_NAME, ServedStateFile
 from turnout.envoy.state import default_state_dir
 from turnout.envoy.translate.options import (
     AccessLog,
@@ -168,6 +169,16 @@ def parse_cache(config: ServeConfig) -> ParseCache | None:
     return ParseCache(state / CACHE_NAME)
 
 
+def served_state(config: ServeConfig) -> ServedStateFile | None:
+    """The served state (`envoy/served_state.py`) next to the parse cache: files mode with an
+    Envoy child only (Kubernetes mode lists from the API server, whose answers no file stat
+    can vouch for)."""
+    if not config.run_envoy or config.kubernetes is not None:
+        return None
+    state = config.state_dir or default_state_dir(config.http_port)
+    return ServedStateFile(state / STATE_NAME)
+
+
 def kubernetes_status_sink(
     config: ServeConfig, client: AsyncClient, metrics: Metrics
 ) -> KubeStatusSink:
@@ -258,6 +269,7 @@ def build_controller(
         status_sinks=status_sinks,
         # The flag wins: the Service's addresses are not even read then.
         envoy_service=None if config.ingress_status_address else envoy_service(config.kubernetes),
+        served_state=served_state(config) if sources is None else None,
     )
 
 

@@ -748,8 +748,9 @@ def _add_serve(sub: argparse._SubParsersAction[_Parser]) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="the Envoy child's bootstrap, pid file and admin socket (mode 0600), and the "
-        "files' parse cache; a turnout "
+        help="the Envoy child's bootstrap, pid file and admin socket (mode 0600), the "
+        "files' parse cache and the served state (a restart with nothing changed serves it "
+        "before its first compile); a turnout "
         "started again with the same directory and ports adopts the Envoy a crashed one left "
         "serving (default: $XDG_RUNTIME_DIR/turnout-<http-port>, else "
         "/tmp/turnout-<uid>-<http-port>)",

@@ -58,10 +58,17 @@ from turnout.envoy.bootstrap import (
 )
 from turnout.envoy.process import EnvoyProcess
 from turnout.envoy.resources import EnvoyResources
+from turnout.envoy.served_state import (
+    ServedKey,
+    ServedState,
+    ServedStateFile,
+    environment_key,
+    files_key,
+)
 from turnout.envoy.state import StateDir, default_state_dir, our_envoy, same_bootstrap
 from turnout.envoy.translate import TranslateMemo, retranslate_clusters, translate
 from turnout.envoy.translate.options import TranslateOptions
-from turnout.envoy.xds import XdsServer
+from turnout.envoy.xds import Serialized, XdsServer
 from turnout.envoy.xds_tls import child_client_tls, server_credentials
 from turnout.graph.attribution import rejection_findings
 from turnout.graph.build import CompileResult, build_graph, fold_findings
@@ -72,6 +79,7 @@ from turnout.graph.memo import CompileMemo
 from turnout.metrics import Metrics
 from turnout.objects import ObjectRef, group_of
 from turnout.sources.base import Source, StoreSink
+from turnout.sources.files import CACHE_SAVE_DELAY_S, FileSource, FileStat, file_stats
 from turnout.sources.local_addresses import HostWatcher
 from turnout.sources.oidc import IssuerDiscoverer
 from turnout.status.model import IgnoredObject, ObjectStatus, State, stamp_transitions
@@ -101,6 +109,10 @@ ENDPOINT_KINDS = frozenset({("discovery.k8s.io", "EndpointSlice"), ("", "Endpoin
 FREEZE_DELAY_S = 0.05
 # A cold start that takes longer than this says how far it got, every this often.
 PROGRESS_INTERVAL_S = 1.0
+# The served state (`envoy.served_state`) is written once no change came for as long as the
+# parse cache waits, looked at this often.
+SERVED_STATE_QUIET_S = CACHE_SAVE_DELAY_S
+SERVED_STATE_POLL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +247,7 @@ class Controller:
         metrics: Metrics | None = None,
         status_sinks: Sequence[StatusSink] = (),
         envoy_service: ObjectRef | None = None,
+        served_state: ServedStateFile | None = None,
     ) -> None:
         self.config = config
         # Kubernetes mode: the Service whose load balancer addresses statuses name, read from
@@ -259,6 +272,20 @@ class Controller:
         self._init_compile_state()
         self._init_loop_state()
         self._init_publish_state()
+        self._init_served_state(served_state)
+
+    def _init_served_state(self, served_state: ServedStateFile | None) -> None:
+        """The served state: with one files source, what the xDS server held is saved for the
+        next start, which serves it until its first compile when nothing changed meanwhile."""
+        only = self.sources[0] if len(self.sources) == 1 else None
+        self._files = only if isinstance(only, FileSource) else None
+        self.served_state = served_state if self._files is not None else None
+        # The listeners readiness excuses while the restored state is served (None: it is
+        # not), what was saved or restored last, and when it was looked at last.
+        self._restored_listeners: frozenset[str] | None = None
+        self._served_key: tuple[ServedKey, str] | None = None
+        self._served_mark: tuple[object, ...] | None = None
+        self._last_compiled = -math.inf  # monotonic
 
     def _init_compile_state(self) -> None:
         """What the last compile left: its results and errors, and the memos the next one
@@ -494,6 +521,8 @@ class Controller:
         resources: EnvoyResources,
     ) -> None:
         self.compile_error = None
+        self._restored_listeners = None
+        self._last_compiled = time.monotonic()
         self.metrics.compile_seconds.observe(elapsed)
         self.metrics.compiles.inc()
         self.applied = Applied(result, version, time.time(), snapshot, resources)
@@ -690,6 +719,10 @@ class Controller:
             return False, self.compile_error
         if self.watch_error is not None:
             return False, self.watch_error
+        if self.applied is None and self._restored_listeners is not None:
+            # Serving the last run's configuration, the compile of these very files.
+            ready, reason = self.xds.readiness(self._restored_listeners)
+            return ready, f"{reason} (the last run's configuration; compiling)"
         if self.applied is None:
             waiting = [s.name for i, s in enumerate(self.sources) if i not in self._synced]
             if waiting:
@@ -700,28 +733,136 @@ class Controller:
         # Programmed False and must not take every other tenant's readiness down with it.
         return self.xds.readiness(self.dialects.reported_listeners(self.applied.result.graph))
 
+    # -- the served state ----------------------------------------------------------------------
+
+    def _served_settings(self, compile_input: _Input) -> tuple[object, ...]:
+        """What the output depends on besides the files and the code."""
+        return (self.config, compile_input.compile_options, compile_input.translate_options)
+
+    async def _restore_served(self) -> None:
+        """Hands the xDS server the served state the last run saved, when the files (listed and
+        stat'ed, not read) and everything else are what it was saved with: Envoy is programmed
+        from it before anything compiled. Anything else is the normal cold start."""
+        files, saved = self._files, self.served_state
+        if files is None or saved is None:
+            return
+        try:
+            state = await asyncio.to_thread(self._load_served, files, saved)
+            if state is None:
+                return
+            self.xds.restore(state.resources, state.version)
+        except Exception as err:  # never fatal: the cold start follows
+            log.warning("served state not used: %r", err)
+            return
+        self._restored_listeners = state.reported_listeners
+        self._served_key = (state.key, state.version)
+        log.info(
+            "serving the last run's configuration (%d resources, version %s) until compiled",
+            len(state.resources),
+            state.version,
+        )
+
+    def _load_served(self, files: FileSource, saved: ServedStateFile) -> ServedState | None:
+        settings = self._served_settings(self._input(self.store.snapshot()))
+        stats = file_stats(files.paths, files.exclude)
+        return saved.load(ServedKey(environment_key(settings), files_key(stats)))
+
+    def _busy(self) -> bool:
+        """Whether a compile runs or waits (a save gives the CPU up to it)."""
+        return self._dirty.is_set() or self._compile_lock.locked()
+
+    async def _save_served_later(self) -> None:
+        while True:
+            await asyncio.sleep(SERVED_STATE_POLL_S)
+            # Quiet since the last change and the last compile: not while Envoy takes it.
+            quiet_since = max(self._last_change, self._last_compiled)
+            if time.monotonic() - quiet_since >= SERVED_STATE_QUIET_S:
+                await self.save_served()
+
+    async def save_served(self) -> bool:
+        """Writes the served state (off the event loop) when what the xDS server holds is the
+        compile of what the files source loaded, with nothing pending, and it was not written
+        yet; True when it was. Not when the compile used answers found outside the files (DNS,
+        OpenID discovery): a restart could not check them before compiling."""
+        files, saved = self._files, self.served_state
+        compiled, applied = self._compiled, self.applied
+        if files is None or saved is None or compiled is None or applied is None:
+            return False
+        if self.compile_error is not None or self._busy():
+            return False
+        if compiled.snapshot is not self.store.snapshot() or applied.version != self.xds.version:
+            return False
+        mark = (applied.version, files.stat_marks)
+        if mark == self._served_mark:
+            return False
+        stats = files.loaded_stats()
+        if stats is None:
+            return False
+        self._served_mark = mark
+        if compiled.discovery or compiled.compile_options.dns_answers:
+            log.debug("served state not saved: the configuration depends on DNS or OpenID answers")
+            await asyncio.to_thread(saved.remove)
+            return False
+        # Taken here, with the version they make: the thread must not see a later snapshot.
+        served = (applied.version, self.xds.served())
+        listeners = self.dialects.reported_listeners(applied.result.graph)
+        written = await asyncio.to_thread(
+            self._write_served, saved, self._served_settings(compiled), stats, served, listeners
+        )
+        if not written:
+            self._served_mark = None  # looked at again later
+        return written
+
+    def _write_served(
+        self,
+        saved: ServedStateFile,
+        settings: tuple[object, ...],
+        stats: tuple[FileStat, ...],
+        served: tuple[str, tuple[Serialized, ...]],
+        listeners: frozenset[str],
+    ) -> bool:
+        version, resources = served
+        key = ServedKey(environment_key(settings), files_key(stats))
+        if (key, version) == self._served_key:
+            return True  # what the file holds already
+        if not saved.save(ServedState(key, version, listeners, resources), self._busy):
+            return False
+        self._served_key = (key, version)
+        log.info("served state saved (%d resources, version %s)", len(resources), version)
+        return True
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Starts the xDS server and the sources, and returns once every source has listed
         everything and that was compiled. Envoy (if turnout runs one) starts meanwhile: it waits
         on ADS, which answers nothing before the first compile, so a new Envoy is programmed
-        as soon as that is through and an adopted one keeps serving what it had until then."""
+        as soon as that is through and an adopted one keeps serving what it had until then;
+        unless the last run's served state was restored (`_restore_served`): then ADS serves
+        that at once."""
         tls = self.config.xds_tls
         self.xds_port = await self.xds.start(
             self.config.xds_address,
             self.config.xds_port,
             credentials=None if tls is None else server_credentials(tls),
         )
+        # Envoy starts while the served state is looked for; the sources once that is settled, so
+        # that a change they see after the files were stat'ed is one the first compile has.
+        restoring = asyncio.create_task(self._restore_served(), name="served-restore")
+        try:
+            started = self.config.run_envoy and await self._start_envoy(replace=False)
+        finally:
+            await restoring
         for index, source in enumerate(self.sources):
             self._tasks.append(
                 asyncio.create_task(self._run_source(index, source), name=f"source-{source.name}")
             )
         self._tasks.append(asyncio.create_task(self._compile_loop(), name="turnout-compile"))
         self._tasks.append(asyncio.create_task(self.hosts.run(), name="turnout-hosts"))
+        if self.served_state is not None:
+            self._tasks.append(asyncio.create_task(self._save_served_later(), name="served"))
         for sink in self.status_sinks:
             self._tasks.append(asyncio.create_task(sink.run(), name="turnout-status-sink"))
-        started = self.config.run_envoy and await self._start_envoy(replace=False)
         await self._wait_first_compile()
         if self.config.demo_backends:
             await self._start_demo_backends()
@@ -907,6 +1048,8 @@ class Controller:
                 )
 
     async def stop(self) -> None:
+        with contextlib.suppress(Exception):  # logged where it failed; stopping goes on
+            await self.save_served()
         self._stop.set()
         for task in self._tasks:
             task.cancel()

@@ -180,6 +180,18 @@ class _Resource:
         return any_pb2.Any(type_url=self.type_url, value=self.data)
 
 
+@dataclass(frozen=True, slots=True)
+class Serialized:
+    """One resource as the xDS server holds it, in plain data (`envoy.served_state` keeps these
+    on disk): its type, name, serialized bytes and the names it makes Envoy subscribe to."""
+
+    type_url: str
+    name: str
+    data: bytes
+    refs: tuple[str, ...] = ()
+    secret_refs: tuple[str, ...] = ()
+
+
 def _resource_name(type_url: str, message: Any) -> str:
     if type_url == ENDPOINT_TYPE:
         return str(message.cluster_name)
@@ -239,8 +251,9 @@ def _pack(
     # Deterministic serialization makes the bytes a function of content only (map order).
     data = source.serialized(message)
     if old is not None and old.data == data:
-        # Equal content from a new message: keep the digest, remember the message.
-        return dataclasses.replace(old, message=message)
+        # Equal content from a new message: keep the digest, remember the message, and hold
+        # the bytes the translator holds too (not a copy: a restored resource's).
+        return dataclasses.replace(old, data=data, message=message)
     refs: tuple[str, ...] = ()
     secret_refs: tuple[str, ...] = ()
     if type_url == CLUSTER_TYPE:
@@ -384,6 +397,33 @@ class _Snapshot:
             return snapshot
         before = previous.inline if previous is not None else None
         return dataclasses.replace(snapshot, inline=_inline_scopes(resources, changes, before))
+
+    @staticmethod
+    def restored(seq: int, saved: Iterable[Serialized], inline: bool) -> _Snapshot:
+        """The snapshot of resources saved by an earlier run (`XdsServer.restore`): no message
+        behind them, their digests computed from the bytes."""
+        resources: dict[str, dict[str, _Resource]] = {t: {} for t in TYPE_ORDER}
+        for item in saved:
+            by_name = resources.get(item.type_url)
+            if by_name is None:
+                raise ValueError(f"unknown resource type {item.type_url!r}")
+            digest = hashlib.sha256(item.data).hexdigest()
+            if item.name in by_name:
+                raise ValueError(f"duplicate {SHORT_TYPE_NAMES[item.type_url]} {item.name!r}")
+            by_name[item.name] = _Resource(
+                item.name,
+                digest,
+                item.data,
+                item.type_url,
+                item.refs,
+                item.secret_refs,
+                mark=_mark(item.name, digest),
+            )
+        totals = {t: _total(by_name.values()) for t, by_name in resources.items()}
+        snapshot = _Snapshot._finish(seq, resources, {}, {}, totals, None)
+        if not inline:
+            return snapshot
+        return dataclasses.replace(snapshot, inline=_inline_scopes(resources, {}, None))
 
     @staticmethod
     def _finish(
@@ -1528,6 +1568,9 @@ class XdsServer:
         self._nacks: collections.deque[Nack] = collections.deque(maxlen=_NACK_HISTORY)
         self._progress = asyncio.Event()
         self._server: Any = None
+        # The current snapshot was restored from an earlier run's saved resources: the next one
+        # is installed even with the same content, so the messages behind it are kept.
+        self._restored = False
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -1583,10 +1626,36 @@ class XdsServer:
         candidate = _Snapshot.build(
             self._seq + 1, resources, self._snapshot, self._equal_sources, self.inline_scopes
         )
-        if self._snapshot is not None and candidate.version == self._snapshot.version:
+        current = self._snapshot
+        if current is not None and candidate.version == current.version and not self._restored:
             self._equal_sources = candidate.sources
-            return self._snapshot.version
+            return current.version
+        return self._install(candidate)
+
+    def restore(self, saved: Iterable[Serialized], version: str) -> None:
+        """Installs resources an earlier run saved (`served`) before anything was compiled; the
+        first `set_resources` replaces them (identical content: nothing is sent). ValueError,
+        nothing installed, when they do not make a snapshot of `version`."""
+        snapshot = _Snapshot.restored(self._seq + 1, saved, self.inline_scopes)
+        if snapshot.version != version:
+            raise ValueError(f"the resources make version {snapshot.version}, not {version}")
+        self._install(snapshot)
+        self._restored = True
+
+    def served(self) -> tuple[Serialized, ...]:
+        """The current snapshot's resources as plain data (what `restore` takes)."""
+        snapshot = self._snapshot
+        if snapshot is None:
+            return ()
+        return tuple(
+            Serialized(t, r.name, r.data, r.refs, r.secret_refs)
+            for t in TYPE_ORDER
+            for r in snapshot.resources[t].values()
+        )
+
+    def _install(self, candidate: _Snapshot) -> str:
         self._equal_sources = None
+        self._restored = False
         self._seq += 1
         self._snapshot = candidate
         self._versions[candidate.version] = candidate.seq

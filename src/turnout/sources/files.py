@@ -28,6 +28,7 @@ import hashlib
 import inspect
 import logging
 import os
+import stat
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -237,6 +238,57 @@ def _signature(path: Path) -> _Signature | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+# A file as a load found it: its path and stat signature (None: gone meanwhile).
+FileStat = tuple[str, _Signature | None]
+
+
+def file_stats(paths: Sequence[Path], exclude: Sequence[str] = ()) -> tuple[FileStat, ...]:
+    """Every file a load of `paths` would read (`discover`), with its signature, sorted;
+    nothing is read. A restart compares it with what the last run loaded
+    (`FileSource.loaded_stats`). One `stat` per file: half of what `discover` and then
+    `_signature` cost (at 30,000 files about 1 s)."""
+    found: dict[str, _Signature | None] = {}
+    for root in paths:
+        if root.is_dir():
+            _tree_stats(root, exclude, found)
+        elif root.is_file() and not excluded(root.name, exclude):
+            found[str(root)] = _signature(root)
+    return tuple(sorted(found.items()))
+
+
+def _tree_stats(root: Path, exclude: Sequence[str], found: dict[str, _Signature | None]) -> None:
+    """`_walk`'s files under `root` with their signatures (the same walk: any difference would
+    only make a restart take the cold path)."""
+    seen: set[str] = set()
+    for current, subdirs, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(current)
+        if real in seen:
+            subdirs[:] = []
+            continue
+        seen.add(real)
+        here = Path(current)
+        base = here.relative_to(root).as_posix()
+        prefix = "" if base == "." else f"{base}/"
+        subdirs[:] = [d for d in subdirs if not _hidden(d) and not excluded(prefix + d, exclude)]
+        # str(here / name), without making a Path per file.
+        head = "" if str(here) == "." else os.path.join(str(here), "")
+        for name in names:
+            if _hidden(name) or not _wanted(name) or (exclude and excluded(prefix + name, exclude)):
+                continue
+            try:
+                st = os.stat(head + name)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found[head + name] = (
+                    st.st_dev,
+                    st.st_ino,
+                    st.st_size,
+                    st.st_mtime_ns,
+                    st.st_ctime_ns,
+                )
+
+
 @dataclass(frozen=True, slots=True)
 class _Seen:
     signature: _Signature | None
@@ -308,10 +360,18 @@ class FileSource:
         self._parsed: dict[Path, CachedParse] = {}
         self._cache_dirty = asyncio.Event()
         self._cache_marks = 0  # how often what the cache would hold changed (`_save_cache_later`)
+        # Files that failed to parse and keep objects of an earlier content, and how often a
+        # loaded file's signature changed: what `loaded_stats` and its callers look at.
+        self._stale: set[Path] = set()
+        self.stat_marks = 0
 
     @property
     def paths(self) -> tuple[Path, ...]:
         return self._roots
+
+    @property
+    def exclude(self) -> tuple[str, ...]:
+        return self._exclude
 
     def files(self) -> list[Path]:
         """The files currently loaded (including those whose last read failed)."""
@@ -364,6 +424,14 @@ class FileSource:
         if self._cache is not None and self._cache_dirty.is_set():
             self._cache_dirty.clear()
             self._cache.save(self._cache_entries())
+
+    def loaded_stats(self) -> tuple[FileStat, ...] | None:
+        """The signature of every file loaded, sorted as `file_stats` gives them; None when the
+        sink holds what loading those files afresh would not (a held empty file, a file that
+        stopped parsing and keeps its last good objects)."""
+        if self._held or self._stale:
+            return None
+        return tuple(sorted((str(path), seen.signature) for path, seen in self._seen.items()))
 
     def _cache_entries(self) -> dict[str, CachedParse]:
         return {str(path): parsed for path, parsed in self._parsed.items()}
@@ -633,6 +701,8 @@ class FileSource:
             # content or the hold ends.
             return False
         self._held.pop(update.path, None)
+        if self._seen.get(update.path) != update.seen:
+            self.stat_marks += 1
         self._seen[update.path] = update.seen
         self._by_abspath[Path(os.path.abspath(update.path))] = update.path
         if result is None:
@@ -643,7 +713,9 @@ class FileSource:
         if result.failed:
             if key in self._loaded:
                 log.warning("%s: keeping its last good objects", update.path)
+                self._stale.add(update.path)
             return sink.set_problems(key, result.problems)
+        self._stale.discard(update.path)
         log.log(_LOADED_LEVEL[first], "%s: loaded %d object(s)", update.path, len(result.objects))
         self._loaded.add(key)
         if result.objects:
@@ -666,6 +738,8 @@ class FileSource:
     def _forget(self, path: Path) -> None:
         if self._parsed.pop(path, None) is not None:
             self._mark_cache_dirty()
+        self.stat_marks += 1
+        self._stale.discard(path)
         self._seen.pop(path, None)
         self._by_abspath.pop(Path(os.path.abspath(path)), None)
         self._held.pop(path, None)
