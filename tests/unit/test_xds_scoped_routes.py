@@ -453,3 +453,19 @@ def test_inline_scopes_patched_over_a_random_walk_are_a_fresh_build() -> None:
         assert digests == {n: r.digest for n, r in theirs.inline.resources.items()}
         assert mine.inline.version == theirs.inline.version
         assert mine.inline.referenced == theirs.inline.referenced
+
+
+def test_a_restored_snapshot_gives_delta_streams_the_same_inline_scopes() -> None:
+    """A restart serving the saved state (`XdsServer.restore`) hands Delta streams the inline
+    scopes the compiling server had, byte for byte, under the same version."""
+    compiled = XdsServer(Metrics(), inline_scopes=True)
+    version = compiled.set_resources(resources({"a.example.com": "a", "b.example.com": "b"}))
+    restored = XdsServer(Metrics(), inline_scopes=True)
+    restored.restore(compiled.served(), version)
+    before, after = compiled._snapshot, restored._snapshot
+    assert before is not None and before.inline is not None
+    assert after is not None and after.inline is not None
+    assert after.inline.version == before.inline.version
+    assert {n: r.packed().value for n, r in after.inline.resources.items()} == {
+        n: r.packed().value for n, r in before.inline.resources.items()
+    }
