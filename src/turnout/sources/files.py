@@ -30,7 +30,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,21 @@ def _walk(root: Path, exclude: Sequence[str] = ()) -> tuple[list[Path], list[Pat
     """
     files: list[Path] = []
     dirs: list[Path] = []
+    for here, prefix, names in _visible_dirs(root, exclude):
+        dirs.append(here)
+        for name in names:
+            if _hidden(name) or not _wanted(name) or excluded(prefix + name, exclude):
+                continue
+            path = here / name
+            # Skips dangling symlinks, FIFOs and sockets: reading a FIFO would block forever.
+            if path.is_file():
+                files.append(path)
+    return files, dirs
+
+
+def _visible_dirs(root: Path, exclude: Sequence[str]) -> Iterator[tuple[Path, str, list[str]]]:
+    """Each directory `_walk` visits under `root` (itself included): its path, its path
+    relative to `root` as a prefix (`a/b/`, or empty), and the names of its files."""
     seen: set[str] = set()
 
     def on_error(err: OSError) -> None:
@@ -123,20 +138,12 @@ def _walk(root: Path, exclude: Sequence[str] = ()) -> tuple[list[Path], list[Pat
             continue
         seen.add(real)
         here = Path(current)
-        dirs.append(here)
         base = here.relative_to(root).as_posix()
         prefix = "" if base == "." else f"{base}/"
         subdirs[:] = sorted(
             d for d in subdirs if not _hidden(d) and not excluded(prefix + d, exclude)
         )
-        for name in names:
-            if _hidden(name) or not _wanted(name) or excluded(prefix + name, exclude):
-                continue
-            path = here / name
-            # Skips dangling symlinks, FIFOs and sockets: reading a FIFO would block forever.
-            if path.is_file():
-                files.append(path)
-    return files, dirs
+        yield here, prefix, names
 
 
 def discover(paths: Sequence[Path], exclude: Sequence[str] = ()) -> list[Path]:
@@ -234,6 +241,10 @@ def _signature(path: Path) -> _Signature | None:
         st = os.stat(path)
     except OSError:
         return None
+    return _signature_of(st)
+
+
+def _signature_of(st: os.stat_result) -> _Signature:
     # ctime too: a chmod that makes an unreadable file readable changes nothing else.
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
@@ -259,17 +270,7 @@ def file_stats(paths: Sequence[Path], exclude: Sequence[str] = ()) -> tuple[File
 def _tree_stats(root: Path, exclude: Sequence[str], found: dict[str, _Signature | None]) -> None:
     """`_walk`'s files under `root` with their signatures (the same walk: any difference would
     only make a restart take the cold path)."""
-    seen: set[str] = set()
-    for current, subdirs, names in os.walk(root, followlinks=True):
-        real = os.path.realpath(current)
-        if real in seen:
-            subdirs[:] = []
-            continue
-        seen.add(real)
-        here = Path(current)
-        base = here.relative_to(root).as_posix()
-        prefix = "" if base == "." else f"{base}/"
-        subdirs[:] = [d for d in subdirs if not _hidden(d) and not excluded(prefix + d, exclude)]
+    for here, prefix, names in _visible_dirs(root, exclude):
         # str(here / name), without making a Path per file.
         head = "" if str(here) == "." else os.path.join(str(here), "")
         for name in names:
@@ -280,13 +281,7 @@ def _tree_stats(root: Path, exclude: Sequence[str], found: dict[str, _Signature 
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                found[head + name] = (
-                    st.st_dev,
-                    st.st_ino,
-                    st.st_size,
-                    st.st_mtime_ns,
-                    st.st_ctime_ns,
-                )
+                found[head + name] = _signature_of(st)
 
 
 @dataclass(frozen=True, slots=True)
