@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.builders import from_dict, kube_object, secret, service, snapshot
-from tests.cases.tcp_tls import LEAF
+from tests.cases.tcp_tls import LEAF, ROOT_CA
 from tests.fixture_cases import CASES, case_options
 from turnout.app import default_dialects
 from turnout.compile_inputs import HTTP_LISTENER, CompileOptions
@@ -651,3 +651,24 @@ def test_the_index_finds_every_reader_as_readers_come_and_go() -> None:
     index.remove(b, Trace(services={app, db}), {})
     assert index.affected(changed, {}) == set()
     assert index.services == {db: (c,)}
+
+
+def test_a_ca_secret_read_for_a_child_shared_by_two_roots_recompiles_both() -> None:
+    """The second root reaching a validated upstream reuses the first one's answer within the
+    compile; it must still be recorded as reading Secrets, so removing the CA drops the route
+    from both hosts, as a fresh compile does."""
+    ca = secret("backend-ca", "default", {"ca.crt": _b64(ROOT_CA.cert_pem)})
+    validated = {
+        "name": "backend",
+        "port": 443,
+        "protocol": "tls",
+        "validation": {"caSecret": "backend-ca", "subjectName": "backend.example.com"},
+    }
+    shared = proxy("shared", {"routes": [{"services": [validated]}]})
+    roots = [includes(f"r{i}", f"r{i}.example.com", "shared") for i in range(2)]
+    objects = [*roots, shared, service("backend", port=443)]
+    run = Carried()
+    served = run.compile(snapshot(objects, ca))
+    assert all(isinstance(r.action, Forward) for v in vhosts(served).values() for r in v.routes)
+    removed = run.compile(snapshot(objects))  # Carried compares each with a fresh compile
+    assert status(removed, "shared").state is State.INVALID

@@ -1166,11 +1166,37 @@ class _Compiler:
             settings.idle_connection_timeout_s,
         )
         hit = self.work.backends.get(key)
+        trace = self.recorder.current
         if hit is not None and hit[0] == parts:  # held: their ids are not reused
-            self.services.get(namespace, svc.name)  # the read, recorded in the current trace
+            # The reads, recorded in the current trace: the Service, and the Secrets (CA
+            # bundles of upstream validation) when making the answer read some.
+            self.services.get(namespace, svc.name)
+            if hit[2] and trace is not None:
+                trace.secret_reads = True
             return hit[1]
         st = self.status[proxy.key]
         adds = st.adds
+        # Whether this answer reads Secrets, apart from what the trace read before it.
+        read_secrets = trace is not None and trace.secret_reads
+        if trace is not None:
+            trace.secret_reads = False
+        answer = self._backend_answer(proxy, svc, route, settings, st)
+        # Unknown without a trace: a hit then records a read, which is only coarser.
+        reads = trace is None or trace.secret_reads
+        if trace is not None:
+            trace.secret_reads = read_secrets or reads
+        if answer is not None and st.adds == adds:
+            self.work.backends[key] = (parts, answer, reads)
+        return answer
+
+    def _backend_answer(
+        self,
+        proxy: ParsedProxy,
+        svc: ServiceSpec,
+        route: RouteSpec,
+        settings: route_policies.RouteSettings,
+        st: ProxyStatusAccessor,
+    ) -> tuple[Cluster | Unresolved, BackendPolicies | None] | None:
         resolved = self._resolve(
             proxy, svc, route, settings.lb_strategy, settings.idle_connection_timeout_s
         )
@@ -1179,12 +1205,10 @@ class _Compiler:
         backend: BackendPolicies | None = None
         if not isinstance(resolved, Unresolved):
             ok, backend = route_policies.backend_policies(
-                svc.backend_policies, namespace, svc.name, svc.port, st
+                svc.backend_policies, proxy.obj.namespace, svc.name, svc.port, st
             )
             if not ok:
                 return None
-        if st.adds == adds:
-            self.work.backends[key] = (parts, (resolved, backend))
         return resolved, backend
 
     def _resolve(
@@ -1278,9 +1302,10 @@ class _RouteWork:
         self.settings: dict[
             tuple[int, str], tuple[route_policies.RoutePolicySpec, route_policies.RouteSettings]
         ] = {}
+        # ... -> (the records by identity, the answer, whether making it read Secrets)
         self.backends: dict[
             tuple[object, ...],
-            tuple[tuple[object, ...], tuple[Cluster | Unresolved, BackendPolicies | None]],
+            tuple[tuple[object, ...], tuple[Cluster | Unresolved, BackendPolicies | None], bool],
         ] = {}
 
 
