@@ -4,12 +4,14 @@ its fixed ports can be moved, and the command run as a child process with its ow
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -117,3 +119,38 @@ def serving(path: Path, http_port: int, admin_port: int) -> Iterator[subprocess.
         finally:
             output = stop_serve(proc)
         assert proc.returncode == 0, output
+
+
+class _Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"ok"
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def ok_backend() -> Iterator[int]:
+    """A backend answering 200 "ok" that is not turnout's (the demo backends die with turnout):
+    its port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def proxy_yaml(name: str, fqdn: str) -> str:
+    """An HTTPProxy root in `default` for `fqdn` sending everything to Service `app` port 80."""
+    return (
+        "apiVersion: projectcontour.io/v1\nkind: HTTPProxy\n"
+        f"metadata: {{name: {name}, namespace: default}}\n"
+        f"spec:\n  virtualhost: {{fqdn: {fqdn}}}\n"
+        "  routes:\n  - services: [{name: app, port: 80}]\n"
+    )

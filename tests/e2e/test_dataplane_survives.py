@@ -3,7 +3,6 @@ serving; a turnout started again with the same state directory and ports adopts 
 
 from __future__ import annotations
 
-import http.server
 import os
 import signal
 import stat
@@ -17,43 +16,15 @@ import httpx
 import pytest
 
 from tests.e2e.harness import free_port, service_yaml
-from tests.e2e.serve import start_serve, stop_serve, wait_ready
+from tests.e2e.serve import ok_backend, proxy_yaml, start_serve, stop_serve, wait_ready
 
 pytestmark = pytest.mark.e2e
 
 
-class _Ok(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b"ok"
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def backend_port() -> Iterator[int]:
-    """A backend that is not turnout's (the demo backends die with turnout)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def _proxy(name: str, fqdn: str) -> str:
-    return (
-        "apiVersion: projectcontour.io/v1\nkind: HTTPProxy\n"
-        f"metadata: {{name: {name}, namespace: default}}\n"
-        f"spec:\n  virtualhost: {{fqdn: {fqdn}}}\n"
-        "  routes:\n  - services: [{name: app, port: 80}]\n"
-    )
+    with ok_backend() as port:
+        yield port
 
 
 def _alive(pid: int) -> bool:
@@ -103,7 +74,9 @@ def test_envoy_survives_turnout_sigkill_and_is_adopted(tmp_path: Path, backend_p
     config, state = tmp_path / "config", tmp_path / "state"
     config.mkdir()
     (config / "app.yaml").write_text(
-        service_yaml("default", "app", 80, backend_port) + "---\n" + _proxy("a", "a.example.com")
+        service_yaml("default", "app", 80, backend_port)
+        + "---\n"
+        + proxy_yaml("a", "a.example.com")
     )
     http_port, admin_port = free_port(), free_port()
     ports = [(f, free_port()) for f in ("--https-port", "--xds-port", "--envoy-admin-port")]
@@ -135,7 +108,7 @@ def test_envoy_survives_turnout_sigkill_and_is_adopted(tmp_path: Path, backend_p
         assert _envoys_of(state / "envoy-bootstrap.yaml") == [envoy_pid]
         assert int((state / "envoy.pid").read_text()) == envoy_pid
         # xDS reconnected: a new file's route reaches the adopted Envoy.
-        (config / "b.yaml").write_text(_proxy("b", "b.example.com"))
+        (config / "b.yaml").write_text(proxy_yaml("b", "b.example.com"))
         assert _wait_for(
             lambda: httpx.get(url, headers={"Host": "b.example.com"}).status_code == 200
         )
@@ -158,7 +131,9 @@ def test_envoy_left_with_another_xds_port_is_replaced(tmp_path: Path, backend_po
     config, state = tmp_path / "config", tmp_path / "state"
     config.mkdir()
     (config / "app.yaml").write_text(
-        service_yaml("default", "app", 80, backend_port) + "---\n" + _proxy("a", "a.example.com")
+        service_yaml("default", "app", 80, backend_port)
+        + "---\n"
+        + proxy_yaml("a", "a.example.com")
     )
     http_port, admin_port = free_port(), free_port()
     args = (config, http_port, admin_port)

@@ -5,11 +5,9 @@ a file touched in between makes it compile first, as a cold start."""
 from __future__ import annotations
 
 import contextlib
-import http.server
 import os
 import signal
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,43 +15,17 @@ import httpx
 import pytest
 
 from tests.e2e.harness import free_port, service_yaml
-from tests.e2e.serve import start_serve, stop_serve, wait_ready
+from tests.e2e.serve import ok_backend, proxy_yaml, start_serve, stop_serve, wait_ready
 
 pytestmark = pytest.mark.e2e
 
 RESTORED = "serving the last run's configuration"
 
 
-class _Ok(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("content-length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def backend_port() -> Iterator[int]:
-    """A backend that is not turnout's (the demo backends die with turnout)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def _proxy(name: str, fqdn: str) -> str:
-    return (
-        "apiVersion: projectcontour.io/v1\nkind: HTTPProxy\n"
-        f"metadata: {{name: {name}, namespace: default}}\n"
-        f"spec:\n  virtualhost: {{fqdn: {fqdn}}}\n"
-        "  routes:\n  - services: [{name: app, port: 80}]\n"
-    )
+    with ok_backend() as port:
+        yield port
 
 
 def _served(http_port: int, host: str) -> bool:
@@ -68,7 +40,7 @@ def test_a_restart_serves_the_saved_state_and_a_touched_file_compiles_first(
     config, state = tmp_path / "config", tmp_path / "state"
     config.mkdir()
     (config / "svc.yaml").write_text(service_yaml("default", "app", 80, backend_port))
-    (config / "a.yaml").write_text(_proxy("a", "a.example.com"))
+    (config / "a.yaml").write_text(proxy_yaml("a", "a.example.com"))
     http_port, admin_port = free_port(), free_port()
     ports = [(f, free_port()) for f in ("--https-port", "--xds-port", "--envoy-admin-port")]
     admin = f"http://127.0.0.1:{admin_port}"
