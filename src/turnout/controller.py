@@ -777,7 +777,10 @@ class Controller:
             # Quiet since the last change and the last compile: not while Envoy takes it.
             quiet_since = max(self._last_change, self._last_compiled)
             if time.monotonic() - quiet_since >= SERVED_STATE_QUIET_S:
-                await self.save_served()
+                try:
+                    await self.save_served()
+                except Exception:  # a restart then starts cold; serving goes on
+                    log.exception("cannot save the served state")
 
     async def save_served(self) -> bool:
         """Writes the served state (off the event loop) when what the xDS server holds is the
@@ -802,6 +805,7 @@ class Controller:
         if compiled.discovery or compiled.compile_options.dns_answers:
             log.debug("served state not saved: the configuration depends on DNS or OpenID answers")
             await asyncio.to_thread(saved.remove)
+            self._served_key = None  # the file is gone: the same key must be written again
             return False
         # Taken here, with the version they make: the thread must not see a later snapshot.
         served = (applied.version, self.xds.served())

@@ -405,3 +405,23 @@ async def test_a_saved_state_with_a_wrong_version_is_not_served(
         await asyncio.wait_for(starting, 10)
         await envoy.stop()
         await controller.stop()
+
+
+@pytest.mark.parametrize("library", ["PyYAML", "google-re2", "cryptography", "xds-protos"])
+def test_the_code_digest_follows_the_libraries_that_read_input_or_shape_output(
+    library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = served_state.metadata.version
+    served_state.code_digest.cache_clear()
+    try:
+        before = served_state.code_digest()
+        served_state.code_digest.cache_clear()
+        monkeypatch.setattr(
+            served_state.metadata,
+            "version",
+            lambda name: "0.0.0-other" if name == library else real(name),
+        )
+        assert served_state.code_digest() != before
+    finally:
+        monkeypatch.undo()
+        served_state.code_digest.cache_clear()

@@ -103,14 +103,19 @@ def canonical(value: object) -> str:
     raise TypeError(f"no canonical form for {type(value).__qualname__}")
 
 
+# The Envoy API messages, the YAML reader, the RE2 checks and the certificate checks.
+_LIBRARIES = ("xds-protos", "PyYAML", "google-re2", "cryptography")
+
+
 @functools.cache
 def code_digest() -> bytes:
     """A digest of every module of the turnout package (any change to the code may change
-    what it compiles) and of the libraries that write the bytes."""
+    what it compiles) and of the libraries that read the input or shape the output."""
     root = Path(__file__).resolve().parent.parent  # the turnout package
     h = hashlib.sha256(f"{sys.version}\0{protobuf_version}\0".encode())
-    with contextlib.suppress(metadata.PackageNotFoundError):
-        h.update(metadata.version("xds-protos").encode())
+    for library in _LIBRARIES:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            h.update(f"{library}={metadata.version(library)}\0".encode())
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode() + b"\0")
         h.update(path.read_bytes())
