@@ -14,7 +14,7 @@ from turnout.app import default_dialects
 from turnout.compile_inputs import CompileOptions
 from turnout.graph.attribution import WriterIndex, Writers, cluster_writers
 from turnout.graph.build import CompileResult, build_graph, fold_findings
-from turnout.graph.memo import CompileMemo, IdentityMemo, replaced_keys
+from turnout.graph.memo import CompileMemo, IdentityCache, IdentityMemo, replaced_keys
 from turnout.graph.model import (
     Cluster,
     DirectResponse,
@@ -590,3 +590,20 @@ def test_the_writer_index_gives_the_writers_a_walk_gives() -> None:
             graph = RoutingGraph(listeners=tuple(listeners))
             names = {f"c{rng.randint(0, 6)}" for _ in range(rng.randint(1, 4))}
             assert index.writers(graph, names) == cluster_writers(graph, only=names)
+
+
+def test_an_identity_cache_answers_the_very_same_object_only_and_stays_bounded() -> None:
+    calls: list[object] = []
+
+    def length(value: list[int]) -> int:
+        calls.append(value)
+        return len(value)
+
+    cache = IdentityCache(length, limit=2)
+    a, equal = [1, 2], [1, 2]
+    assert (cache(a), cache(a)) == (2, 2)
+    assert calls == [a]  # the second answer was kept
+    assert cache(equal) == 2 and calls[-1] is equal  # equal is not the same object
+    cache([3])  # full: everything is forgotten before this one is kept
+    cache(a)
+    assert len(calls) == 4 and calls[-1] is a

@@ -17,7 +17,7 @@ change sequences.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, filterfalse, repeat
 from operator import is_not
@@ -99,6 +99,30 @@ class IdentityMemo(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._current) + len(self._previous)
+
+
+class IdentityCache(Generic[K, V]):
+    """`function`, kept by the identity of its one argument across compiles: for a pure
+    function of an immutable object that equal inputs share (the files source builds equal
+    mappings once, a dialect equal matches once). At most `limit` entries, all forgotten when
+    full; the argument is held with its value, so an `id` reused by a new object never matches."""
+
+    __slots__ = ("_entries", "_function", "_limit")
+
+    def __init__(self, function: Callable[[K], V], limit: int = 4096) -> None:
+        self._function = function
+        self._limit = limit
+        self._entries: dict[int, tuple[K, V]] = {}
+
+    def __call__(self, key: K) -> V:
+        hit = self._entries.get(id(key))
+        if hit is not None and hit[0] is key:
+            return hit[1]
+        value = self._function(key)
+        if len(self._entries) >= self._limit:
+            self._entries.clear()
+        self._entries[id(key)] = (key, value)
+        return value
 
 
 class CompileMemo:

@@ -18,6 +18,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from turnout.graph.memo import IdentityCache
 from turnout.graph.model import Cluster, Endpoint, UpstreamProtocol, UpstreamSettings
 from turnout.objects import KubeObject
 from turnout.store import Snapshot
@@ -75,21 +76,9 @@ def _ip(value: Any) -> str | None:
 
 def service_ports(service: KubeObject) -> list[ServicePort]:
     spec = service.spec if isinstance(service.spec, Mapping) else {}
-    raw = spec.get("ports")
     # Kept by the raw list's identity: the files source builds equal lists once, so Service
     # after Service holds the very same `ports` (and each is read for every route naming it).
-    hit = _PORTS.get(id(raw))
-    if hit is not None and hit[0] is raw:  # the list is held: its id is not reused
-        return list(hit[1])
-    ports = _service_ports(raw)
-    if len(_PORTS) >= _PORTS_MAX:
-        _PORTS.clear()
-    _PORTS[id(raw)] = (raw, tuple(ports))
-    return ports
-
-
-_PORTS: dict[int, tuple[Any, tuple[ServicePort, ...]]] = {}
-_PORTS_MAX = 4096
+    return list(_PORTS(spec.get("ports")))
 
 
 def _service_ports(raw: Any) -> list[ServicePort]:
@@ -114,6 +103,11 @@ def _service_ports(raw: Any) -> list[ServicePort]:
             )
         )
     return ports
+
+
+_PORTS: IdentityCache[Any, tuple[ServicePort, ...]] = IdentityCache(
+    lambda raw: tuple(_service_ports(raw))
+)
 
 
 def find_service_port(service: KubeObject, port: int | str) -> ServicePort | None:

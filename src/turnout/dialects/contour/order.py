@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from functools import cmp_to_key
 from typing import Any
 
+from turnout.graph.memo import IdentityCache
 from turnout.graph.model import (
     HeaderMatch,
     PathMatchKind,
@@ -131,18 +132,7 @@ def route_key(match: RouteMatch) -> tuple[Any, ...]:
     string order is its code points negated, ended by 1 so that a longer string sorts before
     its own prefix. The last keys are kept by the match's identity: a dialect that builds
     equal matches once (HTTPProxy's equal routes) asks for the same match again and again."""
-    hit = _KEYS.get(id(match))
-    if hit is not None and hit[0] is match:  # the match is held: its id is not reused
-        return hit[1]
-    key = _route_key(match)
-    if len(_KEYS) >= _KEYS_MAX:
-        _KEYS.clear()
-    _KEYS[id(match)] = (match, key)
-    return key
-
-
-_KEYS: dict[int, tuple[RouteMatch, tuple[Any, ...]]] = {}
-_KEYS_MAX = 4096
+    return _KEYS(match)
 
 
 def _route_key(match: RouteMatch) -> tuple[Any, ...]:
@@ -164,6 +154,9 @@ def _route_key(match: RouteMatch) -> tuple[Any, ...]:
         headers,
         tuple((q.name, _STRING_RANK[q.kind], q.value, q.ignore_case) for q in match.query),
     )
+
+
+_KEYS = IdentityCache(_route_key)
 
 
 def _key(route: Route) -> tuple[Any, ...]:
