@@ -4,10 +4,12 @@ parsing unchanged files; a stale, corrupt or foreign cache is ignored with a log
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
 import pickle
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -230,17 +232,10 @@ async def test_a_change_is_written_a_while_later_and_a_static_load_at_once(
     monkeypatch.setattr(files, "CACHE_SAVE_DELAY_S", 0.2)
     objects = tree(tmp_path)
     path = tmp_path / "parse-cache"
-    store = Store()
-    source = FileSource([objects], watch=True, parse_cache=ParseCache(path))
-    task = asyncio.create_task(source.run(StoreSink(store, lambda: None, lambda: None)))
-    try:
+    async with watching(objects, path):
         await until(lambda: path.exists())
         write(objects / "d.yaml", SERVICE % "d")
         await until(lambda: "d.yaml" in str(ParseCache(path).load().keys()))
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
     static = tmp_path / "static-cache"
     source = FileSource([objects], watch=False, parse_cache=ParseCache(static))
     await source.run(StoreSink(Store(), lambda: None, lambda: None))
@@ -255,10 +250,7 @@ async def test_the_cache_waits_for_the_files_to_be_quiet(
     monkeypatch.setattr(files, "CACHE_SAVE_DELAY_S", 0.4)
     objects = tree(tmp_path)
     path = tmp_path / "parse-cache"
-    store = Store()
-    source = FileSource([objects], watch=True, parse_cache=ParseCache(path))
-    task = asyncio.create_task(source.run(StoreSink(store, lambda: None, lambda: None)))
-    try:
+    async with watching(objects, path):
         await until(lambda: path.exists())
         path.unlink()
         for i in range(8):  # a change every 0.15 s for 1.2 s: never 0.4 s of quiet
@@ -267,6 +259,15 @@ async def test_the_cache_waits_for_the_files_to_be_quiet(
             assert not path.exists(), f"written during the burst, after change {i}"
         await until(lambda: path.exists())
         assert "busy-7.yaml" in str(ParseCache(path).load().keys())
+
+
+@contextlib.asynccontextmanager
+async def watching(objects: Path, cache: Path) -> AsyncIterator[None]:
+    """A watching files source over `objects` with its parse cache at `cache`, running."""
+    source = FileSource([objects], watch=True, parse_cache=ParseCache(cache))
+    task = asyncio.create_task(source.run(StoreSink(Store(), lambda: None, lambda: None)))
+    try:
+        yield
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
